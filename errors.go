@@ -1,0 +1,61 @@
+package relayer
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Sentinel errors of the core vocabulary. They are wrapped with details; test for
+// them with [errors.Is].
+var (
+	// ErrInvalidLanes is returned for a lane count outside [LanesMin, LanesMax].
+	ErrInvalidLanes = errors.New("relayer: invalid lane count")
+	// ErrNoRoute is returned when no route is registered for a message type.
+	ErrNoRoute = errors.New("relayer: no route for message type")
+	// ErrInvalidRoute is returned when a route is registered with a missing or
+	// malformed field.
+	ErrInvalidRoute = errors.New("relayer: invalid route")
+)
+
+// BatchError reports a batch send that failed for some messages only. Errs is
+// index-aligned with the batch passed to [Transport.SendBatch]: Errs[i] is nil when
+// message i was accepted by the broker. A transport returns a plain error instead
+// when it cannot tell which messages were accepted; the dispatcher then treats the
+// whole batch as failed.
+type BatchError struct {
+	Errs []error
+}
+
+// Error summarizes the failures.
+func (e *BatchError) Error() string {
+	failed := 0
+	var first error
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if first == nil {
+		return "relayer: batch send reported no failures"
+	}
+	return "relayer: " + strconv.Itoa(failed) + " of " + strconv.Itoa(len(e.Errs)) + " messages failed: " + first.Error()
+}
+
+// Unwrap returns the individual failures, so that errors.Is and errors.As see each.
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// Failed reports whether message i of the batch failed.
+func (e *BatchError) Failed(i int) bool {
+	return i >= 0 && i < len(e.Errs) && e.Errs[i] != nil
+}
