@@ -1,0 +1,122 @@
+package store
+
+import (
+	"database/sql/driver"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Arrays travel as PostgreSQL array literals in text form, cast in SQL
+// ($1::uuid[]). Both database/sql drivers the store supports (pgx's stdlib and
+// lib/pq) pass a string through unchanged, while neither accepts the other's
+// native array wrappers; one text form keeps the store driver-agnostic.
+
+// uuidArray is a uuid[] parameter.
+type uuidArray []uuid.UUID
+
+// Value implements driver.Valuer.
+func (a uuidArray) Value() (driver.Value, error) {
+	b := make([]byte, 0, 2+len(a)*37)
+	b = append(b, '{')
+	for i, id := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendUUID(b, id)
+	}
+	b = append(b, '}')
+	return string(b), nil
+}
+
+func appendUUID(b []byte, id uuid.UUID) []byte {
+	var buf [36]byte
+	hex.Encode(buf[0:8], id[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], id[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], id[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], id[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:], id[10:])
+	return append(b, buf[:]...)
+}
+
+// arrayLiteral builds a one-dimensional array literal element by element. Every
+// non-NULL element is double-quoted, so no element content can end it early.
+type arrayLiteral struct {
+	b []byte
+}
+
+func (a *arrayLiteral) next() {
+	if len(a.b) == 0 {
+		a.b = append(a.b, '{')
+	} else {
+		a.b = append(a.b, ',')
+	}
+}
+
+func (a *arrayLiteral) null() {
+	a.next()
+	a.b = append(a.b, "NULL"...)
+}
+
+func (a *arrayLiteral) text(s string, null bool) {
+	if null {
+		a.null()
+		return
+	}
+	a.next()
+	a.b = append(a.b, '"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			a.b = append(a.b, '\\')
+		}
+		a.b = append(a.b, s[i])
+	}
+	a.b = append(a.b, '"')
+}
+
+// bytea writes b in bytea's hex input form; the backslash of \x is escaped once
+// for the array literal.
+func (a *arrayLiteral) bytea(b []byte) {
+	a.next()
+	a.b = append(a.b, `"\\x`...)
+	a.b = hex.AppendEncode(a.b, b)
+	a.b = append(a.b, '"')
+}
+
+func (a *arrayLiteral) uuid(id uuid.UUID) {
+	a.next()
+	a.b = appendUUID(a.b, id)
+}
+
+func (a *arrayLiteral) int(n int, null bool) {
+	if null {
+		a.null()
+		return
+	}
+	a.next()
+	a.b = strconv.AppendInt(a.b, int64(n), 10)
+}
+
+func (a *arrayLiteral) time(t time.Time, null bool) {
+	if null {
+		a.null()
+		return
+	}
+	a.next()
+	a.b = append(a.b, '"')
+	a.b = pgTime(t).AppendFormat(a.b, "2006-01-02 15:04:05.999999Z07:00")
+	a.b = append(a.b, '"')
+}
+
+func (a *arrayLiteral) String() string {
+	if len(a.b) == 0 {
+		return "{}"
+	}
+	return string(append(a.b, '}'))
+}

@@ -1,0 +1,158 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Claim is a fenced hold on rows: only the holder of Token may renew, complete or
+// fail them, and only until Until.
+type Claim struct {
+	Token uuid.UUID
+	Until time.Time
+}
+
+// NewClaim returns a claim with a fresh random token that lasts d from now.
+func NewClaim(now time.Time, d time.Duration) Claim {
+	return Claim{Token: uuid.New(), Until: pgTime(now).Add(d)}
+}
+
+func (c Claim) validate(now time.Time) error {
+	if c.Token == uuid.Nil {
+		return fmt.Errorf("%w: claim token is the zero UUID", ErrInvalidArgument)
+	}
+	if !pgTime(c.Until).After(now) {
+		return fmt.Errorf("%w: claim expiry %s is not after now %s", ErrInvalidArgument,
+			c.Until.UTC().Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// Claim takes a fenced claim on one eligible row in one conditional UPDATE. It
+// reports false, changing nothing, when the row is missing, parked, not yet due,
+// or held by a claim that has not expired at now.
+func (s *Store) Claim(ctx context.Context, id uuid.UUID, c Claim, now time.Time) (bool, error) {
+	now = pgTime(now)
+	if err := c.validate(now); err != nil {
+		return false, err
+	}
+	return s.affectedOne(ctx, "claim", s.q.claim, id, c.Token, pgTime(c.Until), now)
+}
+
+// ClaimBatch claims, in one statement, those of ids that are eligible at now and
+// not being claimed by anyone else at this moment, and returns the claimed rows in
+// ascending id order appended to dst[:0]. Rows it cannot claim are left as they
+// are; a caller sends only what it returns.
+func (s *Store) ClaimBatch(ctx context.Context, dst []Row, ids []uuid.UUID, c Claim, now time.Time) ([]Row, error) {
+	now = pgTime(now)
+	if err := c.validate(now); err != nil {
+		return dst[:0], err
+	}
+	if len(ids) == 0 {
+		return dst[:0], nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.claimBatch, uuidArray(ids), c.Token, pgTime(c.Until), now)
+	if err != nil {
+		return dst[:0], wrap(ctx, "claim batch", err)
+	}
+	dst, err = scanRows(ctx, "claim batch", rows, dst[:0])
+	if err != nil {
+		return dst, err
+	}
+	// RETURNING follows no order; callers send in id order.
+	slices.SortFunc(dst, func(a, b Row) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	return dst, nil
+}
+
+// Renew extends a live claim to the later of its current expiry and until. It
+// reports false, changing nothing, when token is not the row's current token or
+// the claim has expired at now.
+func (s *Store) Renew(ctx context.Context, id, token uuid.UUID, until, now time.Time) (bool, error) {
+	return s.affectedOne(ctx, "renew", s.q.renew, id, token, pgTime(until), pgTime(now))
+}
+
+// Complete deletes a delivered row. It reports false, changing nothing, when token
+// is not the row's current token or the claim has expired at now.
+func (s *Store) Complete(ctx context.Context, id, token uuid.UUID, now time.Time) (bool, error) {
+	return s.affectedOne(ctx, "complete", s.q.complete, id, token, pgTime(now))
+}
+
+// CompleteBatch deletes, in one statement, those of ids whose current token is
+// token and whose claim is live at now, and returns how many it deleted. A count
+// below len(ids) means some rows lost their claim and may be delivered again.
+func (s *Store) CompleteBatch(ctx context.Context, ids []uuid.UUID, token uuid.UUID, now time.Time) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.affected(ctx, "complete batch", s.q.completeBatch, uuidArray(ids), token, pgTime(now))
+}
+
+// Fail records a failed delivery: in one statement it increments attempts, saves
+// errText as the last error and releases the claim, so that the row becomes
+// eligible again. It reports false, changing nothing, when token is not the row's
+// current token or the claim has expired at now; failing twice with one token
+// therefore reports false the second time.
+func (s *Store) Fail(ctx context.Context, id, token uuid.UUID, errText string, now time.Time) (bool, error) {
+	return s.affectedOne(ctx, "fail", s.q.fail, id, token, cleanText(errText), pgTime(now))
+}
+
+// Failure is one row's failed delivery, for [Store.FailBatch].
+type Failure struct {
+	ID    uuid.UUID
+	Error string
+}
+
+// FailBatch is [Store.Fail] for several rows claimed with one token, in one
+// statement. It returns how many rows it changed.
+func (s *Store) FailBatch(ctx context.Context, failures []Failure, token uuid.UUID, now time.Time) (int64, error) {
+	if len(failures) == 0 {
+		return 0, nil
+	}
+	ids := make([]uuid.UUID, len(failures))
+	var texts arrayLiteral
+	for i, f := range failures {
+		ids[i] = f.ID
+		texts.text(cleanText(f.Error), false)
+	}
+	return s.affected(ctx, "fail batch", s.q.failBatch, uuidArray(ids), texts.String(), token, pgTime(now))
+}
+
+func (s *Store) affected(ctx context.Context, op, query string, args ...any) (int64, error) {
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, wrap(ctx, op, err)
+	}
+	n, err := res.RowsAffected()
+	return n, wrap(ctx, op, err)
+}
+
+func (s *Store) affectedOne(ctx context.Context, op, query string, args ...any) (bool, error) {
+	n, err := s.affected(ctx, op, query, args...)
+	return n == 1, err
+}
+
+// maxErrorLen bounds what one failure stores; broker errors can embed whole
+// payloads.
+const maxErrorLen = 4096
+
+// cleanText makes an error message storable in a text column: valid UTF-8, no NUL
+// bytes (PostgreSQL rejects both), at most maxErrorLen bytes.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) > maxErrorLen {
+		cut := maxErrorLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}

@@ -1,0 +1,57 @@
+// Package store is the PostgreSQL store of a Relayer outbox, over database/sql.
+//
+// It owns every statement that touches the outbox tables: the schema and its
+// versioned migrations ([Migrate], [SchemaSQL], [Migrations]), the insert used by
+// enlistment ([Store.Insert]), reads of one lane or of the unordered rows
+// ([Store.ReadLane], [Store.ReadUnordered]), counts, and the fenced claim
+// protocol that dispatchers build on ([Store.Claim], [Store.ClaimBatch],
+// [Store.Renew], [Store.Complete], [Store.CompleteBatch], [Store.Fail],
+// [Store.FailBatch]).
+//
+// # Tables
+//
+// One outbox is four tables in Options.Schema, each name starting with
+// Options.TablePrefix: <prefix>outbox (pending messages), <prefix>dead (dead
+// letters), <prefix>relayer_leases (lane and worker leases) and <prefix>inbox
+// (consumer deduplication), plus <prefix>relayer_migrations, which records the
+// applied schema steps. Schema and prefix are validated as plain lowercase
+// identifiers when a store is built, and every statement is built from them once.
+//
+// # Eligibility and claims
+//
+// A row is eligible at an instant when it is not parked, its delivery time (if
+// any) is at or before the instant, and it has no claim or its claim expired at
+// or before the instant. Reads and counts return eligible rows only. A claim is a
+// random token plus an expiry, taken in one conditional UPDATE; a competing claim
+// succeeds only once the previous one has expired. Renewing, completing and
+// failing require the current token and a claim that is still live, and report
+// false without changing anything otherwise, so an owner whose claim lapsed can
+// never overwrite the progress of the next owner.
+//
+// Instants are UTC with microsecond precision, as PostgreSQL stores them; the
+// store truncates every instant it is given. Pass instants from one clock.
+//
+// # Drivers
+//
+// The store works with any database/sql PostgreSQL driver that passes string
+// parameters through, and is tested with github.com/jackc/pgx/v5/stdlib and
+// github.com/lib/pq. Array parameters travel as array literals in text form.
+//
+// # Errors
+//
+// Database errors and cancellation are returned wrapped, with the operation
+// named; they never read as an empty backlog. When the context was done, the
+// error also matches context.Canceled or context.DeadlineExceeded. A cancelled
+// mutation may still have committed. A row that cannot be read back (for example
+// a headers column that is not in the binary header format) fails the read with
+// a *RowError naming the row.
+//
+// # Autovacuum
+//
+// The outbox table is a queue: rows are inserted and soon deleted, which leaves
+// dead index entries at the head of the pending indexes. The migration sets the
+// table's autovacuum thresholds to a fixed 5,000 changed rows instead of a share
+// of the table, so that vacuum and analyze keep pace with a busy queue. A long
+// transaction anywhere in the database keeps dead entries from being removed;
+// keep transactions short on a database that hosts an outbox.
+package store

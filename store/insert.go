@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/headers"
+)
+
+// Insert writes msgs in one statement, one round trip whatever their number. Run
+// it on the business transaction (see [Store.With]) so that the messages commit or
+// roll back with the business rows. It validates every message first and writes
+// nothing when one is invalid; the error wraps [ErrInvalidMessage] and names the
+// message and field. A zero CreatedAt is set to the current time.
+func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	var ids, types, transports, dests, bodies, hdrs, keys, lanes, created, deliver, parents, states arrayLiteral
+	var hbuf []byte
+	now := time.Now()
+	for i := range msgs {
+		m := &msgs[i]
+		if err := validateMessage(m); err != nil {
+			return fmt.Errorf("%w: message %d (id %s): %w", ErrInvalidMessage, i, m.ID, err)
+		}
+		var err error
+		if hbuf, err = headers.Append(hbuf[:0], m.Headers); err != nil {
+			return fmt.Errorf("%w: message %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
+		}
+		ids.uuid(m.ID)
+		types.text(m.Type, false)
+		transports.text(m.Transport, false)
+		dests.text(m.Destination, false)
+		bodies.bytea(m.Body)
+		hdrs.bytea(hbuf)
+		keys.text(m.Key, m.Key == "")
+		lanes.int(m.Lane, !m.Ordered)
+		if m.CreatedAt.IsZero() {
+			created.time(now, false)
+		} else {
+			created.time(m.CreatedAt, false)
+		}
+		deliver.time(m.DeliverAt, m.DeliverAt.IsZero())
+		parents.text(m.TraceParent, m.TraceParent == "")
+		states.text(m.TraceState, m.TraceState == "")
+	}
+	_, err := s.db.ExecContext(ctx, s.q.insert,
+		ids.String(), types.String(), transports.String(), dests.String(), bodies.String(), hdrs.String(),
+		keys.String(), lanes.String(), created.String(), deliver.String(), parents.String(), states.String())
+	return wrap(ctx, "insert", err)
+}
+
+func validateMessage(m *relayer.Message) error {
+	if m.ID == uuid.Nil {
+		return fmt.Errorf("ID is the zero UUID")
+	}
+	for _, f := range []struct{ name, value string }{
+		{"Type", m.Type}, {"Transport", m.Transport}, {"Destination", m.Destination},
+	} {
+		if f.value == "" {
+			return fmt.Errorf("%s is empty", f.name)
+		}
+	}
+	for _, f := range []struct{ name, value string }{
+		{"Type", m.Type}, {"Transport", m.Transport}, {"Destination", m.Destination},
+		{"Key", m.Key}, {"TraceParent", m.TraceParent}, {"TraceState", m.TraceState},
+	} {
+		if !utf8.ValidString(f.value) {
+			return fmt.Errorf("%s is not valid UTF-8", f.name)
+		}
+		if strings.IndexByte(f.value, 0) >= 0 {
+			return fmt.Errorf("%s contains a NUL byte", f.name)
+		}
+	}
+	if m.Ordered {
+		if m.Key == "" {
+			return fmt.Errorf("ordered message has no Key")
+		}
+		if m.Lane < 0 || m.Lane >= relayer.LanesMax {
+			return fmt.Errorf("Lane %d is outside 0 to %d", m.Lane, relayer.LanesMax-1)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package store
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Identifier limits. PostgreSQL truncates names longer than 63 bytes; the prefix
+// limit leaves room for the longest table and index name built from it.
+const (
+	// SchemaDefault is the schema used when Options.Schema is empty.
+	SchemaDefault = "public"
+	// SchemaMaxLen is the longest accepted schema name.
+	SchemaMaxLen = 63
+	// TablePrefixMaxLen is the longest accepted table prefix.
+	TablePrefixMaxLen = 63 - len("outbox_unordered_pending_idx")
+)
+
+// Options name the tables of one outbox. Every writer and worker of an outbox must
+// use the same values. The zero value means the "public" schema and no prefix.
+type Options struct {
+	// Schema holds the tables. It must match [a-z_][a-z0-9_]* and must not start
+	// with "pg_". Default: "public".
+	Schema string
+	// TablePrefix is put before every table and index name, so that several
+	// outboxes can share a schema. It must be empty or match [a-z_][a-z0-9_]* and
+	// be at most TablePrefixMaxLen bytes. Default: "".
+	TablePrefix string
+}
+
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// Validate reports the first invalid field. The rules admit only plain lowercase
+// identifiers, so a schema or prefix can never carry SQL of its own.
+func (o Options) Validate() error {
+	if o.Schema != "" {
+		switch {
+		case len(o.Schema) > SchemaMaxLen:
+			return fmt.Errorf("%w: Schema %q is longer than %d bytes", ErrInvalidOptions, o.Schema, SchemaMaxLen)
+		case !identifier.MatchString(o.Schema):
+			return fmt.Errorf("%w: Schema %q must match [a-z_][a-z0-9_]*", ErrInvalidOptions, o.Schema)
+		case strings.HasPrefix(o.Schema, "pg_"):
+			return fmt.Errorf("%w: Schema %q: names starting with pg_ are reserved by PostgreSQL", ErrInvalidOptions, o.Schema)
+		}
+	}
+	if o.TablePrefix != "" {
+		switch {
+		case len(o.TablePrefix) > TablePrefixMaxLen:
+			return fmt.Errorf("%w: TablePrefix %q is longer than %d bytes", ErrInvalidOptions, o.TablePrefix, TablePrefixMaxLen)
+		case !identifier.MatchString(o.TablePrefix):
+			return fmt.Errorf("%w: TablePrefix %q must match [a-z_][a-z0-9_]*", ErrInvalidOptions, o.TablePrefix)
+		}
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Schema == "" {
+		o.Schema = SchemaDefault
+	}
+	return o
+}
+
+// names are the quoted, schema-qualified names of one outbox's tables. They are
+// built only from validated options.
+type names struct {
+	schema     string // quoted schema
+	outbox     string // qualified, quoted tables
+	dead       string
+	leases     string
+	inbox      string
+	migrations string
+	prefix     string // raw prefix, for index names
+}
+
+func newNames(o Options) names {
+	q := func(s string) string { return `"` + s + `"` }
+	t := func(name string) string { return q(o.Schema) + "." + q(o.TablePrefix+name) }
+	return names{
+		schema:     q(o.Schema),
+		outbox:     t("outbox"),
+		dead:       t("dead"),
+		leases:     t("relayer_leases"),
+		inbox:      t("inbox"),
+		migrations: t("relayer_migrations"),
+		prefix:     o.TablePrefix,
+	}
+}
+
+// index returns the quoted name of an index; PostgreSQL puts indexes in their
+// table's schema, so the name is not qualified.
+func (n names) index(name string) string { return `"` + n.prefix + name + `"` }

@@ -1,0 +1,73 @@
+package store
+
+import "strings"
+
+// queries holds every statement of one outbox, built once from validated names.
+// Keeping them in one place is what lets a reviewer see all SQL that touches a
+// table, and keeps identifiers out of every other code path.
+type queries struct {
+	readLane      string
+	readUnordered string
+	countEligible string
+	countDead     string
+	claim         string
+	claimBatch    string
+	renew         string
+	complete      string
+	completeBatch string
+	fail          string
+	failBatch     string
+	insert        string
+}
+
+// eligible is the predicate of a row that may be delivered at the instant $now:
+// due and not held by a live claim. Expiry is inclusive: a claim whose expiry
+// equals now has expired.
+const eligible = `parked_at IS NULL
+    AND (deliver_at IS NULL OR deliver_at <= $now)
+    AND (claimed_until IS NULL OR claimed_until <= $now)`
+
+func buildQueries(n names) *queries {
+	elig := func(now string) string { return strings.ReplaceAll(eligible, "$now", now) }
+	return &queries{
+		// lane IS NOT NULL is implied by lane = $1; it is spelled out so that the
+		// partial index's predicate matches in every plan, generic ones included.
+		readLane: `SELECT ` + rowColumns + ` FROM ` + n.outbox + `
+WHERE lane = $1 AND lane IS NOT NULL AND id > $2 AND ` + elig("$3") + `
+ORDER BY id LIMIT $4`,
+		readUnordered: `SELECT ` + rowColumns + ` FROM ` + n.outbox + `
+WHERE lane IS NULL AND id > $1 AND ` + elig("$2") + `
+ORDER BY id LIMIT $3`,
+		countEligible: `SELECT count(*) FROM ` + n.outbox + ` WHERE ` + elig("$1"),
+		countDead:     `SELECT count(*) FROM ` + n.dead,
+		claim: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
+WHERE id = $1 AND ` + elig("$4"),
+		// The inner SELECT locks the candidates and skips rows another claimer is
+		// locking right now; ANY(ARRAY(...)) keeps the outer UPDATE a primary-key
+		// probe in every plan, where an IN (SELECT ...) join can settle on a generic
+		// plan that scans the whole table.
+		claimBatch: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
+WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + n.outbox + `
+    WHERE id = ANY($1::uuid[]) AND ` + elig("$4") + `
+    FOR UPDATE SKIP LOCKED))
+RETURNING ` + rowColumns,
+		renew: `UPDATE ` + n.outbox + ` SET claimed_until = GREATEST(claimed_until, $3)
+WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
+		complete: `DELETE FROM ` + n.outbox + `
+WHERE id = $1 AND claim_token = $2 AND claimed_until > $3`,
+		completeBatch: `DELETE FROM ` + n.outbox + `
+WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
+		fail: `UPDATE ` + n.outbox + `
+SET attempts = attempts + 1, last_error = $3, claim_token = NULL, claimed_until = NULL
+WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
+		failBatch: `UPDATE ` + n.outbox + ` AS o
+SET attempts = o.attempts + 1, last_error = f.error, claim_token = NULL, claimed_until = NULL
+FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
+WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
+		insert: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
+    ordering_key, lane, created_at, deliver_at, trace_parent, trace_state)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[],
+    $7::text[], $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[])`,
+	}
+}

@@ -1,0 +1,207 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"hash/fnv"
+	"strings"
+)
+
+// Migration is one versioned step of the schema. Steps are applied in version
+// order and recorded in the <prefix>relayer_migrations table, so that a later
+// release adds only the steps a deployment lacks.
+type Migration struct {
+	Version int
+	Name    string
+	// SQL is the step's DDL for one outbox, with schema and prefix filled in.
+	SQL string
+}
+
+// migrationSteps returns every step for the given names. A step is never edited
+// once released; changes are new steps.
+func migrationSteps(n names) []Migration {
+	return []Migration{{
+		Version: 1,
+		Name:    "create outbox, dead-letter, lease and inbox tables",
+		SQL: `CREATE TABLE IF NOT EXISTS ` + n.outbox + ` (
+    id            uuid        PRIMARY KEY,
+    message_type  text        NOT NULL,
+    transport     text        NOT NULL,
+    destination   text        NOT NULL,
+    body          bytea       NOT NULL,
+    headers       bytea       NOT NULL CHECK (octet_length(headers) >= 8),
+    ordering_key  text,
+    lane          integer     CHECK (lane >= 0 AND lane < 65536),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    deliver_at    timestamptz,
+    claim_token   uuid,
+    claimed_until timestamptz,
+    attempts      integer     NOT NULL DEFAULT 0,
+    last_error    text,
+    parked_at     timestamptz,
+    trace_parent  text,
+    trace_state   text,
+    CHECK (lane IS NULL OR ordering_key IS NOT NULL)
+);
+CREATE INDEX IF NOT EXISTS ` + n.index("outbox_lane_pending_idx") + ` ON ` + n.outbox + ` (lane, id)
+    WHERE lane IS NOT NULL AND parked_at IS NULL;
+CREATE INDEX IF NOT EXISTS ` + n.index("outbox_unordered_pending_idx") + ` ON ` + n.outbox + ` (id)
+    WHERE lane IS NULL AND parked_at IS NULL;
+CREATE INDEX IF NOT EXISTS ` + n.index("outbox_parked_idx") + ` ON ` + n.outbox + ` (lane, ordering_key)
+    WHERE parked_at IS NOT NULL;
+ALTER TABLE ` + n.outbox + ` SET (
+    autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 5000,
+    autovacuum_analyze_scale_factor = 0.0,
+    autovacuum_analyze_threshold = 5000
+);
+CREATE TABLE IF NOT EXISTS ` + n.dead + ` (
+    id            uuid        PRIMARY KEY,
+    message_type  text        NOT NULL,
+    transport     text        NOT NULL,
+    destination   text        NOT NULL,
+    body          bytea       NOT NULL,
+    headers       bytea       NOT NULL,
+    ordering_key  text,
+    lane          integer,
+    created_at    timestamptz NOT NULL,
+    deliver_at    timestamptz,
+    attempts      integer     NOT NULL,
+    last_error    text,
+    trace_parent  text,
+    trace_state   text,
+    dead_at       timestamptz NOT NULL DEFAULT now(),
+    reason        text        NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ` + n.index("dead_dead_at_idx") + ` ON ` + n.dead + ` (dead_at);
+CREATE TABLE IF NOT EXISTS ` + n.leases + ` (
+    name        text        PRIMARY KEY,
+    owner       text        NOT NULL,
+    owner_token uuid        NOT NULL,
+    acquired_at timestamptz NOT NULL DEFAULT now(),
+    expires_at  timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ` + n.inbox + ` (
+    consumer    text        NOT NULL,
+    message_id  uuid        NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, message_id)
+);
+CREATE INDEX IF NOT EXISTS ` + n.index("inbox_received_idx") + ` ON ` + n.inbox + ` (received_at);
+`,
+	}}
+}
+
+func migrationsTableSQL(n names) string {
+	return `CREATE SCHEMA IF NOT EXISTS ` + n.schema + `;
+CREATE TABLE IF NOT EXISTS ` + n.migrations + ` (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+`
+}
+
+func recordSQL(n names, m Migration) string {
+	return fmt.Sprintf("INSERT INTO %s (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;\n",
+		n.migrations, m.Version, strings.ReplaceAll(m.Name, "'", "''"))
+}
+
+// Migrations returns the versioned schema steps for opts, for migration tools that
+// apply steps one by one. Each step's SQL is idempotent.
+func Migrations(opts Options) ([]Migration, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	return migrationSteps(newNames(opts.withDefaults())), nil
+}
+
+// SchemaSQL returns the whole schema for opts as one idempotent script: the
+// schema, the migrations table, every step, and the rows recording the steps, so
+// that a later [Migrate] applies only newer steps. Use it to feed a migration
+// tool; run it in one transaction.
+func SchemaSQL(opts Options) (string, error) {
+	if err := opts.Validate(); err != nil {
+		return "", err
+	}
+	n := newNames(opts.withDefaults())
+	var b strings.Builder
+	b.WriteString(migrationsTableSQL(n))
+	for _, m := range migrationSteps(n) {
+		fmt.Fprintf(&b, "\n-- %d: %s\n", m.Version, m.Name)
+		b.WriteString(m.SQL)
+		b.WriteString(recordSQL(n, m))
+	}
+	return b.String(), nil
+}
+
+// Migrate creates or upgrades the tables of one outbox. It applies, in one
+// transaction, every step not yet recorded in the database. It is idempotent, and
+// safe when several processes run it at once: a transaction-scoped advisory lock
+// derived from the schema serializes them. ctx bounds the whole
+// migration. It returns the versions it applied.
+func Migrate(ctx context.Context, db *sql.DB, opts Options) (applied []int, err error) {
+	if db == nil {
+		return nil, ErrNilDB
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	n := newNames(opts)
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, wrap(ctx, "migrate: begin", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err = tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(opts)); err != nil {
+		return nil, wrap(ctx, "migrate: lock", err)
+	}
+	if _, err = tx.ExecContext(ctx, migrationsTableSQL(n)); err != nil {
+		return nil, wrap(ctx, "migrate: create migrations table", err)
+	}
+	done := make(map[int]bool)
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM `+n.migrations)
+	if err != nil {
+		return nil, wrap(ctx, "migrate: read versions", err)
+	}
+	for rows.Next() {
+		var v int
+		if err = rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, wrap(ctx, "migrate: read versions", err)
+		}
+		done[v] = true
+	}
+	if err = rows.Err(); err != nil {
+		return nil, wrap(ctx, "migrate: read versions", err)
+	}
+	for _, m := range migrationSteps(n) {
+		if done[m.Version] {
+			continue
+		}
+		if _, err = tx.ExecContext(ctx, m.SQL+recordSQL(n, m)); err != nil {
+			return nil, wrap(ctx, fmt.Sprintf("migrate: step %d (%s)", m.Version, m.Name), err)
+		}
+		applied = append(applied, m.Version)
+	}
+	if err = tx.Commit(); err != nil {
+		return nil, wrap(ctx, "migrate: commit", err)
+	}
+	return applied, nil
+}
+
+// migrationLockKey is the advisory lock that serializes migrations. It is per
+// schema rather than per outbox because CREATE SCHEMA IF NOT EXISTS itself races
+// when two outboxes of one new schema migrate at once.
+func migrationLockKey(o Options) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("relayer.migrate\x00" + o.Schema))
+	return int64(h.Sum64())
+}

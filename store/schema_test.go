@@ -1,0 +1,156 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		applied, err := store.Migrate(context.Background(), b.db, b.opts)
+		if err != nil {
+			t.Fatalf("second Migrate: %v", err)
+		}
+		if len(applied) != 0 {
+			t.Errorf("second Migrate applied %v, want nothing", applied)
+		}
+		var versions []int
+		rows, err := b.db.Query(`SELECT version FROM "` + b.opts.Schema + `"."` + b.opts.TablePrefix + `relayer_migrations" ORDER BY version`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			versions = append(versions, v)
+		}
+		migrations, _ := store.Migrations(b.opts)
+		if len(versions) != len(migrations) {
+			t.Errorf("recorded versions %v, want one per step (%d)", versions, len(migrations))
+		}
+	})
+}
+
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	db := testdb.Open(t, "pgx")
+	schema := testdb.NewSchema(t)
+	// A schema that does not exist yet, migrated by several processes at once,
+	// some for another outbox in the same schema.
+	fresh := schema + "_new"
+	t.Cleanup(func() { db.Exec(`DROP SCHEMA IF EXISTS "` + fresh + `" CASCADE`) })
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	totals := make(chan int, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			opts := store.Options{Schema: fresh, TablePrefix: []string{"a_", "b_"}[i%2]}
+			applied, err := store.Migrate(context.Background(), db, opts)
+			errs <- err
+			totals <- len(applied)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	close(totals)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Migrate: %v", err)
+		}
+	}
+	sum := 0
+	for n := range totals {
+		sum += n
+	}
+	steps, _ := store.Migrations(store.Options{})
+	if sum != 2*len(steps) {
+		t.Errorf("steps applied across all runs = %d, want each step once per outbox (%d)", sum, 2*len(steps))
+	}
+}
+
+// TestSchemaSQL applies the exported script the way a migration tool would and
+// checks that Migrate afterwards sees every step as applied.
+func TestSchemaSQL(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		opts := store.Options{Schema: b.opts.Schema, TablePrefix: "tool_"}
+		script, err := store.SchemaSQL(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"tool_outbox", "tool_dead", "tool_relayer_leases", "tool_inbox", "tool_relayer_migrations"} {
+			if !strings.Contains(script, `"`+name+`"`) {
+				t.Errorf("script lacks table %s", name)
+			}
+		}
+		execScript(t, b.db, script)
+		execScript(t, b.db, script) // idempotent
+		applied, err := store.Migrate(context.Background(), b.db, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(applied) != 0 {
+			t.Errorf("Migrate after SchemaSQL applied %v, want nothing", applied)
+		}
+		s, err := store.New(b.db, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Insert(context.Background(), []relayer.Message{b.unordered(t)}); err != nil {
+			t.Errorf("Insert into tables made by SchemaSQL: %v", err)
+		}
+	})
+}
+
+func execScript(t *testing.T, db *sql.DB, script string) {
+	t.Helper()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(script); err != nil {
+		t.Fatalf("script: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSchemaIndexes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "pgx")
+	rows, err := b.db.Query(`SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname`, b.opts.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	defs := map[string]string{}
+	for rows.Next() {
+		var name, def string
+		if err := rows.Scan(&name, &def); err != nil {
+			t.Fatal(err)
+		}
+		defs[name] = def
+	}
+	for name, want := range map[string]string{
+		"orders_outbox_lane_pending_idx":      "(lane, id) WHERE ((lane IS NOT NULL) AND (parked_at IS NULL))",
+		"orders_outbox_unordered_pending_idx": "(id) WHERE ((lane IS NULL) AND (parked_at IS NULL))",
+		"orders_outbox_parked_idx":            "(lane, ordering_key) WHERE (parked_at IS NOT NULL)",
+	} {
+		if !strings.Contains(defs[name], want) {
+			t.Errorf("index %s = %q, want it to contain %q", name, defs[name], want)
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/headers"
+)
+
+// DBTX is what the store runs its statements on: a *sql.DB, a *sql.Tx or a
+// *sql.Conn. Statements on a *sql.Tx take part in that transaction.
+type DBTX interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Store reads and changes the rows of one outbox. It is safe for concurrent use
+// when its DBTX is (a *sql.DB is; a *sql.Tx is not). All SQL is built once, in
+// [New], from validated identifiers.
+type Store struct {
+	db   DBTX
+	opts Options
+	q    *queries
+}
+
+// New returns a store for the outbox named by opts, running statements on db.
+// It validates opts and does not touch the database: create the tables first
+// with [Migrate] or [SchemaSQL]. The store does not take ownership of db.
+func New(db DBTX, opts Options) (*Store, error) {
+	if isNil(db) {
+		return nil, ErrNilDB
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	return &Store{db: db, opts: opts, q: buildQueries(newNames(opts))}, nil
+}
+
+// With returns a store for the same outbox that runs its statements on db, for
+// example inside the caller's transaction. It shares the prepared SQL text.
+func (s *Store) With(db DBTX) (*Store, error) {
+	if isNil(db) {
+		return nil, ErrNilDB
+	}
+	return &Store{db: db, opts: s.opts, q: s.q}, nil
+}
+
+// Options returns the store's options with defaults applied.
+func (s *Store) Options() Options { return s.opts }
+
+func isNil(db DBTX) bool {
+	if db == nil {
+		return true
+	}
+	v := reflect.ValueOf(db)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// Row is a stored message with its delivery bookkeeping.
+type Row struct {
+	relayer.Message
+	// Attempts counts failed deliveries recorded by [Store.Fail].
+	Attempts int
+	// LastError is the error of the last failed delivery, or "".
+	LastError string
+}
+
+// ReadOptions bound a read.
+type ReadOptions struct {
+	// Now is the instant that decides eligibility: rows whose delivery time is at
+	// or before it and whose claim expired at or before it are returned. Zero means
+	// time.Now(). It is truncated to PostgreSQL's microsecond precision.
+	Now time.Time
+	// After is an exclusive cursor: only rows with a greater id are returned. The
+	// zero UUID starts at the beginning.
+	After uuid.UUID
+	// Limit is the largest number of rows returned; it must be positive.
+	Limit int
+}
+
+// ReadLane appends to dst[:0] the eligible rows of one ordered lane in ascending
+// id order and returns the extended slice. Eligible rows are not parked, due, and
+// unclaimed or with an expired claim. Body and header bytes are returned as
+// stored. A row whose headers cannot be decoded fails the read with a *[RowError].
+func (s *Store) ReadLane(ctx context.Context, dst []Row, lane int, opts ReadOptions) ([]Row, error) {
+	if lane < 0 || lane >= relayer.LanesMax {
+		return dst[:0], fmt.Errorf("%w: lane %d is outside 0 to %d", ErrInvalidArgument, lane, relayer.LanesMax-1)
+	}
+	if opts.Limit <= 0 {
+		return dst[:0], fmt.Errorf("%w: Limit must be positive, got %d", ErrInvalidArgument, opts.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.readLane, lane, opts.After, pgTime(opts.Now), opts.Limit)
+	if err != nil {
+		return dst[:0], wrap(ctx, "read lane", err)
+	}
+	return scanRows(ctx, "read lane", rows, dst[:0])
+}
+
+// ReadUnordered is [Store.ReadLane] for the rows without a lane.
+func (s *Store) ReadUnordered(ctx context.Context, dst []Row, opts ReadOptions) ([]Row, error) {
+	if opts.Limit <= 0 {
+		return dst[:0], fmt.Errorf("%w: Limit must be positive, got %d", ErrInvalidArgument, opts.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.readUnordered, opts.After, pgTime(opts.Now), opts.Limit)
+	if err != nil {
+		return dst[:0], wrap(ctx, "read unordered", err)
+	}
+	return scanRows(ctx, "read unordered", rows, dst[:0])
+}
+
+// CountEligible counts the rows that a read at now could return, across every
+// lane and the unordered rows. Dead letters are not counted.
+func (s *Store) CountEligible(ctx context.Context, now time.Time) (int64, error) {
+	return s.count(ctx, "count eligible", s.q.countEligible, pgTime(now))
+}
+
+// CountDead counts the dead-letter rows.
+func (s *Store) CountDead(ctx context.Context) (int64, error) {
+	return s.count(ctx, "count dead", s.q.countDead)
+}
+
+func (s *Store) count(ctx context.Context, op, query string, args ...any) (int64, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, wrap(ctx, op, err)
+	}
+	defer rows.Close()
+	var n int64
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, wrap(ctx, op, err)
+		}
+		return 0, wrap(ctx, op, sql.ErrNoRows)
+	}
+	if err := rows.Scan(&n); err != nil {
+		return 0, wrap(ctx, op, err)
+	}
+	return n, wrap(ctx, op, rows.Close())
+}
+
+// rowColumns is the column list every row-returning statement selects, in the
+// order scanRow reads.
+const rowColumns = `id, message_type, transport, destination, body, headers, ordering_key, lane,
+    created_at, deliver_at, attempts, last_error, trace_parent, trace_state`
+
+func scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row, error) {
+	defer rows.Close()
+	for rows.Next() {
+		dst = append(dst, Row{})
+		if err := scanRow(rows, &dst[len(dst)-1]); err != nil {
+			return dst[:0], wrap(ctx, op, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		// An interrupted read must never look like a short backlog.
+		return dst[:0], wrap(ctx, op, err)
+	}
+	return dst, nil
+}
+
+func scanRow(rows *sql.Rows, r *Row) error {
+	var (
+		rawHeaders           []byte
+		key, lastErr         sql.NullString
+		traceParent, traceSt sql.NullString
+		lane                 sql.NullInt32
+		deliverAt            sql.NullTime
+	)
+	m := &r.Message
+	if err := rows.Scan(&m.ID, &m.Type, &m.Transport, &m.Destination, &m.Body, &rawHeaders,
+		&key, &lane, &m.CreatedAt, &deliverAt, &r.Attempts, &lastErr, &traceParent, &traceSt); err != nil {
+		return err
+	}
+	hs, err := headers.Decode(rawHeaders, nil)
+	if err != nil {
+		return &RowError{ID: m.ID, Column: "headers", Err: err}
+	}
+	m.Headers = hs
+	m.Key = key.String
+	m.Ordered = lane.Valid
+	m.Lane = int(lane.Int32)
+	m.CreatedAt = m.CreatedAt.UTC()
+	if deliverAt.Valid {
+		m.DeliverAt = deliverAt.Time.UTC()
+	}
+	r.LastError = lastErr.String
+	m.TraceParent = traceParent.String
+	m.TraceState = traceSt.String
+	if m.Body == nil {
+		m.Body = []byte{}
+	}
+	return nil
+}
+
+// pgTime converts an instant to what PostgreSQL stores: UTC, microseconds. The
+// drivers disagree on sub-microsecond input (one truncates, the server rounds
+// text), so the store truncates before either sees it.
+func pgTime(t time.Time) time.Time {
+	if t.IsZero() {
+		t = time.Now()
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}

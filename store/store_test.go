@@ -1,0 +1,217 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// bundle is one test's outbox: its own schema, migrated, on one driver.
+type bundle struct {
+	db    *sql.DB
+	store *store.Store
+	opts  store.Options
+	t0    time.Time // a fixed instant the test reasons from
+}
+
+func setup(t *testing.T, driver string) *bundle {
+	t.Helper()
+	db := testdb.Open(t, driver)
+	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "orders_"}
+	ctx := context.Background()
+	if _, err := store.Migrate(ctx, db, opts); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	s, err := store.New(db, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return &bundle{db: db, store: s, opts: opts, t0: time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)}
+}
+
+// eachDriver runs f once per database/sql driver, in parallel subtests: the
+// store's conformance suite.
+func eachDriver(t *testing.T, f func(t *testing.T, b *bundle)) {
+	t.Helper()
+	for _, driver := range testdb.Drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			f(t, setup(t, driver))
+		})
+	}
+}
+
+func newID(t *testing.T) uuid.UUID {
+	t.Helper()
+	id, err := relayer.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// unordered returns a valid unordered message created at t0.
+func (b *bundle) unordered(t *testing.T) relayer.Message {
+	return relayer.Message{
+		ID:          newID(t),
+		Type:        "orders.OrderPlaced",
+		Body:        []byte(`{"id":1}`),
+		Headers:     []headers.Header{{Name: "content-type", Value: []byte("application/json")}},
+		Transport:   "nats",
+		Destination: "orders.placed",
+		CreatedAt:   b.t0,
+	}
+}
+
+func (b *bundle) ordered(t *testing.T, key string, lanes int) relayer.Message {
+	m := b.unordered(t)
+	lane, err := relayer.Lane(key, lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Key, m.Ordered, m.Lane = key, true, lane
+	return m
+}
+
+func (b *bundle) insert(t *testing.T, msgs ...relayer.Message) {
+	t.Helper()
+	if err := b.store.Insert(context.Background(), msgs); err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+}
+
+func (b *bundle) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	query = strings.ReplaceAll(query, "$outbox", `"`+b.opts.Schema+`"."`+b.opts.TablePrefix+`outbox"`)
+	query = strings.ReplaceAll(query, "$dead", `"`+b.opts.Schema+`"."`+b.opts.TablePrefix+`dead"`)
+	if _, err := b.db.Exec(query, args...); err != nil {
+		t.Fatalf("exec %q: %v", query, err)
+	}
+}
+
+func (b *bundle) readUnordered(t *testing.T, now time.Time) []store.Row {
+	t.Helper()
+	rows, err := b.store.ReadUnordered(context.Background(), nil, store.ReadOptions{Now: now, Limit: 1000})
+	if err != nil {
+		t.Fatalf("ReadUnordered: %v", err)
+	}
+	return rows
+}
+
+func (b *bundle) count(t *testing.T, now time.Time) int64 {
+	t.Helper()
+	n, err := b.store.CountEligible(context.Background(), now)
+	if err != nil {
+		t.Fatalf("CountEligible: %v", err)
+	}
+	return n
+}
+
+func ids(rows []store.Row) []uuid.UUID {
+	out := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
+	}
+	return out
+}
+
+func sortedIDs(msgs ...relayer.Message) []uuid.UUID {
+	out := make([]uuid.UUID, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	slices.SortFunc(out, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	return out
+}
+
+func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		opts  store.Options
+		field string // "" when valid
+	}{
+		{store.Options{}, ""},
+		{store.Options{Schema: "messaging", TablePrefix: "orders_"}, ""},
+		{store.Options{Schema: "_x9", TablePrefix: "_"}, ""},
+		{store.Options{Schema: strings.Repeat("s", 63), TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen)}, ""},
+		{store.Options{Schema: "Messaging"}, "Schema"},
+		{store.Options{Schema: `x"; DROP TABLE users; --`}, "Schema"},
+		{store.Options{Schema: "9lives"}, "Schema"},
+		{store.Options{Schema: "a-b"}, "Schema"},
+		{store.Options{Schema: long}, "Schema"},
+		{store.Options{Schema: "pg_temp"}, "Schema"},
+		{store.Options{Schema: "ok", TablePrefix: "orders."}, "TablePrefix"},
+		{store.Options{TablePrefix: `"x`}, "TablePrefix"},
+		{store.Options{TablePrefix: "é_"}, "TablePrefix"},
+		{store.Options{TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen+1)}, "TablePrefix"},
+	} {
+		err := tc.opts.Validate()
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("Validate(%+v) = %v, want nil", tc.opts, err)
+			}
+			continue
+		}
+		if !errors.Is(err, store.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidOptions naming %s", tc.opts, err, tc.field)
+		}
+		if _, err := store.New(&sql.DB{}, tc.opts); !errors.Is(err, store.ErrInvalidOptions) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", tc.opts, err)
+		}
+		if _, err := store.SchemaSQL(tc.opts); !errors.Is(err, store.ErrInvalidOptions) {
+			t.Errorf("SchemaSQL(%+v) = %v, want ErrInvalidOptions", tc.opts, err)
+		}
+	}
+}
+
+func TestNilDB(t *testing.T) {
+	t.Parallel()
+	var db *sql.DB
+	if _, err := store.New(db, store.Options{}); !errors.Is(err, store.ErrNilDB) {
+		t.Errorf("New(nil *sql.DB) = %v, want ErrNilDB", err)
+	}
+	if _, err := store.New(nil, store.Options{}); !errors.Is(err, store.ErrNilDB) {
+		t.Errorf("New(nil) = %v, want ErrNilDB", err)
+	}
+	if _, err := store.Migrate(context.Background(), nil, store.Options{}); !errors.Is(err, store.ErrNilDB) {
+		t.Errorf("Migrate(nil) = %v, want ErrNilDB", err)
+	}
+}
+
+// TestIdentifierLengths proves that the longest accepted schema and prefix give
+// names PostgreSQL keeps whole (it silently truncates names over 63 bytes, which
+// would let two outboxes collide).
+func TestIdentifierLengths(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "pgx")
+	opts := store.Options{Schema: b.opts.Schema, TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen)}
+	if _, err := store.Migrate(context.Background(), b.db, opts); err != nil {
+		t.Fatalf("Migrate with the longest prefix: %v", err)
+	}
+	var n int
+	err := b.db.QueryRow(`SELECT count(*) FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE s.nspname = $1 AND c.relname LIKE $2`, opts.Schema, opts.TablePrefix+"%").Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlText, _ := store.SchemaSQL(opts)
+	want := strings.Count(sqlText, "CREATE TABLE") + strings.Count(sqlText, "CREATE INDEX") + strings.Count(sqlText, "PRIMARY KEY")
+	if n != want {
+		t.Errorf("found %d relations named with the long prefix, want %d (tables, indexes and primary keys)", n, want)
+	}
+}
