@@ -15,6 +15,13 @@ var (
 	// ErrInvalidRoute is returned when a route is registered with a missing or
 	// malformed field.
 	ErrInvalidRoute = errors.New("relayer: invalid route")
+	// ErrNotInTransaction is returned when a message is published outside a
+	// database transaction, or on a transaction that has already ended.
+	ErrNotInTransaction = errors.New("relayer: publish outside a transaction")
+	// ErrInvalidMessage is returned when a message cannot be published: nil,
+	// without a route, without the key its ordered route needs, or with a header
+	// name that is not valid UTF-8. Nothing is written.
+	ErrInvalidMessage = errors.New("relayer: invalid message")
 )
 
 // BatchError reports a batch send that failed for some messages only. Errs is

@@ -43,6 +43,27 @@ func New(db DBTX, opts Options) (*Store, error) {
 	return &Store{db: db, opts: opts, q: buildQueries(newNames(opts))}, nil
 }
 
+// Unbound returns a store with no database handle of its own, for writers that
+// only run statements inside their callers' transactions, binding them with
+// [Store.With]. The unbound store's own methods return [ErrNilDB].
+func Unbound(opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	return &Store{db: unboundDB{}, opts: opts, q: buildQueries(newNames(opts))}, nil
+}
+
+type unboundDB struct{}
+
+func (unboundDB) ExecContext(context.Context, string, ...any) (sql.Result, error) {
+	return nil, ErrNilDB
+}
+
+func (unboundDB) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return nil, ErrNilDB
+}
+
 // With returns a store for the same outbox that runs its statements on db, for
 // example inside the caller's transaction. It shares the prepared SQL text.
 func (s *Store) With(db DBTX) (*Store, error) {

@@ -1,0 +1,46 @@
+// Package enlisttest is the conformance suite every enlistment entry point
+// passes: raw *sql.Tx, sqlx, bun and GORM. An adapter's tests describe how to
+// begin, publish in, nest, commit and roll back a transaction of its data
+// layer, and [Run] checks the same promises against each, on the real database.
+package enlisttest
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/enlist"
+)
+
+// EntryPoint is one data layer's way into a transaction.
+type EntryPoint interface {
+	// Begin starts an explicit transaction whose ctx bounds it.
+	Begin(ctx context.Context) (Tx, error)
+	// RunInTx runs fn in a transaction, committing when it returns nil and
+	// rolling back when it returns an error or panics (the panic continues).
+	RunInTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+}
+
+// Tx is a transaction of the data layer under test.
+type Tx interface {
+	// Exec runs a business statement (no arguments) through the data layer.
+	Exec(ctx context.Context, query string) error
+	// Publish publishes msgs through the adapter's API.
+	Publish(ctx context.Context, msgs ...relayer.Outgoing) error
+	// Nested runs fn in a nested transaction (a savepoint) that is rolled back
+	// when fn returns an error and kept otherwise.
+	Nested(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+	Commit() error
+	Rollback() error
+}
+
+// Adapter describes an entry point under test.
+type Adapter struct {
+	// Open returns the entry point on db for writer w. It is called once per
+	// scenario, each with its own schema, writer and listener.
+	Open func(t *testing.T, db *sql.DB, w *enlist.Writer) EntryPoint
+	// Driver is the database/sql driver the adapter uses: "pgx" or "postgres".
+	// Default: "pgx".
+	Driver string
+}

@@ -1,0 +1,280 @@
+package enlist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/store"
+)
+
+// ErrStoreMismatch is returned by [NewWriter] when the listener serves an outbox
+// whose schema or table prefix differs from the writer's.
+var ErrStoreMismatch = errors.New("enlist: listener serves another outbox")
+
+// CommitListener receives the rows of each committed transaction; the direct
+// dispatcher is one. Committed is called after the outermost commit returned
+// success, never after a rollback, on the goroutine that committed: it must not
+// block on I/O. Ownership of rows (the messages and their body and header
+// buffers) passes to the listener.
+//
+// A listener may receive the id of a row that a rolled-back savepoint removed;
+// it must not send a notified row that no longer exists in the table.
+type CommitListener interface {
+	// StoreOptions returns the schema and prefix of the outbox the listener
+	// serves, with defaults applied. The writer refuses a listener of another
+	// outbox.
+	StoreOptions() store.Options
+	// Committed takes the rows. When it cannot (its queue is full, it has
+	// stopped) it returns an error; the rows are durable and recovery sends them.
+	Committed(rows []relayer.Message) error
+}
+
+// Options configure a [Writer].
+type Options struct {
+	// Listener is told about committed rows. Default: none, the writer only
+	// enlists and recovery delivers.
+	Listener CommitListener
+	// Logger receives warnings about committed rows a listener did not take.
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Writer turns message values into outbox rows written inside the caller's
+// transaction, and tells its listener about them after commit. It is safe for
+// concurrent use; each transaction has its own [Enlistment].
+type Writer struct {
+	store       *store.Store
+	routes      *relayer.Routes
+	serializer  relayer.Serializer
+	lanes       int
+	trace       func(context.Context) (string, string)
+	contentType []byte
+	listener    CommitListener
+	logger      *slog.Logger
+	left        atomic.Uint64
+}
+
+// NewWriter validates outbox and opts and returns a writer. It does not touch
+// the database.
+func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
+	st, err := store.Unbound(store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	if err != nil {
+		return nil, err
+	}
+	if outbox.Routes == nil || outbox.Routes.Len() == 0 {
+		return nil, fmt.Errorf("%w: Outbox.Routes is empty", relayer.ErrInvalidRoute)
+	}
+	w := &Writer{
+		store:      st,
+		routes:     outbox.Routes.Clone(),
+		serializer: outbox.Serializer,
+		lanes:      outbox.Lanes,
+		trace:      outbox.TraceContext,
+		listener:   opts.Listener,
+		logger:     opts.Logger,
+	}
+	if w.serializer == nil {
+		w.serializer = relayer.JSON{}
+	}
+	if w.lanes == 0 {
+		w.lanes = relayer.LanesDefault
+	}
+	if _, err := relayer.Lane("", w.lanes); err != nil {
+		return nil, fmt.Errorf("enlist: Outbox.Lanes: %w", err)
+	}
+	if w.logger == nil {
+		w.logger = slog.Default()
+	}
+	w.contentType = []byte(w.serializer.ContentType())
+	if w.listener != nil {
+		if got, want := w.listener.StoreOptions(), st.Options(); got != want {
+			return nil, fmt.Errorf("%w: listener serves schema %q prefix %q, writer writes schema %q prefix %q",
+				ErrStoreMismatch, got.Schema, got.TablePrefix, want.Schema, want.TablePrefix)
+		}
+	}
+	return w, nil
+}
+
+// StoreOptions returns the schema and prefix the writer writes to.
+func (w *Writer) StoreOptions() store.Options { return w.store.Options() }
+
+// LeftForRecovery returns how many committed rows the listener did not take
+// since the writer was made. Recovery delivers them.
+func (w *Writer) LeftForRecovery() uint64 { return w.left.Load() }
+
+// Enlist starts the outbox side of one transaction. Data-layer adapters call it
+// when a transaction begins (or at its first publish), then [Enlistment.Publish]
+// for each batch of messages, and [Enlistment.Committed] or
+// [Enlistment.RolledBack] when the outermost transaction ends.
+func (w *Writer) Enlist() *Enlistment { return &Enlistment{w: w} }
+
+// build turns one outgoing value into a row. Nothing is written.
+func (w *Writer) build(ctx context.Context, out *relayer.Outgoing, now time.Time, traceParent, traceState string) (relayer.Message, error) {
+	if out.Message == nil {
+		return relayer.Message{}, fmt.Errorf("%w: nil message", relayer.ErrInvalidMessage)
+	}
+	typ := relayer.TypeOf(out.Message)
+	route, err := w.routes.Lookup(typ)
+	if err != nil {
+		return relayer.Message{}, fmt.Errorf("%w: %w", relayer.ErrInvalidMessage, err)
+	}
+	if route.Ordered && out.Key == "" {
+		return relayer.Message{}, fmt.Errorf("%w: type %q has an ordered route and needs an ordering key (relayer.Key)", relayer.ErrInvalidMessage, typ)
+	}
+	if !utf8.ValidString(out.Key) {
+		return relayer.Message{}, fmt.Errorf("%w: type %q: ordering key is not valid UTF-8", relayer.ErrInvalidMessage, typ)
+	}
+	for i, h := range out.Headers {
+		if !utf8.ValidString(h.Name) {
+			return relayer.Message{}, fmt.Errorf("%w: type %q: header %d: name %q is not valid UTF-8", relayer.ErrInvalidMessage, typ, i, h.Name)
+		}
+	}
+	body, err := w.serializer.Marshal(out.Message)
+	if err != nil {
+		return relayer.Message{}, fmt.Errorf("%w: type %q: serialize: %w", relayer.ErrInvalidMessage, typ, err)
+	}
+	id := out.ID
+	if id == uuid.Nil {
+		if id, err = relayer.NewID(); err != nil {
+			return relayer.Message{}, fmt.Errorf("enlist: new message id: %w", err)
+		}
+	}
+	hs := make([]headers.Header, 0, 1+len(out.Headers))
+	hs = append(hs, headers.Header{Name: relayer.HeaderContentType, Value: w.contentType})
+	hs = append(hs, out.Headers...)
+	m := relayer.Message{
+		ID:          id,
+		Type:        typ,
+		Body:        body,
+		Headers:     hs,
+		Transport:   route.Transport,
+		Destination: route.Destination,
+		Key:         out.Key,
+		CreatedAt:   now,
+		TraceParent: traceParent,
+		TraceState:  traceState,
+	}
+	if !out.DeliverAt.IsZero() {
+		m.DeliverAt = out.DeliverAt.UTC().Truncate(time.Microsecond)
+	}
+	if route.Ordered {
+		m.Ordered = true
+		m.Lane, _ = relayer.Lane(out.Key, w.lanes) // the count was validated in NewWriter
+	}
+	return m, nil
+}
+
+// Enlistment is the outbox side of one database transaction: the rows written
+// in it, held until the transaction ends. It is safe for concurrent use.
+type Enlistment struct {
+	w     *Writer
+	mu    sync.Mutex
+	rows  []relayer.Message
+	ended bool
+}
+
+// Publish serializes msgs, writes them on q — the transaction's connection — in
+// one statement, and keeps them for the after-commit notification. Every message
+// is validated first; if one is invalid nothing is written and the error wraps
+// [relayer.ErrInvalidMessage]. After the enlistment ended it returns
+// [relayer.ErrNotInTransaction].
+func (e *Enlistment) Publish(ctx context.Context, q store.DBTX, msgs ...relayer.Outgoing) error {
+	if e.isEnded() {
+		return fmt.Errorf("%w: the transaction has ended", relayer.ErrNotInTransaction)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	var traceParent, traceState string
+	if e.w.trace != nil {
+		traceParent, traceState = e.w.trace(ctx)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	rows := make([]relayer.Message, len(msgs))
+	for i := range msgs {
+		var err error
+		if rows[i], err = e.w.build(ctx, &msgs[i], now, traceParent, traceState); err != nil {
+			if len(msgs) > 1 {
+				return fmt.Errorf("message %d: %w", i, err)
+			}
+			return err
+		}
+	}
+	st, err := e.w.store.With(q)
+	if err != nil {
+		return fmt.Errorf("%w: %w", relayer.ErrNotInTransaction, err)
+	}
+	if err := st.Insert(ctx, rows); err != nil {
+		if errors.Is(err, store.ErrInvalidMessage) {
+			return fmt.Errorf("%w: %w", relayer.ErrInvalidMessage, err)
+		}
+		return fmt.Errorf("enlist: %w", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ended {
+		// The transaction ended while the rows were being written: whether they
+		// committed is unknown here, and recovery will find them if they did.
+		return fmt.Errorf("%w: the transaction ended during publish", relayer.ErrNotInTransaction)
+	}
+	e.rows = append(e.rows, rows...)
+	return nil
+}
+
+func (e *Enlistment) isEnded() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ended
+}
+
+// Len returns the number of rows written so far.
+func (e *Enlistment) Len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.rows)
+}
+
+// end marks the enlistment ended and returns its rows, once.
+func (e *Enlistment) end() ([]relayer.Message, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ended {
+		return nil, false
+	}
+	e.ended = true
+	rows := e.rows
+	e.rows = nil
+	return rows, true
+}
+
+// Committed ends the enlistment after the outermost commit succeeded and hands
+// its rows to the listener. It never fails: rows the listener does not take are
+// committed and left to recovery, which is logged and counted (see
+// [Writer.LeftForRecovery]). Calls after the first do nothing.
+func (e *Enlistment) Committed() {
+	rows, first := e.end()
+	if !first || len(rows) == 0 || e.w.listener == nil {
+		return
+	}
+	if err := e.w.listener.Committed(rows); err != nil {
+		e.w.left.Add(uint64(len(rows)))
+		e.w.logger.Warn("enlist: committed rows left for recovery",
+			slog.Int("rows", len(rows)), slog.String("error", err.Error()))
+	}
+}
+
+// RolledBack ends the enlistment without notifying: the rows are gone with the
+// transaction. Calls after the first do nothing.
+func (e *Enlistment) RolledBack() {
+	e.end()
+}
