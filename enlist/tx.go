@@ -79,12 +79,19 @@ func (w *Writer) RunInTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f
 	if err != nil {
 		return err
 	}
-	return runInTx(tx, fn)
+	return RunTx(tx, fn)
 }
 
-// runInTx commits or rolls back tx around fn; shared with adapters whose
-// transaction type wraps Tx.
-func runInTx(tx *Tx, fn func(tx *Tx) error) (err error) {
+// Committer is a transaction that ends with Commit or Rollback.
+type Committer interface {
+	Commit() error
+	Rollback() error
+}
+
+// RunTx runs fn with tx, then commits tx when fn returned nil. It rolls tx back
+// when fn returns an error (returned as is) or panics (the panic continues after
+// the rollback). Adapters whose transaction types wrap [Tx] share it.
+func RunTx[T Committer](tx T, fn func(tx T) error) (err error) {
 	committed := false
 	defer func() {
 		if !committed {

@@ -1,0 +1,107 @@
+package enlist_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/enlist/enlisttest"
+	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+type fullListener struct {
+	opts  store.Options
+	calls atomic.Int64
+}
+
+func (l *fullListener) StoreOptions() store.Options { return l.opts }
+func (l *fullListener) Committed(rows []relayer.Message) error {
+	l.calls.Add(1)
+	return errors.New("queue full")
+}
+
+func routes(t *testing.T) *relayer.Routes {
+	var r relayer.Routes
+	if err := relayer.AddType[enlisttest.Placed](&r, relayer.Route{Transport: "mem", Destination: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+func TestNewWriterValidates(t *testing.T) {
+	t.Parallel()
+	r := routes(t)
+	for name, c := range map[string]struct {
+		outbox relayer.Outbox
+		opts   enlist.Options
+		want   error
+	}{
+		"schema":    {relayer.Outbox{Schema: "Bad-Name", Routes: r}, enlist.Options{}, store.ErrInvalidOptions},
+		"prefix":    {relayer.Outbox{TablePrefix: `x"`, Routes: r}, enlist.Options{}, store.ErrInvalidOptions},
+		"no routes": {relayer.Outbox{}, enlist.Options{}, relayer.ErrInvalidRoute},
+		"lanes":     {relayer.Outbox{Routes: r, Lanes: 70000}, enlist.Options{}, relayer.ErrInvalidLanes},
+		"listener of another schema": {relayer.Outbox{Schema: "orders", Routes: r},
+			enlist.Options{Listener: &fullListener{opts: store.Options{Schema: "billing"}}}, enlist.ErrStoreMismatch},
+		"listener of another prefix": {relayer.Outbox{Schema: "orders", TablePrefix: "a_", Routes: r},
+			enlist.Options{Listener: &fullListener{opts: store.Options{Schema: "orders", TablePrefix: "b_"}}}, enlist.ErrStoreMismatch},
+	} {
+		if _, err := enlist.NewWriter(c.outbox, c.opts); !errors.Is(err, c.want) {
+			t.Errorf("%s: NewWriter = %v, want %v", name, err, c.want)
+		}
+	}
+	// Defaults are applied before comparing: "" and "public" are one schema.
+	w, err := enlist.NewWriter(relayer.Outbox{Routes: r}, enlist.Options{Listener: &fullListener{opts: store.Options{Schema: "public"}}})
+	if err != nil || w.StoreOptions().Schema != "public" {
+		t.Errorf("NewWriter with the default schema = %v", err)
+	}
+}
+
+// TestFullListenerNeverFailsCommit: the business data is committed whatever the
+// listener says, and the rows it refused are counted for recovery.
+func TestFullListenerNeverFailsCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Open(t, "pgx")
+	opts := store.Options{Schema: testdb.NewSchema(t)}
+	if _, err := store.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	l := &fullListener{opts: opts}
+	w, err := enlist.NewWriter(relayer.Outbox{Schema: opts.Schema, Routes: routes(t)}, enlist.Options{Listener: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.RunInTx(ctx, db, nil, func(tx *enlist.Tx) error {
+		return tx.PublishAll(ctx, relayer.NewOutgoing(enlisttest.Placed{N: 1}), relayer.NewOutgoing(enlisttest.Placed{N: 2}))
+	})
+	if err != nil {
+		t.Fatalf("commit failed because the listener was full: %v", err)
+	}
+	if l.calls.Load() != 1 || w.LeftForRecovery() != 2 {
+		t.Errorf("listener called %d times, %d rows left for recovery; want 1 and 2", l.calls.Load(), w.LeftForRecovery())
+	}
+	st, _ := store.New(db, opts)
+	if n, err := st.CountEligible(ctx, nowish()); err != nil || n != 2 {
+		t.Errorf("committed rows = %d, %v; want 2", n, err)
+	}
+}
+
+func TestPublishOnNilTx(t *testing.T) {
+	t.Parallel()
+	var tx *enlist.Tx
+	if err := tx.Publish(context.Background(), enlisttest.Placed{}); !errors.Is(err, relayer.ErrNotInTransaction) {
+		t.Errorf("Publish on a nil Tx = %v", err)
+	}
+	w, _ := enlist.NewWriter(relayer.Outbox{Routes: routes(t)}, enlist.Options{})
+	if _, err := w.Begin(context.Background(), nil, nil); err == nil || !strings.Contains(err.Error(), "nil") {
+		t.Errorf("Begin on a nil DB = %v", err)
+	}
+}
+
+func nowish() time.Time { return time.Now().Add(time.Second) }
