@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -21,6 +22,9 @@ import (
 func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
 	if len(msgs) == 0 {
 		return nil
+	}
+	if len(msgs) == 1 {
+		return s.insertOne(ctx, &msgs[0])
 	}
 	var ids, types, transports, dests, bodies, hdrs, keys, lanes, created, deliver, parents, states arrayLiteral
 	var hbuf []byte
@@ -54,6 +58,32 @@ func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
 	_, err := s.db.ExecContext(ctx, s.q.insert,
 		ids.String(), types.String(), transports.String(), dests.String(), bodies.String(), hdrs.String(),
 		keys.String(), lanes.String(), created.String(), deliver.String(), parents.String(), states.String())
+	return wrap(ctx, "insert", err)
+}
+
+func (s *Store) insertOne(ctx context.Context, m *relayer.Message) error {
+	if err := validateMessage(m); err != nil {
+		return fmt.Errorf("%w: message 0 (id %s): %w", ErrInvalidMessage, m.ID, err)
+	}
+	hdrs, err := headers.Encode(m.Headers)
+	if err != nil {
+		return fmt.Errorf("%w: message 0 (id %s): headers: %w", ErrInvalidMessage, m.ID, err)
+	}
+	created := m.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{} // NULL would violate NOT NULL; an empty body is a body
+	}
+	_, err = s.db.ExecContext(ctx, s.q.insertOne, m.ID, m.Type, m.Transport, m.Destination, body, hdrs,
+		sql.NullString{String: m.Key, Valid: m.Key != ""},
+		sql.NullInt32{Int32: int32(m.Lane), Valid: m.Ordered},
+		pgTime(created),
+		sql.NullTime{Time: pgTime(m.DeliverAt), Valid: !m.DeliverAt.IsZero()},
+		sql.NullString{String: m.TraceParent, Valid: m.TraceParent != ""},
+		sql.NullString{String: m.TraceState, Valid: m.TraceState != ""})
 	return wrap(ctx, "insert", err)
 }
 

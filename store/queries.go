@@ -18,6 +18,7 @@ type queries struct {
 	fail          string
 	failBatch     string
 	insert        string
+	insertOne     string
 }
 
 // eligible is the predicate of a row that may be delivered at the instant $now:
@@ -65,6 +66,11 @@ WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
 SET attempts = o.attempts + 1, last_error = f.error, claim_token = NULL, claimed_until = NULL
 FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
 WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
+		// One row, the most common case, as plain parameters: cheaper for the
+		// server than unnesting twelve one-element arrays.
+		insertOne: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
+    ordering_key, lane, created_at, deliver_at, trace_parent, trace_state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		insert: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
     ordering_key, lane, created_at, deliver_at, trace_parent, trace_state)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[],

@@ -19,8 +19,19 @@ import (
 
 const us = time.Microsecond
 
+// TestInsertPreservesEveryField covers both insert statements: one row, and
+// several rows in one statement.
 func TestInsertPreservesEveryField(t *testing.T) {
 	t.Parallel()
+	for _, batched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one", true: "batch"}[batched], func(t *testing.T) {
+			t.Parallel()
+			testInsertPreservesEveryField(t, batched)
+		})
+	}
+}
+
+func testInsertPreservesEveryField(t *testing.T, batched bool) {
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		m := b.unordered(t)
 		m.Body = []byte{0, 1, 2, 0xff, '"', '\\', '{', '}', ','}
@@ -39,7 +50,12 @@ func TestInsertPreservesEveryField(t *testing.T) {
 		empty := b.unordered(t)
 		empty.Body = nil
 		empty.Headers = nil
-		b.insert(t, m, empty)
+		if batched {
+			b.insert(t, m, empty)
+		} else {
+			b.insert(t, m)
+			b.insert(t, empty)
+		}
 
 		rows := b.readUnordered(t, b.t0)
 		if len(rows) != 2 {
