@@ -19,6 +19,9 @@ type Outbox struct {
 	TablePrefix string
 	// Routes maps message types to transports and destinations. Required.
 	Routes *Routes
+	// Transports are the named transports routes refer to. Writers do not need
+	// them; dispatchers look transports up here by name.
+	Transports map[string]Transport
 	// Serializer encodes message values. Default: [JSON].
 	Serializer Serializer
 	// Lanes is the number of ordered lanes, [LanesMin] to [LanesMax]. Every writer

@@ -36,6 +36,9 @@ type CommitListener interface {
 	StoreOptions() store.Options
 	// Committed takes the rows. When it cannot (its queue is full, it has
 	// stopped) it returns an error; the rows are durable and recovery sends them.
+	// An error with a PendingRows() int method says how many of the rows were
+	// left (a listener may have had no use for some, such as ordered rows);
+	// otherwise all of them count as left.
 	Committed(rows []relayer.Message) error
 }
 
@@ -267,9 +270,14 @@ func (e *Enlistment) Committed() {
 		return
 	}
 	if err := e.w.listener.Committed(rows); err != nil {
-		e.w.left.Add(uint64(len(rows)))
+		left := len(rows)
+		var pending interface{ PendingRows() int }
+		if errors.As(err, &pending) {
+			left = pending.PendingRows()
+		}
+		e.w.left.Add(uint64(left))
 		e.w.logger.Warn("enlist: committed rows left for recovery",
-			slog.Int("rows", len(rows)), slog.String("error", err.Error()))
+			slog.Int("rows", left), slog.String("error", err.Error()))
 	}
 }
 

@@ -1,0 +1,211 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
+)
+
+// producers is the number of goroutines committing transactions.
+const producers = 8
+
+// BenchmarkDirectThroughput measures end to end: producers commit
+// transactions of perTx messages; the direct dispatcher claims, sends to the
+// in-memory transport and deletes them. msgs/s counts messages that reached the
+// transport and were deleted, over the time from the first commit until the
+// table is empty again; backlog is what was still in the table when producers
+// finished. Compare with BenchmarkPlainSQLLoop in the same run.
+func BenchmarkDirectThroughput(b *testing.B) {
+	for _, perTx := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("perTx=%d", perTx), func(b *testing.B) {
+			benchThroughput(b, perTx, true)
+		})
+	}
+}
+
+// BenchmarkPlainSQLLoop is the database's own limit for the same traffic: the
+// same producers insert the same rows, and one loop deletes them 100 at a time
+// with a single statement, sending nothing.
+func BenchmarkPlainSQLLoop(b *testing.B) {
+	for _, perTx := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("perTx=%d", perTx), func(b *testing.B) {
+			benchThroughput(b, perTx, false)
+		})
+	}
+}
+
+func benchThroughput(b *testing.B, perTx int, direct bool) {
+	bu := setup(b, dispatch.DirectOptions{QueueCapacity: 4096})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var consumer sync.WaitGroup
+	if direct {
+		must(b, bu.direct.Start(ctx))
+	} else {
+		consumer.Go(func() { plainDeleteLoop(b, bu, stop) })
+	}
+	txs := max(1, b.N/perTx)
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			msgs := make([]relayer.Outgoing, perTx)
+			for next.Add(1) <= int64(txs) {
+				for i := range msgs {
+					msgs[i] = relayer.NewOutgoing(Placed{i})
+				}
+				if err := bu.writer.RunInTx(ctx, bu.db, nil, func(tx *enlist.Tx) error {
+					return tx.PublishAll(ctx, msgs...)
+				}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	produced := time.Since(start)
+	backlog := countRows(b, bu)
+	for countRows(b, bu) > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	close(stop)
+	consumer.Wait()
+	if direct {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		bu.direct.Stop(sctx)
+		cancel()
+	}
+	total := txs * perTx
+	b.ReportMetric(float64(total)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(total)/produced.Seconds(), "committed/s")
+	b.ReportMetric(float64(backlog), "backlog")
+	b.ReportMetric(0, "ns/op")
+}
+
+func countRows(b *testing.B, bu *bundle) int {
+	var n int
+	if err := bu.db.QueryRow(`SELECT count(*) FROM "` + bu.schema + `".ob_outbox`).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+func plainDeleteLoop(b *testing.B, bu *bundle, stop chan struct{}) {
+	q := `DELETE FROM "` + bu.schema + `".ob_outbox WHERE id = ANY(ARRAY(
+		SELECT id FROM "` + bu.schema + `".ob_outbox WHERE lane IS NULL AND parked_at IS NULL ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED))`
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		res, err := bu.db.Exec(q)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+}
+
+// stamped records when each message reached the broker.
+type stamped struct {
+	relayer.Transport
+	mu   sync.Mutex
+	seen map[uuid.UUID]time.Time
+}
+
+func (s *stamped) Send(ctx context.Context, m *relayer.Message) error {
+	err := s.Transport.Send(ctx, m)
+	s.stamp(m)
+	return err
+}
+
+func (s *stamped) SendBatch(ctx context.Context, ms []*relayer.Message) error {
+	err := s.Transport.SendBatch(ctx, ms)
+	for _, m := range ms {
+		s.stamp(m)
+	}
+	return err
+}
+
+func (s *stamped) stamp(m *relayer.Message) {
+	now := time.Now()
+	s.mu.Lock()
+	s.seen[m.ID] = now
+	s.mu.Unlock()
+}
+
+// BenchmarkDirectLatency commits single-message transactions at a steady
+// 2,000 messages per second (four producers, one commit every 2 ms each) and
+// reports the time from each commit being issued to the message being accepted
+// by the transport, as p50 and p99.
+func BenchmarkDirectLatency(b *testing.B) {
+	bu := setup(b, dispatch.DirectOptions{})
+	tr := &stamped{Transport: bu.mem, seen: make(map[uuid.UUID]time.Time)}
+	bu.outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	d, err := dispatch.NewDirect(bu.db, bu.outbox, dispatch.DirectOptions{})
+	must(b, err)
+	w, err := enlist.NewWriter(bu.outbox, enlist.Options{Listener: d})
+	must(b, err)
+	ctx := context.Background()
+	must(b, d.Start(ctx))
+	defer d.Stop(ctx)
+	const latencyProducers = 4
+	const interval = 2 * time.Millisecond
+	n := max(b.N, 2000)
+	committed := make([]map[uuid.UUID]time.Time, latencyProducers)
+	var wg sync.WaitGroup
+	for p := range latencyProducers {
+		committed[p] = make(map[uuid.UUID]time.Time)
+		wg.Go(func() {
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for range n / latencyProducers {
+				<-tick.C
+				id := uuid.Must(relayer.NewID())
+				var at time.Time
+				if err := w.RunInTx(ctx, bu.db, nil, func(tx *enlist.Tx) error {
+					err := tx.Publish(ctx, Placed{1}, relayer.WithID(id))
+					at = time.Now() // the commit is issued right after
+					return err
+				}); err != nil {
+					b.Error(err)
+					return
+				}
+				committed[p][id] = at
+			}
+		})
+	}
+	wg.Wait()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	must(b, bu.mem.WaitFor(wctx, (n/latencyProducers)*latencyProducers))
+	var lat []time.Duration
+	tr.mu.Lock()
+	for _, m := range committed {
+		for id, at := range m {
+			lat = append(lat, tr.seen[id].Sub(at))
+		}
+	}
+	tr.mu.Unlock()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(0, "ns/op")
+}

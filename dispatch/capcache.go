@@ -1,0 +1,67 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/relayer-go/relayer"
+)
+
+// CapabilityCacheSize is how many (transport, destination) capability lookups a
+// worker keeps.
+const CapabilityCacheSize = 256
+
+type endpoint struct {
+	transport   string
+	destination string
+}
+
+// capCache keeps successful capability lookups, evicting the oldest inserted
+// entry when full; hits do not change the eviction order, and failures are
+// never kept, so a failing destination is asked again next time. It is not
+// safe for concurrent use.
+type capCache struct {
+	entries map[endpoint]relayer.Capabilities
+	order   []endpoint // insertion order, oldest first; a ring of len size
+	next    int        // where the next insertion goes once full
+	size    int
+}
+
+func newCapCache(size int) *capCache {
+	return &capCache{entries: make(map[endpoint]relayer.Capabilities, size), size: size}
+}
+
+// get returns the capabilities of e, asking tr on a miss. A lookup error or a
+// nonpositive MaxBatchSize is returned as an error and not cached.
+func (c *capCache) get(ctx context.Context, e endpoint, tr relayer.Transport) (relayer.Capabilities, error) {
+	if caps, ok := c.entries[e]; ok {
+		return caps, nil
+	}
+	caps, err := tr.Capabilities(ctx, e.destination)
+	if err != nil {
+		return relayer.Capabilities{}, fmt.Errorf("capabilities of %s/%s: %w", e.transport, e.destination, err)
+	}
+	if caps.MaxBatchSize <= 0 {
+		return relayer.Capabilities{}, fmt.Errorf("capabilities of %s/%s: MaxBatchSize %d is not positive", e.transport, e.destination, caps.MaxBatchSize)
+	}
+	c.put(e, caps)
+	return caps, nil
+}
+
+func (c *capCache) put(e endpoint, caps relayer.Capabilities) {
+	if len(c.order) < c.size {
+		c.order = append(c.order, e)
+	} else {
+		delete(c.entries, c.order[c.next])
+		c.order[c.next] = e
+		c.next = (c.next + 1) % c.size
+	}
+	c.entries[e] = caps
+}
+
+func (c *capCache) len() int { return len(c.entries) }
+
+func (c *capCache) has(e endpoint) bool {
+	_, ok := c.entries[e]
+	return ok
+}

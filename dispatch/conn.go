@@ -1,0 +1,78 @@
+package dispatch
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+
+	"github.com/relayer-go/relayer/store"
+)
+
+// workerConn is the connection one worker goroutine runs its statements on,
+// pinned from the application's pool and tuned with store.TuneWorkerConn:
+// custom plans (a generic plan frozen while the outbox was empty would scan the
+// whole table) and asynchronous commit (a lost claim or delete only causes a
+// resend). It is not safe for concurrent use.
+type workerConn struct {
+	db   *sql.DB
+	base *store.Store
+	conn *sql.Conn
+	st   *store.Store
+}
+
+func newWorkerConn(db *sql.DB, base *store.Store) *workerConn {
+	return &workerConn{db: db, base: base}
+}
+
+// store returns the store bound to the pinned connection, pinning one first.
+func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
+	if w.st != nil {
+		return w.st, nil
+	}
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.TuneWorkerConn(ctx, conn); err != nil {
+		discard(conn)
+		return nil, err
+	}
+	st, err := w.base.With(conn)
+	if err != nil {
+		discard(conn)
+		return nil, err
+	}
+	w.conn, w.st = conn, st
+	return st, nil
+}
+
+// broken drops the pinned connection after a statement failed. Its session
+// state is unknown (and it may be dead), so it is closed rather than returned
+// to the pool with the worker settings on it.
+func (w *workerConn) broken() {
+	if w.conn != nil {
+		discard(w.conn)
+		w.conn, w.st = nil, nil
+	}
+}
+
+// release returns the connection to the pool with its settings reset.
+func (w *workerConn) release(ctx context.Context) {
+	if w.conn == nil {
+		return
+	}
+	if err := store.UntuneWorkerConn(ctx, w.conn); err != nil {
+		discard(w.conn)
+	} else {
+		w.conn.Close()
+	}
+	w.conn, w.st = nil, nil
+}
+
+// discard closes conn's driver connection instead of returning it to the pool:
+// database/sql drops a connection whose Raw callback reports ErrBadConn.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
+

@@ -1,0 +1,365 @@
+package dispatch
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Direct dispatch defaults and limits.
+const (
+	QueueCapacityDefault = 256
+	BatchSizeDefault     = 100
+	BatchSizeMax         = 10000
+	ClaimDurationDefault = 30 * time.Second
+)
+
+// Errors returned by [Direct.Committed], wrapped in a *[PendingError] that
+// says how many committed rows were left for recovery.
+var (
+	ErrQueueFull = errors.New("dispatch: direct dispatch queue full")
+	ErrStopped   = errors.New("dispatch: dispatcher stopped")
+)
+
+// DirectOptions configure a [Direct] dispatcher. The zero value of each field
+// means its default.
+type DirectOptions struct {
+	// QueueCapacity bounds the commit notifications waiting to be dispatched
+	// (not the rows in them). Default: 256.
+	QueueCapacity int
+	// BatchSize bounds the rows claimed and sent together, further bounded by
+	// each endpoint's MaxBatchSize. 1 to 10,000. Default: 100.
+	BatchSize int
+	// ClaimDuration is how long a claim holds rows; sends that take longer are
+	// abandoned, and the rows are sent again by recovery. Choose it longer than
+	// a send plus the database's latency. Default: 30s.
+	ClaimDuration time.Duration
+	// Logger receives the dispatcher's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// LoadDirectOptions reads the options from a configuration source: keys
+// QueueCapacity, BatchSize and ClaimDuration (a Go duration such as "30s").
+// Unset keys keep their defaults; malformed and nonpositive values are errors
+// naming the key.
+func LoadDirectOptions(src Source) (DirectOptions, error) {
+	var o DirectOptions
+	l := loader{src: src}
+	l.int("QueueCapacity", &o.QueueCapacity)
+	l.int("BatchSize", &o.BatchSize)
+	l.duration("ClaimDuration", &o.ClaimDuration)
+	if l.err != nil {
+		return DirectOptions{}, l.err
+	}
+	return o, o.Validate()
+}
+
+// Validate reports the first field out of range. Zero fields are valid: they
+// mean the default.
+func (o DirectOptions) Validate() error {
+	switch {
+	case o.QueueCapacity < 0:
+		return fmt.Errorf("%w: QueueCapacity must be positive, got %d", ErrInvalidOptions, o.QueueCapacity)
+	case o.BatchSize < 0 || o.BatchSize > BatchSizeMax:
+		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
+	case o.ClaimDuration < 0:
+		return fmt.Errorf("%w: ClaimDuration must be positive, got %s", ErrInvalidOptions, o.ClaimDuration)
+	case o.ClaimDuration > 0 && o.ClaimDuration < time.Millisecond:
+		return fmt.Errorf("%w: ClaimDuration must be at least 1ms, got %s", ErrInvalidOptions, o.ClaimDuration)
+	}
+	return nil
+}
+
+func (o DirectOptions) withDefaults() DirectOptions {
+	if o.QueueCapacity == 0 {
+		o.QueueCapacity = QueueCapacityDefault
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = BatchSizeDefault
+	}
+	if o.ClaimDuration == 0 {
+		o.ClaimDuration = ClaimDurationDefault
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Direct sends unordered messages right after their transaction commits. It is
+// an enlist.CommitListener: pass it as the writer's Listener. Each commit
+// notification is grouped by (transport, destination); each group is claimed
+// with one fenced UPDATE, sent with one SendBatch (or Send for one row), and
+// deleted with one fenced DELETE. Rows it does not send (ordered rows, rows not
+// yet due, rows it could not claim, notifications it could not queue) stay in
+// the table for the ordered dispatcher and recovery.
+//
+// It runs one worker goroutine between [Direct.Start] and [Direct.Stop], on
+// one connection pinned from db.
+type Direct struct {
+	db     *sql.DB
+	opts   DirectOptions
+	store  *store.Store
+	sender *sender
+	stats  counters
+
+	mu      sync.RWMutex
+	queue   chan []relayer.Message
+	closed  bool // the queue is closed: no more notifications
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewDirect returns a direct dispatcher for the outbox, sending through
+// outbox.Transports. It validates everything up front and does not touch the
+// database.
+func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, error) {
+	if db == nil {
+		return nil, fmt.Errorf("dispatch: NewDirect: %w", store.ErrNilDB)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	if err != nil {
+		return nil, err
+	}
+	transports, err := checkTransports(outbox)
+	if err != nil {
+		return nil, err
+	}
+	d := &Direct{
+		db:    db,
+		opts:  opts,
+		store: st,
+		queue: make(chan []relayer.Message, opts.QueueCapacity),
+		done:  make(chan struct{}),
+	}
+	d.sender = &sender{
+		transports: transports,
+		caps:       newCapCache(CapabilityCacheSize),
+		batchSize:  opts.BatchSize,
+		claimFor:   opts.ClaimDuration,
+		logger:     opts.Logger,
+		stats:      &d.stats,
+	}
+	return d, nil
+}
+
+// checkTransports snapshots the named transports, refusing nil ones. A route
+// naming an unregistered transport is not an error here: its rows are skipped
+// and logged, and recovery sends them once the transport is registered.
+func checkTransports(outbox relayer.Outbox) (map[string]relayer.Transport, error) {
+	transports := make(map[string]relayer.Transport, len(outbox.Transports))
+	for name, tr := range outbox.Transports {
+		if tr == nil {
+			return nil, fmt.Errorf("%w: Outbox.Transports[%q] is nil", ErrInvalidOptions, name)
+		}
+		transports[name] = tr
+	}
+	return transports, nil
+}
+
+// Options returns the effective options, defaults applied.
+func (d *Direct) Options() DirectOptions { return d.opts }
+
+// StoreOptions returns the schema and prefix of the outbox the dispatcher
+// serves (enlist.CommitListener).
+func (d *Direct) StoreOptions() store.Options { return d.store.Options() }
+
+// Stats returns the dispatcher's counters.
+func (d *Direct) Stats() Stats { return d.stats.snapshot() }
+
+// Committed queues the rows of a committed transaction (enlist.CommitListener).
+// It never blocks. Ordered rows and rows scheduled for later are left to their
+// workers. When the queue is full or the dispatcher has stopped it returns a
+// *[PendingError] wrapping [ErrQueueFull] or [ErrStopped].
+func (d *Direct) Committed(rows []relayer.Message) error {
+	now := time.Now()
+	kept := rows[:0:0]
+	for i := range rows {
+		if !rows[i].Ordered && (rows[i].DeliverAt.IsZero() || !rows[i].DeliverAt.After(now)) {
+			kept = append(kept, rows[i])
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		d.stats.left.Add(uint64(len(kept)))
+		return &PendingError{Err: ErrStopped, Rows: len(kept)}
+	}
+	select {
+	case d.queue <- kept:
+		return nil
+	default:
+		d.stats.left.Add(uint64(len(kept)))
+		return &PendingError{Err: fmt.Errorf("%w (capacity %d)", ErrQueueFull, d.opts.QueueCapacity), Rows: len(kept)}
+	}
+}
+
+// PendingError reports committed rows a dispatcher did not take. They are
+// durable; recovery sends them.
+type PendingError struct {
+	Err  error
+	Rows int
+}
+
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("%v: %d committed rows left for recovery", e.Err, e.Rows)
+}
+
+// Unwrap returns the reason, [ErrQueueFull] or [ErrStopped].
+func (e *PendingError) Unwrap() error { return e.Err }
+
+// PendingRows returns how many committed rows were left for recovery.
+func (e *PendingError) PendingRows() int { return e.Rows }
+
+// Start starts the worker. It runs until [Direct.Stop] or until ctx ends; when
+// ctx ends, work in flight is cancelled and what was not sent stays in the
+// table for recovery. Start returns an error if called twice.
+func (d *Direct) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("dispatch: direct dispatcher already started")
+	}
+	if d.closed {
+		return ErrStopped
+	}
+	d.started = true
+	ctx, d.cancel = context.WithCancel(ctx)
+	go d.run(ctx)
+	return nil
+}
+
+// Stop stops accepting notifications and drains the queue, sending what it
+// holds, until ctx ends; then it cancels what is still in flight (a transport
+// that ignores cancellation is abandoned) and returns ctx's error. Unfinished
+// rows stay in the table for recovery. No goroutine of the dispatcher outlives
+// Stop, except an abandoned transport call, which ends when the transport
+// returns. Stop is idempotent.
+func (d *Direct) Stop(ctx context.Context) error {
+	d.closeQueue()
+	d.mu.RLock()
+	started := d.started
+	d.mu.RUnlock()
+	if !started {
+		return nil
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+	}
+	d.cancel()
+	<-d.done
+	return ctx.Err()
+}
+
+// Run starts the dispatcher and blocks until ctx ends, then stops it without
+// draining (unsent rows stay for recovery). It returns nil when the dispatcher
+// was stopped by [Direct.Stop], ctx's error otherwise.
+func (d *Direct) Run(ctx context.Context) error {
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		<-d.done
+		return ctx.Err()
+	}
+}
+
+func (d *Direct) closeQueue() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.closed {
+		d.closed = true
+		close(d.queue)
+	}
+}
+
+// gatherRows bounds how many rows one round of the worker collects from
+// queued notifications before sending, so that groups of many small commits
+// share claims and sends.
+const gatherRows = 1000
+
+func (d *Direct) run(ctx context.Context) {
+	conn := newWorkerConn(d.db, d.store)
+	defer close(d.done)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		conn.release(rctx)
+		cancel()
+	}()
+	defer d.abandonQueued()
+	var rows []relayer.Message
+	for {
+		select {
+		case <-ctx.Done():
+			d.closeQueue()
+			return
+		case batch, ok := <-d.queue:
+			if !ok {
+				return
+			}
+			rows = append(rows[:0], batch...)
+		}
+	gather:
+		for len(rows) < gatherRows {
+			select {
+			case batch, ok := <-d.queue:
+				if !ok {
+					break gather
+				}
+				rows = append(rows, batch...)
+			default:
+				break gather
+			}
+		}
+		d.dispatch(ctx, conn, rows)
+	}
+}
+
+func (d *Direct) dispatch(ctx context.Context, conn *workerConn, rows []relayer.Message) {
+	for _, g := range groupRows(rows) {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := d.sender.deliver(ctx, conn, g); err != nil {
+			conn.broken()
+			if ctx.Err() == nil {
+				d.opts.Logger.Error("dispatch: database error; group left for recovery",
+					slog.String("transport", g.transport), slog.String("destination", g.destination),
+					slog.Int("rows", len(g.ids)), slog.String("error", err.Error()))
+			}
+		}
+	}
+}
+
+// abandonQueued counts the notifications still queued at a hard stop.
+func (d *Direct) abandonQueued() {
+	d.closeQueue()
+	left := 0
+	for batch := range d.queue {
+		left += len(batch)
+	}
+	if left > 0 {
+		d.stats.left.Add(uint64(left))
+		d.opts.Logger.Warn("dispatch: stopped with queued rows; left for recovery", slog.Int("rows", left))
+	}
+}
