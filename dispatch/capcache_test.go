@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/relayer-go/relayer/transport/memory"
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/transport/memory"
 )
 
 func TestCapCacheEvictsOldestInsertedAndNeverCachesFailures(t *testing.T) {

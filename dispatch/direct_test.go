@@ -629,4 +629,3 @@ func TestOptionsFromEnvironment(t *testing.T) {
 		t.Errorf("bad variable: %v", err)
 	}
 }
-
