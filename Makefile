@@ -4,9 +4,11 @@
 test:
 	scripts/test
 
-# Benchmarks of the header codec and the store (against the test database).
+# Benchmarks (against the test database): the header codec, the store, what
+# enlisting adds to a transaction, and end-to-end dispatch next to a plain SQL loop.
 bench:
-	go run ./internal/cmd/withdb -- go test -run '^$$' -bench . -benchmem ./headers/ ./store/
+	go run ./internal/cmd/withdb -- sh -c "go test -run '^$$' -bench . -benchmem ./headers/ ./store/ ./enlist/ && \
+		go test -run '^$$' -bench . -benchtime 20000x ./dispatch/"
 
 # A short fuzzing session of the header codec.
 fuzz:
