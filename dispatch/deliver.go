@@ -84,39 +84,48 @@ type sender struct {
 	logger     *slog.Logger
 	stats      *counters
 	rows       []store.Row
-	msgs       []*relayer.Message
 }
 
-// deliver sends one group in chunks bounded by the batch size and the
-// endpoint's MaxBatchSize. It returns an error only for a failed database
-// statement, after which the caller drops its connection; transport failures
-// are recorded on the rows and logged.
-func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
-	tr, ok := s.transports[g.transport]
+// resolve returns the transport of an endpoint and the largest chunk to send
+// to it. When the transport is not registered or its capabilities cannot be
+// had, it logs, counts a skipped group and returns false.
+func (s *sender) resolve(ctx context.Context, e endpoint, rows int) (relayer.Transport, int, bool) {
+	tr, ok := s.transports[e.transport]
 	if !ok {
 		s.stats.skipped.Add(1)
 		s.logger.Error("dispatch: transport not registered; group skipped for recovery",
-			slog.String("transport", g.transport), slog.String("destination", g.destination), slog.Int("rows", len(g.ids)))
-		return nil
+			slog.String("transport", e.transport), slog.String("destination", e.destination), slog.Int("rows", rows))
+		return nil, 0, false
 	}
-	caps, err := s.caps.get(ctx, g.endpoint, tr)
+	caps, err := s.caps.get(ctx, e, tr)
 	if err != nil {
 		s.stats.skipped.Add(1)
 		s.logger.Error("dispatch: capability lookup failed; group skipped for recovery",
-			slog.String("transport", g.transport), slog.String("destination", g.destination),
-			slog.Int("rows", len(g.ids)), slog.String("error", err.Error()))
+			slog.String("transport", e.transport), slog.String("destination", e.destination),
+			slog.Int("rows", rows), slog.String("error", err.Error()))
+		return nil, 0, false
+	}
+	return tr, min(s.batchSize, caps.MaxBatchSize), true
+}
+
+// deliver claims and sends one group in chunks bounded by the batch size and
+// the endpoint's MaxBatchSize. It returns an error only for a failed database
+// statement, after which the caller drops its connection; transport failures
+// are recorded on the rows and logged.
+func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
+	tr, size, ok := s.resolve(ctx, g.endpoint, len(g.ids))
+	if !ok {
 		return nil
 	}
-	size := min(s.batchSize, caps.MaxBatchSize)
 	for start := 0; start < len(g.ids); start += size {
-		if err := s.deliverChunk(ctx, conn, tr, g, g.ids[start:min(start+size, len(g.ids))]); err != nil {
+		if err := s.deliverChunk(ctx, conn, tr, g.endpoint, g.ids[start:min(start+size, len(g.ids))]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, g group, ids []uuid.UUID) error {
+func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, e endpoint, ids []uuid.UUID) error {
 	st, err := conn.store(ctx)
 	if err != nil {
 		return fmt.Errorf("pin connection: %w", err)
@@ -130,49 +139,55 @@ func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.
 	if len(s.rows) == 0 {
 		return nil // sent by someone else, not yet due, or gone with a savepoint
 	}
-	if !time.Now().Before(claim.Until) {
-		s.stats.expired.Add(1)
-		s.logger.Warn("dispatch: claim expired before the database answered; not sending",
-			slog.String("transport", g.transport), slog.String("destination", g.destination), slog.Int("rows", len(s.rows)))
-		return nil
-	}
-	s.msgs = s.msgs[:0]
-	for i := range s.rows {
-		s.msgs = append(s.msgs, &s.rows[i].Message)
-	}
-	sendErr := send(ctx, tr, s.msgs, claim.Until)
-	err = s.settle(ctx, st, g, claim.Token, sendErr)
-	if errors.Is(sendErr, errAbandoned) {
-		// The abandoned transport call may still read the rows: never reuse them.
-		s.rows, s.msgs = nil, nil
+	abandoned, err := s.sendClaimed(ctx, st, e, tr, s.rows, claim)
+	if abandoned {
+		s.rows = nil
 	}
 	return err
 }
 
+// sendClaimed sends rows, all claimed with claim, and settles the outcome. It
+// reports abandoned when a transport call was abandoned and may still read the
+// rows: the caller must not reuse their memory.
+func (s *sender) sendClaimed(ctx context.Context, st *store.Store, e endpoint, tr relayer.Transport, rows []store.Row, claim store.Claim) (abandoned bool, err error) {
+	if !time.Now().Before(claim.Until) {
+		s.stats.expired.Add(1)
+		s.logger.Warn("dispatch: claim expired before sending; not sending",
+			slog.String("transport", e.transport), slog.String("destination", e.destination), slog.Int("rows", len(rows)))
+		return false, nil
+	}
+	msgs := make([]*relayer.Message, len(rows))
+	for i := range rows {
+		msgs[i] = &rows[i].Message
+	}
+	sendErr := send(ctx, tr, msgs, claim.Until)
+	return errors.Is(sendErr, errAbandoned), s.settle(ctx, st, e, rows, claim.Token, sendErr)
+}
+
 // settle records the outcome of a send: deletes what the broker accepted and
 // records the failures, both fenced by the claim token.
-func (s *sender) settle(ctx context.Context, st *store.Store, g group, token uuid.UUID, sendErr error) error {
+func (s *sender) settle(ctx context.Context, st *store.Store, g endpoint, rows []store.Row, token uuid.UUID, sendErr error) error {
 	var accepted []uuid.UUID
 	var failures []store.Failure
 	var batchErr *relayer.BatchError
 	switch {
 	case sendErr == nil:
-		accepted = make([]uuid.UUID, len(s.rows))
-		for i := range s.rows {
-			accepted[i] = s.rows[i].ID
+		accepted = make([]uuid.UUID, len(rows))
+		for i := range rows {
+			accepted[i] = rows[i].ID
 		}
-	case errors.As(sendErr, &batchErr) && len(batchErr.Errs) == len(s.rows):
-		for i := range s.rows {
+	case errors.As(sendErr, &batchErr) && len(batchErr.Errs) == len(rows):
+		for i := range rows {
 			if err := batchErr.Errs[i]; err != nil {
-				failures = append(failures, store.Failure{ID: s.rows[i].ID, Error: err.Error()})
+				failures = append(failures, store.Failure{ID: rows[i].ID, Error: err.Error()})
 			} else {
-				accepted = append(accepted, s.rows[i].ID)
+				accepted = append(accepted, rows[i].ID)
 			}
 		}
 	default:
-		failures = make([]store.Failure, len(s.rows))
-		for i := range s.rows {
-			failures[i] = store.Failure{ID: s.rows[i].ID, Error: sendErr.Error()}
+		failures = make([]store.Failure, len(rows))
+		for i := range rows {
+			failures[i] = store.Failure{ID: rows[i].ID, Error: sendErr.Error()}
 		}
 	}
 	s.stats.sent.Add(uint64(len(accepted)))
