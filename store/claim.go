@@ -66,9 +66,14 @@ func (s *Store) ClaimBatch(ctx context.Context, dst []Row, ids []uuid.UUID, c Cl
 	if err != nil {
 		return dst, err
 	}
-	// RETURNING follows no order; callers send in id order.
-	slices.SortFunc(dst, func(a, b Row) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	sortByID(dst)
 	return dst, nil
+}
+
+// sortByID puts rows in id order; RETURNING follows no order, and callers send
+// in id order.
+func sortByID(rows []Row) {
+	slices.SortFunc(rows, func(a, b Row) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 }
 
 // Renew extends a live claim to the later of its current expiry and until. It

@@ -19,6 +19,10 @@ type queries struct {
 	failBatch     string
 	insert        string
 	insertOne     string
+	claimNext     string
+	releaseBatch  string
+	acquireLease  string
+	releaseLease  string
 }
 
 // eligible is the predicate of a row that may be delivered at the instant $now:
@@ -53,6 +57,29 @@ WHERE id = ANY(ARRAY(
     WHERE id = ANY($1::uuid[]) AND ` + elig("$4") + `
     FOR UPDATE SKIP LOCKED))
 RETURNING ` + rowColumns,
+		// Recovery's claim: the next due unordered rows after a cursor, in id
+		// order, skipping rows other workers are claiming right now.
+		claimNext: `UPDATE ` + n.outbox + ` SET claim_token = $3, claimed_until = $4
+WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + n.outbox + `
+    WHERE lane IS NULL AND id > $1 AND ` + elig("$5") + `
+    ORDER BY id LIMIT $2
+    FOR UPDATE SKIP LOCKED))
+RETURNING ` + rowColumns,
+		releaseBatch: `UPDATE ` + n.outbox + ` SET claim_token = NULL, claimed_until = NULL
+WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
+		// Leases run on the database clock, so that workers with skewed clocks
+		// agree on expiry. A lease is taken when free or expired, and renewed by
+		// its owner token.
+		acquireLease: `INSERT INTO ` + n.leases + ` AS l (name, owner, owner_token, acquired_at, expires_at)
+VALUES ($1, $2, $3, now(), now() + $4 * interval '1 microsecond')
+ON CONFLICT (name) DO UPDATE
+SET owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
+    acquired_at = CASE WHEN l.owner_token = EXCLUDED.owner_token THEN l.acquired_at ELSE now() END,
+    expires_at = EXCLUDED.expires_at
+WHERE l.owner_token = EXCLUDED.owner_token OR l.expires_at <= now()
+RETURNING expires_at`,
+		releaseLease: `DELETE FROM ` + n.leases + ` WHERE name = $1 AND owner_token = $2`,
 		renew: `UPDATE ` + n.outbox + ` SET claimed_until = GREATEST(claimed_until, $3)
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
 		complete: `DELETE FROM ` + n.outbox + `
