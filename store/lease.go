@@ -79,4 +79,3 @@ func (s *Store) ReleaseBatch(ctx context.Context, ids []uuid.UUID, token uuid.UU
 	}
 	return s.affected(ctx, "release batch", s.q.releaseBatch, uuidArray(ids), token, pgTime(now))
 }
-
