@@ -43,6 +43,10 @@ type DirectOptions struct {
 	ClaimDuration time.Duration
 	// Logger receives the dispatcher's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// Recovery, when set, is woken whenever the dispatcher leaves committed rows
+	// behind (full queue, stopped), so that they go out without waiting for its
+	// next poll.
+	Recovery *Recovery
 }
 
 // LoadDirectOptions reads the options from a configuration source: keys
@@ -197,15 +201,23 @@ func (d *Direct) Committed(rows []relayer.Message) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
-		d.stats.left.Add(uint64(len(kept)))
+		d.leave(len(kept))
 		return &PendingError{Err: ErrStopped, Rows: len(kept)}
 	}
 	select {
 	case d.queue <- kept:
 		return nil
 	default:
-		d.stats.left.Add(uint64(len(kept)))
+		d.leave(len(kept))
 		return &PendingError{Err: fmt.Errorf("%w (capacity %d)", ErrQueueFull, d.opts.QueueCapacity), Rows: len(kept)}
+	}
+}
+
+// leave counts rows left for recovery and wakes it.
+func (d *Direct) leave(rows int) {
+	d.stats.left.Add(uint64(rows))
+	if d.opts.Recovery != nil {
+		d.opts.Recovery.Wake()
 	}
 }
 
@@ -359,7 +371,7 @@ func (d *Direct) abandonQueued() {
 		left += len(batch)
 	}
 	if left > 0 {
-		d.stats.left.Add(uint64(left))
+		d.leave(left)
 		d.opts.Logger.Warn("dispatch: stopped with queued rows; left for recovery", slog.Int("rows", left))
 	}
 }

@@ -99,6 +99,8 @@ func setup(t testing.TB, opts dispatch.DirectOptions) *bundle {
 	return &bundle{db: db, schema: schema, opts: sopts, store: st, outbox: outbox, mem: mem, direct: d, writer: w, logs: logs}
 }
 
+func (b *bundle) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b.logs, nil)) }
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {

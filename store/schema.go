@@ -43,7 +43,7 @@ func migrationSteps(n names) []Migration {
     trace_parent  text,
     trace_state   text,
     CHECK (lane IS NULL OR ordering_key IS NOT NULL)
-);
+) WITH (fillfactor = 50);
 CREATE INDEX IF NOT EXISTS ` + n.index("outbox_lane_pending_idx") + ` ON ` + n.outbox + ` (lane, id)
     WHERE lane IS NOT NULL AND parked_at IS NULL;
 CREATE INDEX IF NOT EXISTS ` + n.index("outbox_unordered_pending_idx") + ` ON ` + n.outbox + ` (id)

@@ -21,8 +21,8 @@ const DefaultMaxBatchSize = 1000
 type Transport struct {
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every accepted message
-	received  map[string][]relayer.Message
-	order     []relayer.Message
+	received  map[string][]*relayer.Message
+	order     []*relayer.Message
 	caps      map[string]relayer.Capabilities
 	capsErr   map[string]error
 	defCaps   relayer.Capabilities
@@ -39,7 +39,7 @@ type Transport struct {
 func New() *Transport {
 	return &Transport{
 		changed:  make(chan struct{}),
-		received: make(map[string][]relayer.Message),
+		received: make(map[string][]*relayer.Message),
 		caps:     make(map[string]relayer.Capabilities),
 		capsErr:  make(map[string]error),
 		defCaps:  relayer.Capabilities{OrderedByKey: true, MaxBatchSize: DefaultMaxBatchSize},
@@ -197,26 +197,36 @@ func (t *Transport) wait(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// accept records m; t.mu is held.
+// accept records a copy of m; t.mu is held. Pointers keep appends cheap when
+// a test or benchmark sends hundreds of thousands of messages.
 func (t *Transport) accept(m *relayer.Message) {
-	t.received[m.Destination] = append(t.received[m.Destination], *m)
-	t.order = append(t.order, *m)
+	c := *m
+	t.received[m.Destination] = append(t.received[m.Destination], &c)
+	t.order = append(t.order, &c)
 	close(t.changed)
 	t.changed = make(chan struct{})
+}
+
+func values(ms []*relayer.Message) []relayer.Message {
+	out := make([]relayer.Message, len(ms))
+	for i, m := range ms {
+		out[i] = *m
+	}
+	return out
 }
 
 // Messages returns what one destination received, in acceptance order.
 func (t *Transport) Messages(destination string) []relayer.Message {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]relayer.Message(nil), t.received[destination]...)
+	return values(t.received[destination])
 }
 
 // All returns every accepted message, in acceptance order.
 func (t *Transport) All() []relayer.Message {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]relayer.Message(nil), t.order...)
+	return values(t.order)
 }
 
 // Len returns the number of accepted messages.
@@ -262,7 +272,7 @@ func (t *Transport) WaitFor(ctx context.Context, n int) error {
 func (t *Transport) Reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.received = make(map[string][]relayer.Message)
+	t.received = make(map[string][]*relayer.Message)
 	t.order = nil
 	t.sends, t.capLookup = 0, 0
 }

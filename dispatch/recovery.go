@@ -1,0 +1,382 @@
+package dispatch
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Recovery defaults and limits.
+const (
+	RecoveryBatchSizeDefault     = 1000
+	RecoveryPollIntervalDefault  = time.Second
+	RecoveryLeaseDurationDefault = 30 * time.Second
+	// RecoveryLeaseName names the lease row that lets one recovery instance per
+	// outbox work at a time.
+	RecoveryLeaseName = "recovery"
+)
+
+// RecoveryOptions configure a [Recovery] worker. The zero value of each field
+// means its default.
+type RecoveryOptions struct {
+	// BatchSize is how many rows one claim statement takes, 1 to 10,000; sends
+	// are further bounded by each endpoint's MaxBatchSize. Large batches are
+	// what make draining a backlog fast. Default: 1000.
+	BatchSize int
+	// PollInterval is how long recovery waits after a scan found nothing, and so
+	// the longest a scheduled message waits past its time. Default: 1s.
+	PollInterval time.Duration
+	// ClaimDuration is how long a claim holds rows; see DirectOptions.
+	// Default: 30s.
+	ClaimDuration time.Duration
+	// LeaseDuration is how long the recovery lease lasts without renewal; another
+	// instance takes over after it expires. It is renewed every third of it.
+	// Default: 30s.
+	LeaseDuration time.Duration
+	// Owner describes this instance in the lease row. Default: host name and
+	// process id.
+	Owner string
+	// Logger receives the worker's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// LoadRecoveryOptions reads BatchSize, PollInterval, ClaimDuration and
+// LeaseDuration from a configuration source.
+func LoadRecoveryOptions(src Source) (RecoveryOptions, error) {
+	var o RecoveryOptions
+	l := loader{src: src}
+	l.int("BatchSize", &o.BatchSize)
+	l.duration("PollInterval", &o.PollInterval)
+	l.duration("ClaimDuration", &o.ClaimDuration)
+	l.duration("LeaseDuration", &o.LeaseDuration)
+	if l.err != nil {
+		return RecoveryOptions{}, l.err
+	}
+	return o, o.Validate()
+}
+
+// Validate reports the first field out of range.
+func (o RecoveryOptions) Validate() error {
+	switch {
+	case o.BatchSize < 0 || o.BatchSize > BatchSizeMax:
+		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
+	case o.PollInterval < 0:
+		return fmt.Errorf("%w: PollInterval must be positive, got %s", ErrInvalidOptions, o.PollInterval)
+	case o.ClaimDuration < 0 || o.ClaimDuration > 0 && o.ClaimDuration < time.Millisecond:
+		return fmt.Errorf("%w: ClaimDuration must be at least 1ms, got %s", ErrInvalidOptions, o.ClaimDuration)
+	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < 10*time.Millisecond:
+		return fmt.Errorf("%w: LeaseDuration must be at least 10ms, got %s", ErrInvalidOptions, o.LeaseDuration)
+	}
+	return nil
+}
+
+func (o RecoveryOptions) withDefaults() RecoveryOptions {
+	if o.BatchSize == 0 {
+		o.BatchSize = RecoveryBatchSizeDefault
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = RecoveryPollIntervalDefault
+	}
+	if o.ClaimDuration == 0 {
+		o.ClaimDuration = ClaimDurationDefault
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = RecoveryLeaseDurationDefault
+	}
+	if o.Owner == "" {
+		host, _ := os.Hostname()
+		o.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Recovery delivers the unordered rows nobody else will: rows whose direct
+// dispatch failed, overflowed, was cancelled or died with its process, rows
+// written by processes without a direct dispatcher, and rows scheduled for
+// later, once due. It never touches ordered rows.
+//
+// One instance per outbox works at a time, holding a lease in the leases table;
+// others wait and take over when it expires. The worker scans due rows in id
+// order with an exclusive cursor, claims up to BatchSize of them per statement,
+// sends them grouped by (transport, destination) with the same protocol as
+// [Direct], and deletes them fenced. A scan that finds nothing waits
+// PollInterval, or less when [Recovery.Wake] is called.
+type Recovery struct {
+	db     *sql.DB
+	opts   RecoveryOptions
+	store  *store.Store
+	sender *sender
+	stats  counters
+	lease  store.Lease
+	wake   chan struct{}
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewRecovery returns a recovery worker for the outbox. It validates
+// everything up front and does not touch the database.
+func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Recovery, error) {
+	if db == nil {
+		return nil, fmt.Errorf("dispatch: NewRecovery: %w", store.ErrNilDB)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	if err != nil {
+		return nil, err
+	}
+	transports, err := checkTransports(outbox)
+	if err != nil {
+		return nil, err
+	}
+	r := &Recovery{
+		db:    db,
+		opts:  opts,
+		store: st,
+		lease: store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	r.sender = &sender{
+		transports: transports,
+		caps:       newCapCache(CapabilityCacheSize),
+		batchSize:  BatchSizeMax, // each chunk is bounded by the claim and MaxBatchSize
+		claimFor:   opts.ClaimDuration,
+		logger:     opts.Logger,
+		stats:      &r.stats,
+	}
+	return r, nil
+}
+
+// Options returns the effective options, defaults applied.
+func (r *Recovery) Options() RecoveryOptions { return r.opts }
+
+// Stats returns the worker's counters.
+func (r *Recovery) Stats() Stats { return r.stats.snapshot() }
+
+// Wake makes a waiting worker scan now. It never blocks.
+func (r *Recovery) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start starts the worker; it runs until [Recovery.Stop] or until ctx ends.
+func (r *Recovery) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("dispatch: recovery already started")
+	}
+	if r.stopped {
+		return ErrStopped
+	}
+	r.started = true
+	ctx, r.cancel = context.WithCancel(ctx)
+	go r.run(ctx)
+	return nil
+}
+
+// Stop cancels the worker, waits for it within ctx, and releases the lease so
+// that another instance can start at once. Rows being sent are abandoned and
+// recovered later. Stop is idempotent.
+func (r *Recovery) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	r.stopped = true
+	started := r.started
+	r.mu.Unlock()
+	if !started {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run starts the worker and blocks until ctx ends or Stop is called.
+func (r *Recovery) Run(ctx context.Context) error {
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	<-r.done
+	return ctx.Err()
+}
+
+func (r *Recovery) run(ctx context.Context) {
+	defer close(r.done)
+	conn := newWorkerConn(r.db, r.store)
+	held := false
+	var renewedAt time.Time
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if held {
+			if st, err := conn.store(cctx); err == nil {
+				if err := st.ReleaseLease(cctx, r.lease); err != nil {
+					r.opts.Logger.Warn("dispatch: recovery lease not released; it expires by itself", slog.String("error", err.Error()))
+				}
+			}
+		}
+		conn.release(cctx)
+	}()
+	var buf []store.Row
+	cursor := uuid.Nil
+	for ctx.Err() == nil {
+		if !held || time.Since(renewedAt) >= r.opts.LeaseDuration/3 {
+			st, err := conn.store(ctx)
+			if err == nil {
+				at := time.Now()
+				if held, _, err = st.AcquireLease(ctx, r.lease, r.opts.LeaseDuration); err == nil && held {
+					renewedAt = at
+				}
+			}
+			if err != nil {
+				held = false
+				conn.broken()
+				r.logError("dispatch: recovery lease", err)
+				r.idle(ctx)
+				continue
+			}
+			if !held {
+				r.idle(ctx)
+				continue
+			}
+		}
+		var progress bool
+		var err error
+		buf, progress, err = r.batch(ctx, conn, buf, &cursor)
+		if err != nil {
+			conn.broken()
+			r.logError("dispatch: recovery batch", err)
+			r.idle(ctx)
+			continue
+		}
+		if !progress {
+			if cursor != uuid.Nil {
+				cursor = uuid.Nil // one pass from the start before waiting
+				continue
+			}
+			r.idle(ctx)
+		}
+	}
+}
+
+func (r *Recovery) logError(msg string, err error) {
+	if !errors.Is(err, context.Canceled) {
+		r.opts.Logger.Error(msg, slog.String("error", err.Error()))
+	}
+}
+
+func (r *Recovery) idle(ctx context.Context) {
+	t := time.NewTimer(r.opts.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-r.wake:
+	}
+}
+
+// batch claims the next rows after the cursor, sends them and settles them. It
+// reports whether it found any rows.
+func (r *Recovery) batch(ctx context.Context, conn *workerConn, buf []store.Row, cursor *uuid.UUID) ([]store.Row, bool, error) {
+	st, err := conn.store(ctx)
+	if err != nil {
+		return buf, false, err
+	}
+	now := time.Now()
+	claim := store.NewClaim(now, r.opts.ClaimDuration)
+	buf, err = st.ClaimNextUnordered(ctx, buf, *cursor, r.opts.BatchSize, claim, now)
+	if err != nil || len(buf) == 0 {
+		return buf, false, err
+	}
+	*cursor = buf[len(buf)-1].ID
+	reuse := true
+	for _, g := range groupStored(buf) {
+		tr, size, ok := r.sender.resolve(ctx, g.endpoint, len(g.rows))
+		if !ok {
+			ids := make([]uuid.UUID, len(g.rows))
+			for i := range g.rows {
+				ids[i] = g.rows[i].ID
+			}
+			if _, err := st.ReleaseBatch(ctx, ids, claim.Token, time.Now()); err != nil {
+				return nil, true, err
+			}
+			continue
+		}
+		for start := 0; start < len(g.rows); start += size {
+			abandoned, err := r.sender.sendClaimed(ctx, st, g.endpoint, tr, g.rows[start:min(start+size, len(g.rows))], claim)
+			if abandoned {
+				reuse = false
+			}
+			if err != nil {
+				return nil, true, err
+			}
+		}
+	}
+	if !reuse {
+		buf = nil
+	}
+	return buf, true, nil
+}
+
+// storedGroup is the claimed rows of one endpoint.
+type storedGroup struct {
+	endpoint
+	rows []store.Row
+}
+
+// groupStored groups rows by endpoint in order of first appearance, keeping id
+// order within each group.
+func groupStored(rows []store.Row) []storedGroup {
+	if len(rows) > 0 {
+		first := endpoint{rows[0].Transport, rows[0].Destination}
+		same := true
+		for i := range rows {
+			if rows[i].Transport != first.transport || rows[i].Destination != first.destination {
+				same = false
+				break
+			}
+		}
+		if same {
+			return []storedGroup{{endpoint: first, rows: rows}}
+		}
+	}
+	var groups []storedGroup
+	index := make(map[endpoint]int)
+	for i := range rows {
+		e := endpoint{rows[i].Transport, rows[i].Destination}
+		g, ok := index[e]
+		if !ok {
+			g = len(groups)
+			index[e] = g
+			groups = append(groups, storedGroup{endpoint: e})
+		}
+		groups[g].rows = append(groups[g].rows, rows[i])
+	}
+	return groups
+}

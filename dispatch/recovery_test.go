@@ -1,0 +1,226 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/store"
+)
+
+func (b *bundle) recovery(t testing.TB, opts dispatch.RecoveryOptions) *dispatch.Recovery {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = b.logger()
+	}
+	r, err := dispatch.NewRecovery(b.db, b.outbox, opts)
+	must(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r.Stop(ctx)
+	})
+	return r
+}
+
+// enlistOnly publishes without any dispatcher, as a process without one would.
+func (b *bundle) enlistOnly(t testing.TB, msgs ...relayer.Outgoing) {
+	t.Helper()
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{})
+	must(t, err)
+	must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
+		return tx.PublishAll(context.Background(), msgs...)
+	}))
+}
+
+func (b *bundle) leaseOwner(t *testing.T) string {
+	t.Helper()
+	var owner string
+	err := b.db.QueryRow(`SELECT owner FROM "`+b.schema+`".ob_relayer_leases WHERE name = $1 AND expires_at > now()`, dispatch.RecoveryLeaseName).Scan(&owner)
+	if err != nil {
+		return ""
+	}
+	return owner
+}
+
+func TestRecoverySendsLeftoversAndLeavesOrderedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	msgs := []relayer.Outgoing{relayer.NewOutgoing(Shipped{0}, relayer.Key("k"))}
+	for i := range 25 {
+		msgs = append(msgs, relayer.NewOutgoing(Placed{i}), relayer.NewOutgoing(Billed{i}))
+	}
+	b.enlistOnly(t, msgs...)
+	r := b.recovery(t, dispatch.RecoveryOptions{BatchSize: 7, PollInterval: 50 * time.Millisecond})
+	must(t, r.Start(context.Background()))
+	b.waitSent(t, 50)
+	rows := b.waitRows(t, 1)
+	if rows[0].claimed || rows[0].attempts != 0 {
+		t.Errorf("ordered row touched by recovery: %+v", rows[0])
+	}
+	seen := map[uuid.UUID]int{}
+	for _, m := range b.mem.All() {
+		seen[m.ID]++
+		if m.Ordered {
+			t.Errorf("recovery sent ordered row %s", m.ID)
+		}
+	}
+	if len(seen) != 50 {
+		t.Errorf("sent %d distinct rows, want 50", len(seen))
+	}
+	// Within one destination, in id order.
+	placed := b.mem.Messages("orders.placed")
+	for i := 1; i < len(placed); i++ {
+		if strings.Compare(placed[i-1].ID.String(), placed[i].ID.String()) > 0 {
+			t.Errorf("orders.placed out of id order at %d", i)
+		}
+	}
+}
+
+func TestRecoverySendsScheduledRowsOnTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	const poll = 100 * time.Millisecond
+	at := time.Now().Add(500 * time.Millisecond)
+	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}, relayer.DeliverAt(at)))
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: poll})
+	must(t, r.Start(context.Background()))
+	b.waitSent(t, 1)
+	got := time.Now()
+	if got.Before(at) {
+		t.Errorf("scheduled row sent %s early", at.Sub(got))
+	}
+	if late := got.Sub(at); late > poll+500*time.Millisecond {
+		t.Errorf("scheduled row sent %s after its time; poll interval is %s", late, poll)
+	}
+	b.waitRows(t, 0)
+}
+
+func TestOneRecoveryAtATimeAndTakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ctx := context.Background()
+	// A crashed holder: its lease is live for a while and nobody renews it.
+	st := b.store
+	dead := store.Lease{Name: dispatch.RecoveryLeaseName, Owner: "crashed", Token: uuid.New()}
+	held, _, err := st.AcquireLease(ctx, dead, 700*time.Millisecond)
+	if err != nil || !held {
+		t.Fatalf("lease for the crashed holder = %v, %v", held, err)
+	}
+	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}))
+	r1 := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, Owner: "r1", LeaseDuration: 2 * time.Second})
+	r2 := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, Owner: "r2", LeaseDuration: 2 * time.Second})
+	start := time.Now()
+	must(t, r1.Start(ctx))
+	must(t, r2.Start(ctx))
+	b.waitSent(t, 1)
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("row sent after %s, while the crashed holder's lease was live", took)
+	}
+	owner := b.leaseOwner(t)
+	if owner != "r1" && owner != "r2" {
+		t.Fatalf("lease owner %q, want r1 or r2", owner)
+	}
+	// Only the holder works; stopping it hands over at once.
+	holder, other := r1, r2
+	if owner == "r2" {
+		holder, other = r2, r1
+	}
+	must(t, holder.Stop(ctx))
+	b.enlistOnly(t, relayer.NewOutgoing(Placed{2}), relayer.NewOutgoing(Placed{3}))
+	b.waitSent(t, 3)
+	b.waitRows(t, 0)
+	if other.Stats().Sent != 2 {
+		t.Errorf("the remaining instance sent %d rows, want the 2 new ones", other.Stats().Sent)
+	}
+	if got := b.leaseOwner(t); got == owner || got == "" {
+		t.Errorf("lease owner after handover = %q", got)
+	}
+}
+
+func TestRecoveryRecordsFailuresAndReleasesUnroutableRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.mem.FailWith(func(*relayer.Message) error { return errors.New("broker down") })
+	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Lost{2}))
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 30 * time.Millisecond})
+	must(t, r.Start(context.Background()))
+	deadline := time.Now().Add(10 * time.Second)
+	var rows []rawRow
+	for time.Now().Before(deadline) {
+		rows = b.rows(t)
+		if len(rows) == 2 && max(rows[0].attempts, rows[1].attempts) >= 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, r := range rows {
+		lost := !r.lastErr.Valid
+		switch {
+		case lost && r.attempts != 0:
+			t.Errorf("unroutable row charged %d attempts", r.attempts)
+		case !lost && (r.attempts < 2 || r.lastErr.String != "broker down"):
+			t.Errorf("failing row: attempts %d, error %q; want retries recorded", r.attempts, r.lastErr.String)
+		}
+	}
+	b.mem.FailWith(nil)
+	b.waitSent(t, 1)
+	b.waitRows(t, 1)
+}
+
+func TestDirectOverflowWakesRecovery(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: time.Hour})
+	d, err := dispatch.NewDirect(b.db, b.outbox, dispatch.DirectOptions{QueueCapacity: 1, Recovery: r, Logger: b.logger()})
+	must(t, err)
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: d, Logger: b.logger()})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	time.Sleep(200 * time.Millisecond) // the first scan finds nothing; recovery now waits an hour
+	for i := range 3 {                  // the dispatcher is not started: the second commit overflows
+		must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
+			return tx.Publish(context.Background(), Placed{i})
+		}))
+	}
+	b.waitSent(t, 3)
+	b.waitRows(t, 0)
+}
+
+func TestRecoveryOptions(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		opts  dispatch.RecoveryOptions
+		field string
+	}{
+		{dispatch.RecoveryOptions{BatchSize: -1}, "BatchSize"},
+		{dispatch.RecoveryOptions{BatchSize: 10001}, "BatchSize"},
+		{dispatch.RecoveryOptions{PollInterval: -time.Second}, "PollInterval"},
+		{dispatch.RecoveryOptions{ClaimDuration: time.Microsecond}, "ClaimDuration"},
+		{dispatch.RecoveryOptions{LeaseDuration: time.Millisecond}, "LeaseDuration"},
+	} {
+		if err := c.opts.Validate(); !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("Validate(%+v) = %v, want an error naming %s", c.opts, err, c.field)
+		}
+	}
+	o, err := dispatch.LoadRecoveryOptions(dispatch.MapSource(map[string]string{"BatchSize": "500", "PollInterval": "250ms"}))
+	if err != nil || o.BatchSize != 500 || o.PollInterval != 250*time.Millisecond {
+		t.Errorf("LoadRecoveryOptions = %+v, %v", o, err)
+	}
+	if _, err := dispatch.LoadRecoveryOptions(dispatch.MapSource(map[string]string{"LeaseDuration": "soon"})); err == nil || !strings.Contains(err.Error(), "LeaseDuration") {
+		t.Errorf("bad LeaseDuration: %v", err)
+	}
+	b := setup(t, dispatch.DirectOptions{})
+	eff := b.recovery(t, dispatch.RecoveryOptions{}).Options()
+	if eff.BatchSize != 1000 || eff.PollInterval != time.Second || eff.LeaseDuration != 30*time.Second || eff.Owner == "" {
+		t.Errorf("defaults %+v", eff)
+	}
+}
+
