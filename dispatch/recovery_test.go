@@ -185,7 +185,7 @@ func TestDirectOverflowWakesRecovery(t *testing.T) {
 	must(t, err)
 	must(t, r.Start(context.Background()))
 	time.Sleep(200 * time.Millisecond) // the first scan finds nothing; recovery now waits an hour
-	for i := range 3 {                  // the dispatcher is not started: the second commit overflows
+	for i := range 3 {                 // the dispatcher is not started: the second commit overflows
 		must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
 			return tx.Publish(context.Background(), Placed{i})
 		}))
@@ -223,4 +223,3 @@ func TestRecoveryOptions(t *testing.T) {
 		t.Errorf("defaults %+v", eff)
 	}
 }
-
