@@ -89,6 +89,8 @@ type Row struct {
 	relayer.Message
 	// Attempts counts failed deliveries recorded by [Store.Fail].
 	Attempts int
+	// ClaimedUntil is the expiry of the row's claim when it was read, or zero.
+	ClaimedUntil time.Time
 	// LastError is the error of the last failed delivery, or "".
 	LastError string
 }
@@ -169,7 +171,7 @@ func (s *Store) count(ctx context.Context, op, query string, args ...any) (int64
 // rowColumns is the column list every row-returning statement selects, in the
 // order scanRow reads.
 const rowColumns = `id, message_type, transport, destination, body, headers, ordering_key, lane,
-    created_at, deliver_at, attempts, last_error, trace_parent, trace_state`
+    created_at, deliver_at, attempts, last_error, trace_parent, trace_state, claimed_until`
 
 func scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row, error) {
 	defer rows.Close()
@@ -188,15 +190,15 @@ func scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row,
 
 func scanRow(rows *sql.Rows, r *Row) error {
 	var (
-		rawHeaders           []byte
-		key, lastErr         sql.NullString
-		traceParent, traceSt sql.NullString
-		lane                 sql.NullInt32
-		deliverAt            sql.NullTime
+		rawHeaders              []byte
+		key, lastErr            sql.NullString
+		traceParent, traceSt    sql.NullString
+		lane                    sql.NullInt32
+		deliverAt, claimedUntil sql.NullTime
 	)
 	m := &r.Message
 	if err := rows.Scan(&m.ID, &m.Type, &m.Transport, &m.Destination, &m.Body, &rawHeaders,
-		&key, &lane, &m.CreatedAt, &deliverAt, &r.Attempts, &lastErr, &traceParent, &traceSt); err != nil {
+		&key, &lane, &m.CreatedAt, &deliverAt, &r.Attempts, &lastErr, &traceParent, &traceSt, &claimedUntil); err != nil {
 		return err
 	}
 	hs, err := headers.Decode(rawHeaders, nil)
@@ -212,6 +214,10 @@ func scanRow(rows *sql.Rows, r *Row) error {
 		m.DeliverAt = deliverAt.Time.UTC()
 	}
 	r.LastError = lastErr.String
+	r.ClaimedUntil = time.Time{}
+	if claimedUntil.Valid {
+		r.ClaimedUntil = claimedUntil.Time.UTC()
+	}
 	m.TraceParent = traceParent.String
 	m.TraceState = traceSt.String
 	if m.Body == nil {
