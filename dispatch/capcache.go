@@ -34,6 +34,13 @@ func newCapCache(size int) *capCache {
 // get returns the capabilities of e, asking tr on a miss. A lookup error or a
 // nonpositive MaxBatchSize is returned as an error and not cached.
 func (c *capCache) get(ctx context.Context, e endpoint, tr relayer.Transport) (relayer.Capabilities, error) {
+	return c.getChecked(ctx, e, tr, nil)
+}
+
+// getChecked is get with an extra requirement: capabilities that check
+// rejects are returned as its error and not cached, so that a destination can
+// become acceptable later without a restart.
+func (c *capCache) getChecked(ctx context.Context, e endpoint, tr relayer.Transport, check func(relayer.Capabilities) error) (relayer.Capabilities, error) {
 	if caps, ok := c.entries[e]; ok {
 		return caps, nil
 	}
@@ -43,6 +50,11 @@ func (c *capCache) get(ctx context.Context, e endpoint, tr relayer.Transport) (r
 	}
 	if caps.MaxBatchSize <= 0 {
 		return relayer.Capabilities{}, fmt.Errorf("capabilities of %s/%s: MaxBatchSize %d is not positive", e.transport, e.destination, caps.MaxBatchSize)
+	}
+	if check != nil {
+		if err := check(caps); err != nil {
+			return relayer.Capabilities{}, fmt.Errorf("capabilities of %s/%s: %w", e.transport, e.destination, err)
+		}
 	}
 	c.put(e, caps)
 	return caps, nil

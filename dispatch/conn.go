@@ -46,6 +46,24 @@ func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
 	return st, nil
 }
 
+// begin starts a transaction on the pinned connection and returns it with the
+// store bound to it.
+func (w *workerConn) begin(ctx context.Context) (*sql.Tx, *store.Store, error) {
+	if _, err := w.store(ctx); err != nil {
+		return nil, nil, err
+	}
+	tx, err := w.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := w.base.With(tx)
+	if err != nil {
+		tx.Rollback()
+		return nil, nil, err
+	}
+	return tx, st, nil
+}
+
 // broken drops the pinned connection after a statement failed. Its session
 // state is unknown (and it may be dead), so it is closed rather than returned
 // to the pool with the worker settings on it.

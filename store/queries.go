@@ -23,6 +23,13 @@ type queries struct {
 	releaseBatch  string
 	acquireLease  string
 	releaseLease  string
+
+	laneProbe    string
+	laneHead     string
+	laneClaim    string
+	releaseOwner string
+	pruneMembers string
+	liveMembers  string
 }
 
 // eligible is the predicate of a row that may be delivered at the instant $now:
@@ -80,6 +87,37 @@ SET owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
 WHERE l.owner_token = EXCLUDED.owner_token OR l.expires_at <= now()
 RETURNING expires_at`,
 		releaseLease: `DELETE FROM ` + n.leases + ` WHERE name = $1 AND owner_token = $2`,
+
+		// Ordered lanes. The probe is read-only: for each lane it finds the
+		// first row that is not parked and whose key has no parked row (the
+		// head), and returns the lane only when that head is due, unclaimed and
+		// the lane's lease is free, expired or already the caller's. Empty and
+		// stalled lanes therefore cost no lease writes.
+		laneProbe: `SELECT l.lane FROM unnest($1::integer[]) AS l(lane)
+CROSS JOIN LATERAL (
+    SELECT o.deliver_at, o.claimed_until FROM ` + n.outbox + ` AS o
+    WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM ` + n.outbox + ` AS p
+          WHERE p.lane = o.lane AND p.ordering_key = o.ordering_key AND p.parked_at IS NOT NULL)
+    ORDER BY o.id LIMIT 1) AS h
+LEFT JOIN ` + n.leases + ` AS ls ON ls.name = 'lane:' || l.lane
+WHERE (h.deliver_at IS NULL OR h.deliver_at <= now())
+  AND (h.claimed_until IS NULL OR h.claimed_until <= now())
+  AND (ls.name IS NULL OR ls.owner_token = $2 OR ls.expires_at <= now())
+ORDER BY l.lane`,
+		// The head rows of one lane in id order, due or not, claimed or not: the
+		// caller admits the prefix before the first row it may not send yet, so
+		// no row ever overtakes its head.
+		laneHead: `SELECT ` + rowColumns + ` FROM ` + n.outbox + ` AS o
+WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.parked_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM ` + n.outbox + ` AS p
+      WHERE p.lane = o.lane AND p.ordering_key = o.ordering_key AND p.parked_at IS NOT NULL)
+ORDER BY o.id LIMIT $2`,
+		laneClaim: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
+WHERE id = ANY($1::uuid[]) AND lane IS NOT NULL AND ` + elig("$4"),
+		releaseOwner: `DELETE FROM ` + n.leases + ` WHERE owner_token = $1`,
+		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at <= now()`,
+		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at > now() ORDER BY name`,
 		renew: `UPDATE ` + n.outbox + ` SET claimed_until = GREATEST(claimed_until, $3)
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
 		complete: `DELETE FROM ` + n.outbox + `

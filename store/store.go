@@ -27,6 +27,7 @@ type Store struct {
 	db   DBTX
 	opts Options
 	q    *queries
+	rq   *retentionQueries
 }
 
 // New returns a store for the outbox named by opts, running statements on db.
@@ -40,7 +41,8 @@ func New(db DBTX, opts Options) (*Store, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	return &Store{db: db, opts: opts, q: buildQueries(newNames(opts))}, nil
+	n := newNames(opts)
+	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n)}, nil
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -51,7 +53,8 @@ func Unbound(opts Options) (*Store, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	return &Store{db: unboundDB{}, opts: opts, q: buildQueries(newNames(opts))}, nil
+	n := newNames(opts)
+	return &Store{db: unboundDB{}, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n)}, nil
 }
 
 type unboundDB struct{}
@@ -70,7 +73,7 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	if isNil(db) {
 		return nil, ErrNilDB
 	}
-	return &Store{db: db, opts: s.opts, q: s.q}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq}, nil
 }
 
 // Options returns the store's options with defaults applied.

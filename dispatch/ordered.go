@@ -1,0 +1,602 @@
+package dispatch
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Ordered dispatch defaults and limits.
+const (
+	LaneLeaseDurationDefault = 30 * time.Second
+	LaneLeaseDurationMin     = time.Second
+	LaneLeaseDurationMax     = time.Hour
+	OrderedPollDefault       = time.Second
+)
+
+// ErrDuplicateWorker is returned by [NewOrdered] when a dispatcher with the same
+// name already exists in this process.
+var ErrDuplicateWorker = errors.New("dispatch: ordered worker name already in use")
+
+// OrderedOptions configure an [Ordered] dispatcher. The zero value of each field
+// means its default.
+type OrderedOptions struct {
+	// Lanes is the lane count, 1 to 65,536; it must equal the writers' count
+	// (relayer.Outbox.Lanes). Default: 32.
+	Lanes int
+	// LeaseDuration is how long lane and membership leases last without
+	// renewal, 1s to 1h. A batch may take at most half of it, and stops
+	// admitting rows after a quarter. Default: 30s.
+	LeaseDuration time.Duration
+	// PollInterval is how long the worker waits after a scan that made no
+	// progress; positive and less than a third of LeaseDuration. Default: 1s.
+	PollInterval time.Duration
+	// BatchSize is the most rows one lane batch reads and sends, 1 to 10,000.
+	// Default: 100.
+	BatchSize int
+	// Logger receives the worker's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// LoadOrderedOptions reads Lanes, LeaseDuration, PollInterval and BatchSize
+// from a configuration source.
+func LoadOrderedOptions(src Source) (OrderedOptions, error) {
+	var o OrderedOptions
+	l := loader{src: src}
+	l.int("Lanes", &o.Lanes)
+	l.duration("LeaseDuration", &o.LeaseDuration)
+	l.duration("PollInterval", &o.PollInterval)
+	l.int("BatchSize", &o.BatchSize)
+	if l.err != nil {
+		return OrderedOptions{}, l.err
+	}
+	return o, o.Validate()
+}
+
+// Validate reports the first field out of range, defaults applied.
+func (o OrderedOptions) Validate() error {
+	d := o.withDefaults()
+	switch {
+	case d.Lanes < relayer.LanesMin || d.Lanes > relayer.LanesMax:
+		return fmt.Errorf("%w: Lanes must be %d to %d, got %d", ErrInvalidOptions, relayer.LanesMin, relayer.LanesMax, o.Lanes)
+	case d.LeaseDuration < LaneLeaseDurationMin || d.LeaseDuration > LaneLeaseDurationMax:
+		return fmt.Errorf("%w: LeaseDuration must be %s to %s, got %s", ErrInvalidOptions, LaneLeaseDurationMin, LaneLeaseDurationMax, o.LeaseDuration)
+	case d.PollInterval <= 0 || d.PollInterval >= d.LeaseDuration/3:
+		return fmt.Errorf("%w: PollInterval must be positive and less than a third of LeaseDuration (%s), got %s", ErrInvalidOptions, d.LeaseDuration, d.PollInterval)
+	case d.BatchSize < 1 || d.BatchSize > BatchSizeMax:
+		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
+	}
+	return nil
+}
+
+func (o OrderedOptions) withDefaults() OrderedOptions {
+	if o.Lanes == 0 {
+		o.Lanes = relayer.LanesDefault
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = LaneLeaseDurationDefault
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = OrderedPollDefault
+		if o.PollInterval >= o.LeaseDuration/3 {
+			o.PollInterval = o.LeaseDuration / 4
+		}
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = BatchSizeDefault
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// workerNames holds the names of this process's ordered dispatchers.
+var workerNames = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: make(map[string]bool)}
+
+// Ordered delivers ordered rows in per-key order through leased lanes shared by
+// every ordered worker on the same tables.
+//
+// Each instance keeps a membership lease ("member:<instance id>") alive on the
+// database clock from its own goroutine, so slow sends never delay it. Live
+// members sorted by id divide the lanes by rank. The worker goroutine probes
+// its lanes with one read-only query per scan, and for each lane whose head is
+// ready runs one batch in a transaction on its pinned connection:
+//
+//  1. take or renew the lane lease ("lane:<n>"): a conditional upsert that
+//     succeeds only if the lease is free, expired or already this instance's,
+//     and that keeps the lease row locked until the transaction ends, so no
+//     second connected owner can take the lane even after expiry;
+//  2. read the lane's head rows in id order and admit the prefix before the
+//     first row that is not due or is claimed (a later row never overtakes its
+//     head);
+//  3. claim the admitted prefix with one UPDATE (statements are batched per
+//     lane: one claim for the prefix and one fenced delete for the sent
+//     prefix, instead of a claim and a delete per row);
+//  4. send the rows one by one, stopping at the first failure, and admitting
+//     no new row after a quarter of the lease has passed;
+//  5. delete the sent prefix with one fenced DELETE, record the failed row's
+//     attempt and error, release the claims of the rest, and commit. If the
+//     database cannot confirm this, the transaction rolls back and the rows
+//     are sent again.
+//
+// The whole batch runs under a deadline of half the lease.
+type Ordered struct {
+	name     string
+	instance string
+	token    uuid.UUID
+	db       *sql.DB
+	opts     OrderedOptions
+	store    *store.Store
+	routes   *relayer.Routes
+	sender   *sender
+	stats    counters
+
+	assigned atomic.Pointer[[]int]
+	members  atomic.Int64
+	wake     chan struct{}
+	quit     chan struct{} // closed by Stop: finish the batch in flight, then leave
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewOrdered returns an ordered dispatcher named name (explicit and
+// case-sensitive; two dispatchers of one name cannot coexist in a process). It
+// validates everything that needs no I/O; [Ordered.Start] checks the ordered
+// routes' capabilities.
+func NewOrdered(db *sql.DB, outbox relayer.Outbox, name string, opts OrderedOptions) (*Ordered, error) {
+	if db == nil {
+		return nil, fmt.Errorf("dispatch: NewOrdered: %w", store.ErrNilDB)
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: the worker name is empty", ErrInvalidOptions)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if outbox.Lanes != 0 && outbox.Lanes != opts.Lanes {
+		return nil, fmt.Errorf("%w: Lanes %d differs from the outbox's %d; writers and workers must agree", ErrInvalidOptions, opts.Lanes, outbox.Lanes)
+	}
+	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	if err != nil {
+		return nil, err
+	}
+	transports, err := checkTransports(outbox)
+	if err != nil {
+		return nil, err
+	}
+	routes := &relayer.Routes{}
+	if outbox.Routes != nil {
+		routes = outbox.Routes.Clone()
+	}
+	workerNames.Lock()
+	defer workerNames.Unlock()
+	if workerNames.m[name] {
+		return nil, fmt.Errorf("%w: %q", ErrDuplicateWorker, name)
+	}
+	workerNames.m[name] = true
+	o := &Ordered{
+		name:     name,
+		instance: uuid.NewString(),
+		token:    uuid.New(),
+		db:       db,
+		opts:     opts,
+		store:    st,
+		routes:   routes,
+		wake:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	o.sender = &sender{
+		transports: transports,
+		caps:       newCapCache(CapabilityCacheSize),
+		batchSize:  opts.BatchSize,
+		claimFor:   opts.LeaseDuration / 2,
+		logger:     opts.Logger,
+		stats:      &o.stats,
+	}
+	empty := []int{}
+	o.assigned.Store(&empty)
+	return o, nil
+}
+
+// Options returns the effective options.
+func (o *Ordered) Options() OrderedOptions { return o.opts }
+
+// Name returns the worker's name.
+func (o *Ordered) Name() string { return o.name }
+
+// Stats returns the worker's counters.
+func (o *Ordered) Stats() Stats { return o.stats.snapshot() }
+
+// Lanes returns the lanes currently assigned to this instance.
+func (o *Ordered) Lanes() []int { return slices.Clone(*o.assigned.Load()) }
+
+// Wake makes a waiting worker scan now.
+func (o *Ordered) Wake() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+func requireOrdering(c relayer.Capabilities) error {
+	if !c.OrderedByKey {
+		return errors.New("the endpoint does not report OrderedByKey, so it cannot keep per-key order")
+	}
+	return nil
+}
+
+// Start checks every ordered route's endpoint for native key ordering, joins
+// the membership, and starts the worker. It runs until [Ordered.Stop] or until
+// ctx ends.
+func (o *Ordered) Start(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.started {
+		return errors.New("dispatch: ordered dispatcher already started")
+	}
+	if o.stopped {
+		return ErrStopped
+	}
+	for typ, r := range o.routes.All() {
+		if !r.Ordered {
+			continue
+		}
+		tr, ok := o.sender.transports[r.Transport]
+		if !ok {
+			return fmt.Errorf("%w: ordered route of %q names transport %q, which is not registered", ErrInvalidOptions, typ, r.Transport)
+		}
+		if _, err := o.sender.caps.getChecked(ctx, endpoint{r.Transport, r.Destination}, tr, requireOrdering); err != nil {
+			return fmt.Errorf("%w: ordered route of %q: %w", ErrInvalidOptions, typ, err)
+		}
+	}
+	if err := o.heartbeat(ctx); err != nil {
+		return fmt.Errorf("dispatch: join membership: %w", err)
+	}
+	o.started = true
+	ctx, o.cancel = context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { o.heartbeats(ctx) })
+	wg.Go(func() { o.run(ctx) })
+	go func() {
+		wg.Wait()
+		o.leave()
+		close(o.done)
+	}()
+	return nil
+}
+
+// Stop lets the batch in flight finish and commit, then releases the worker's
+// membership and lane leases so that other members take over at once; a crash
+// instead leaves them to expire. If ctx ends first, the batch is cancelled (it
+// rolls back, and its rows are sent again by the next owner) and Stop returns
+// ctx's error. Stop is idempotent.
+func (o *Ordered) Stop(ctx context.Context) error {
+	o.mu.Lock()
+	started, stopped := o.started, o.stopped
+	o.stopped = true
+	if !stopped {
+		close(o.quit)
+	}
+	o.mu.Unlock()
+	if !stopped {
+		defer func() {
+			workerNames.Lock()
+			delete(workerNames.m, o.name)
+			workerNames.Unlock()
+		}()
+	}
+	if !started {
+		return nil
+	}
+	select {
+	case <-o.done:
+		return nil
+	case <-ctx.Done():
+	}
+	o.cancel()
+	<-o.done
+	return ctx.Err()
+}
+
+// leave releases every lease this instance holds.
+func (o *Ordered) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := o.store.ReleaseLeases(ctx, o.token); err != nil {
+		o.opts.Logger.Warn("dispatch: ordered leases not released; they expire by themselves",
+			slog.String("worker", o.name), slog.String("error", err.Error()))
+	}
+}
+
+// heartbeat renews membership and recomputes this instance's lanes.
+func (o *Ordered) heartbeat(ctx context.Context) error {
+	member := store.Lease{Name: store.MemberLeaseName(o.instance), Owner: o.name, Token: o.token}
+	members, err := o.store.Heartbeat(ctx, member, o.opts.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	rank := slices.Index(members, member.Name)
+	if rank < 0 {
+		return errors.New("own membership missing after heartbeat")
+	}
+	lanes := laneShare(rank, len(members), o.opts.Lanes)
+	o.assigned.Store(&lanes)
+	o.members.Store(int64(len(members)))
+	return nil
+}
+
+// heartbeats runs on its own goroutine and pooled connections, never behind a
+// slow send. When heartbeats fail for a whole lease, the instance gives up its
+// lanes, since the others may already have taken them.
+func (o *Ordered) heartbeats(ctx context.Context) {
+	every := o.opts.LeaseDuration / 3
+	last := time.Now()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.quit:
+			return
+		case <-t.C:
+		}
+		if err := o.heartbeat(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			o.opts.Logger.Error("dispatch: ordered heartbeat failed", slog.String("worker", o.name), slog.String("error", err.Error()))
+			if time.Since(last) >= o.opts.LeaseDuration {
+				empty := []int{}
+				o.assigned.Store(&empty)
+			}
+			continue
+		}
+		last = time.Now()
+	}
+}
+
+// laneShare returns the lanes of the member of the given rank: members split
+// the lanes into contiguous ranges whose sizes differ by at most one.
+func laneShare(rank, members, lanes int) []int {
+	if members <= 0 || rank < 0 || rank >= members {
+		return nil
+	}
+	from, to := rank*lanes/members, (rank+1)*lanes/members
+	share := make([]int, 0, to-from)
+	for l := from; l < to; l++ {
+		share = append(share, l)
+	}
+	return share
+}
+
+func (o *Ordered) run(ctx context.Context) {
+	conn := newWorkerConn(o.db, o.store)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		conn.release(cctx)
+		cancel()
+	}()
+	held := map[int]bool{} // lanes whose lease this instance took
+	var buf []store.Row
+	for ctx.Err() == nil && !o.quitting() {
+		lanes := *o.assigned.Load()
+		o.releaseSurplus(ctx, conn, held, lanes)
+		progress := false
+		st, err := conn.store(ctx)
+		var ready []int
+		if err == nil {
+			ready, err = st.ProbeLanes(ctx, lanes, o.token)
+		}
+		if err != nil {
+			conn.broken()
+			o.logError("dispatch: ordered probe", err)
+		}
+		for _, lane := range ready {
+			if ctx.Err() != nil || o.quitting() || !slices.Contains(*o.assigned.Load(), lane) {
+				continue // stopping, or the share changed during this scan
+			}
+			var p bool
+			buf, p, err = o.batch(ctx, conn, buf, lane)
+			if err != nil {
+				conn.broken()
+				o.logError("dispatch: ordered batch", err, slog.Int("lane", lane))
+				continue
+			}
+			if p {
+				held[lane] = true
+				progress = true
+			}
+		}
+		if !progress {
+			t := time.NewTimer(o.opts.PollInterval)
+			select {
+			case <-ctx.Done():
+			case <-o.quit:
+			case <-t.C:
+			case <-o.wake:
+			}
+			t.Stop()
+		}
+	}
+}
+
+func (o *Ordered) quitting() bool {
+	select {
+	case <-o.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseSurplus gives up the leases of lanes that left this instance's share;
+// it runs between batches, so a lane is only released after its batch
+// committed.
+func (o *Ordered) releaseSurplus(ctx context.Context, conn *workerConn, held map[int]bool, share []int) {
+	for lane := range held {
+		if slices.Contains(share, lane) {
+			continue
+		}
+		st, err := conn.store(ctx)
+		if err == nil {
+			err = st.ReleaseLease(ctx, store.Lease{Name: store.LaneLeaseName(lane), Token: o.token})
+		}
+		if err != nil {
+			conn.broken()
+			o.logError("dispatch: release lane", err, slog.Int("lane", lane))
+			return
+		}
+		delete(held, lane)
+	}
+}
+
+func (o *Ordered) logError(msg string, err error, attrs ...any) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	o.opts.Logger.Error(msg, append([]any{slog.String("worker", o.name), slog.String("error", err.Error())}, attrs...)...)
+}
+
+// batch runs one lane batch in a transaction (see the type's documentation).
+// It reports progress when at least one row was sent and deleted, so that a
+// head that keeps failing backs off by PollInterval instead of spinning.
+func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, lane int) ([]store.Row, bool, error) {
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, start.Add(o.opts.LeaseDuration/2))
+	defer cancel()
+	admitUntil := start.Add(o.opts.LeaseDuration / 4)
+
+	tx, st, err := conn.begin(ctx)
+	if err != nil {
+		return buf, false, err
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	lease := store.Lease{Name: store.LaneLeaseName(lane), Owner: o.name, Token: o.token}
+	held, _, err := st.AcquireLease(ctx, lease, o.opts.LeaseDuration)
+	if err != nil || !held {
+		return buf, false, err
+	}
+	buf, err = st.ReadLaneHead(ctx, buf, lane, o.opts.BatchSize)
+	if err != nil {
+		return buf, false, err
+	}
+	now := time.Now()
+	admitted := 0
+	for admitted < len(buf) {
+		r := &buf[admitted]
+		if r.DeliverAt.After(now) || r.ClaimedUntil.After(now) {
+			break // a scheduled or claimed head stalls the lane; nothing overtakes it
+		}
+		admitted++
+	}
+	if admitted == 0 {
+		return buf, false, nil
+	}
+	rows := buf[:admitted]
+	ids := make([]uuid.UUID, admitted)
+	for i := range rows {
+		ids[i] = rows[i].ID
+	}
+	claim := store.NewClaim(now, o.opts.LeaseDuration/2)
+	n, err := st.ClaimLaneRows(ctx, ids, claim, now)
+	if err != nil {
+		return buf, false, err
+	}
+	if n != int64(admitted) {
+		return buf, false, fmt.Errorf("lane %d: claimed %d of %d head rows under the lane lock", lane, n, admitted)
+	}
+
+	sent := 0
+	var failure *store.Failure
+	reuse := true
+	for i := range rows {
+		if i > 0 && time.Now().After(admitUntil) {
+			break // keep the rest of the deadline for committing the confirmed prefix
+		}
+		tr, err := o.resolve(ctx, &rows[i].Message)
+		if err == nil {
+			err = send(ctx, tr, []*relayer.Message{&rows[i].Message}, claim.Until)
+			if errors.Is(err, errAbandoned) {
+				reuse = false
+			}
+		}
+		if err != nil {
+			failure = &store.Failure{ID: rows[i].ID, Error: err.Error()}
+			break
+		}
+		sent++
+	}
+	if !reuse {
+		buf = nil
+	}
+	o.stats.sent.Add(uint64(sent))
+	if sent > 0 {
+		n, err := st.CompleteBatch(ctx, ids[:sent], claim.Token, time.Now())
+		if err != nil {
+			return buf, false, err
+		}
+		if n != int64(sent) {
+			return buf, false, fmt.Errorf("lane %d: deleted %d of %d sent rows; rolling back, they will be sent again", lane, n, sent)
+		}
+	}
+	rest := ids[sent:]
+	if failure != nil {
+		if ok, err := st.Fail(ctx, failure.ID, claim.Token, failure.Error, time.Now()); err != nil {
+			return buf, false, err
+		} else if ok {
+			o.stats.failed.Add(1)
+		}
+		o.opts.Logger.Warn("dispatch: ordered send failed; the lane waits at this row",
+			slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", failure.ID.String()),
+			slog.String("error", failure.Error))
+		rest = rest[1:]
+	}
+	if len(rest) > 0 {
+		if _, err := st.ReleaseBatch(ctx, rest, claim.Token, time.Now()); err != nil {
+			return buf, false, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return buf, false, err
+	}
+	o.stats.deleted.Add(uint64(sent))
+	return buf, sent > 0, nil
+}
+
+// resolve finds the transport of an ordered row and checks that its endpoint
+// keeps per-key order. Its errors are recorded on the row.
+func (o *Ordered) resolve(ctx context.Context, m *relayer.Message) (relayer.Transport, error) {
+	if m.Key == "" {
+		return nil, errors.New("ordered row has no ordering key")
+	}
+	tr, ok := o.sender.transports[m.Transport]
+	if !ok {
+		return nil, fmt.Errorf("transport %q is not registered with this worker", m.Transport)
+	}
+	if _, err := o.sender.caps.getChecked(ctx, endpoint{m.Transport, m.Destination}, tr, requireOrdering); err != nil {
+		return nil, err
+	}
+	return tr, nil
+}

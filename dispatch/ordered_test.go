@@ -1,0 +1,69 @@
+package dispatch
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLaneShareSplitsEvenly(t *testing.T) {
+	t.Parallel()
+	for _, lanes := range []int{1, 2, 3, 7, 32, 100, 65536} {
+		for members := 1; members <= 9; members++ {
+			seen := make([]int, lanes)
+			minSize, maxSize := lanes+1, -1
+			for rank := range members {
+				share := laneShare(rank, members, lanes)
+				minSize, maxSize = min(minSize, len(share)), max(maxSize, len(share))
+				for _, l := range share {
+					seen[l]++
+				}
+			}
+			for l, n := range seen {
+				if n != 1 {
+					t.Fatalf("lanes %d, members %d: lane %d assigned %d times", lanes, members, l, n)
+				}
+			}
+			if maxSize-minSize > 1 {
+				t.Errorf("lanes %d, members %d: shares from %d to %d lanes", lanes, members, minSize, maxSize)
+			}
+		}
+	}
+	if laneShare(3, 3, 10) != nil || laneShare(0, 0, 10) != nil {
+		t.Error("out-of-range rank got lanes")
+	}
+}
+
+func TestOrderedOptionsValidate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		o     OrderedOptions
+		field string
+	}{
+		{OrderedOptions{Lanes: -1}, "Lanes"},
+		{OrderedOptions{Lanes: 65537}, "Lanes"},
+		{OrderedOptions{LeaseDuration: 500 * time.Millisecond}, "LeaseDuration"},
+		{OrderedOptions{LeaseDuration: 2 * time.Hour}, "LeaseDuration"},
+		{OrderedOptions{PollInterval: -time.Second}, "PollInterval"},
+		{OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: time.Second}, "PollInterval"},
+		{OrderedOptions{BatchSize: -1}, "BatchSize"},
+		{OrderedOptions{BatchSize: 10001}, "BatchSize"},
+	} {
+		if err := c.o.Validate(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("Validate(%+v) = %v, want an error naming %s", c.o, err, c.field)
+		}
+	}
+	for _, ok := range []OrderedOptions{{}, {Lanes: 1}, {Lanes: 65536}, {LeaseDuration: time.Second}, {LeaseDuration: time.Hour, PollInterval: 19 * time.Minute}} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v", ok, err)
+		}
+	}
+	o, err := LoadOrderedOptions(MapSource(map[string]string{"Lanes": "64", "LeaseDuration": "10s", "PollInterval": "500ms", "BatchSize": "50"}))
+	if err != nil || o.Lanes != 64 || o.LeaseDuration != 10*time.Second || o.PollInterval != 500*time.Millisecond || o.BatchSize != 50 {
+		t.Errorf("LoadOrderedOptions = %+v, %v", o, err)
+	}
+	if _, err := LoadOrderedOptions(MapSource(map[string]string{"PollInterval": "20s"})); err == nil || !strings.Contains(err.Error(), "PollInterval") {
+		t.Errorf("a poll interval over a third of the default lease: %v", err)
+	}
+}

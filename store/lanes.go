@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Ordered lanes: the statements an ordered dispatcher runs. Lane and member
+// leases live in the leases table under the names "lane:<n>" and
+// "member:<instance>".
+
+// LaneLeaseName returns the lease name of a lane.
+func LaneLeaseName(lane int) string { return "lane:" + strconv.Itoa(lane) }
+
+// MemberLeaseName returns the lease name of a worker instance.
+func MemberLeaseName(instance string) string { return "member:" + instance }
+
+// ProbeLanes returns, in one read-only statement, those of lanes whose head
+// (first row that is not parked and whose key has no parked row) is due and
+// unclaimed, and whose lease is free, expired, or held by token. It writes
+// nothing, so empty and stalled lanes cost no lease writes.
+func (s *Store) ProbeLanes(ctx context.Context, lanes []int, token uuid.UUID) ([]int, error) {
+	if len(lanes) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, l := range lanes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(l))
+	}
+	b.WriteByte('}')
+	rows, err := s.db.QueryContext(ctx, s.q.laneProbe, b.String(), token)
+	if err != nil {
+		return nil, wrap(ctx, "probe lanes", err)
+	}
+	defer rows.Close()
+	var ready []int
+	for rows.Next() {
+		var l int
+		if err := rows.Scan(&l); err != nil {
+			return nil, wrap(ctx, "probe lanes", err)
+		}
+		ready = append(ready, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "probe lanes", err)
+	}
+	return ready, nil
+}
+
+// ReadLaneHead appends to dst[:0] the first limit rows of a lane in id order
+// that are not parked and whose key has no parked row, whether due and
+// unclaimed or not: the caller sends only the prefix before the first row it
+// may not send yet, so that no row overtakes its head.
+func (s *Store) ReadLaneHead(ctx context.Context, dst []Row, lane, limit int) ([]Row, error) {
+	if limit <= 0 {
+		return dst[:0], fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.laneHead, lane, limit)
+	if err != nil {
+		return dst[:0], wrap(ctx, "read lane head", err)
+	}
+	return scanRows(ctx, "read lane head", rows, dst[:0])
+}
+
+// ClaimLaneRows claims ordered rows by id in one statement, those that are
+// eligible at now, and returns how many it claimed.
+func (s *Store) ClaimLaneRows(ctx context.Context, ids []uuid.UUID, c Claim, now time.Time) (int64, error) {
+	now = pgTime(now)
+	if err := c.validate(now); err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.affected(ctx, "claim lane rows", s.q.laneClaim, uuidArray(ids), c.Token, pgTime(c.Until), now)
+}
+
+// ReleaseLeases deletes every lease held by token: a worker's membership and
+// lanes, on graceful stop.
+func (s *Store) ReleaseLeases(ctx context.Context, token uuid.UUID) error {
+	_, err := s.db.ExecContext(ctx, s.q.releaseOwner, token)
+	return wrap(ctx, "release leases", err)
+}
+
+// Heartbeat renews a worker's membership lease for d, removes expired member
+// rows, and returns the live members' lease names in sorted order.
+func (s *Store) Heartbeat(ctx context.Context, member Lease, d time.Duration) ([]string, error) {
+	held, _, err := s.AcquireLease(ctx, member, d)
+	if err != nil {
+		return nil, err
+	}
+	if !held {
+		return nil, fmt.Errorf("store: heartbeat: membership %q is held by another token", member.Name)
+	}
+	if _, err := s.db.ExecContext(ctx, s.q.pruneMembers); err != nil {
+		return nil, wrap(ctx, "prune members", err)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.liveMembers)
+	if err != nil {
+		return nil, wrap(ctx, "live members", err)
+	}
+	defer rows.Close()
+	var members []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, wrap(ctx, "live members", err)
+		}
+		members = append(members, name)
+	}
+	return members, wrap(ctx, "live members", rows.Err())
+}
