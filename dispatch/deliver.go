@@ -1,10 +1,12 @@
 package dispatch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -50,10 +52,10 @@ func (c *counters) snapshot() Stats {
 	}
 }
 
-// group is the unordered rows of one (transport, destination), by id.
+// group is the notified rows of one (transport, destination).
 type group struct {
 	endpoint
-	ids []uuid.UUID
+	msgs []*relayer.Message
 }
 
 // groupRows groups rows by endpoint in order of first appearance.
@@ -68,7 +70,7 @@ func groupRows(rows []relayer.Message) []group {
 			index[e] = g
 			groups = append(groups, group{endpoint: e})
 		}
-		groups[g].ids = append(groups[g].ids, rows[i].ID)
+		groups[g].msgs = append(groups[g].msgs, &rows[i])
 	}
 	return groups
 }
@@ -83,7 +85,11 @@ type sender struct {
 	claimFor   time.Duration
 	logger     *slog.Logger
 	stats      *counters
-	rows       []store.Row
+	ids        []uuid.UUID
+	claimed    []uuid.UUID
+	// tainted is set when a transport call was abandoned and may still read
+	// the messages it was given: their owner must not reuse that memory.
+	tainted bool
 }
 
 // resolve returns the transport of an endpoint and the largest chunk to send
@@ -113,81 +119,91 @@ func (s *sender) resolve(ctx context.Context, e endpoint, rows int) (relayer.Tra
 // statement, after which the caller drops its connection; transport failures
 // are recorded on the rows and logged.
 func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
-	tr, size, ok := s.resolve(ctx, g.endpoint, len(g.ids))
+	tr, size, ok := s.resolve(ctx, g.endpoint, len(g.msgs))
 	if !ok {
 		return nil
 	}
-	for start := 0; start < len(g.ids); start += size {
-		if err := s.deliverChunk(ctx, conn, tr, g.endpoint, g.ids[start:min(start+size, len(g.ids))]); err != nil {
+	for start := 0; start < len(g.msgs); start += size {
+		if err := s.deliverChunk(ctx, conn, tr, g.endpoint, g.msgs[start:min(start+size, len(g.msgs))]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, e endpoint, ids []uuid.UUID) error {
+// deliverChunk claims notified rows by id and sends the ones it claimed. The
+// claim returns ids only: the notification already holds each row's stored
+// bytes, so they are not read back.
+func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, e endpoint, msgs []*relayer.Message) error {
 	st, err := conn.store(ctx)
 	if err != nil {
 		return fmt.Errorf("pin connection: %w", err)
 	}
+	s.ids = s.ids[:0]
+	for _, m := range msgs {
+		s.ids = append(s.ids, m.ID)
+	}
 	now := time.Now()
 	claim := store.NewClaim(now, s.claimFor)
-	s.rows, err = st.ClaimBatch(ctx, s.rows, ids, claim, now)
+	s.claimed, err = st.ClaimIDs(ctx, s.claimed, s.ids, claim, now)
 	if err != nil {
 		return err
 	}
-	if len(s.rows) == 0 {
+	if len(s.claimed) == 0 {
 		return nil // sent by someone else, not yet due, or gone with a savepoint
 	}
-	abandoned, err := s.sendClaimed(ctx, st, e, tr, s.rows, claim)
-	if abandoned {
-		s.rows = nil
+	if len(s.claimed) < len(msgs) {
+		keep := msgs[:0:0]
+		for _, m := range msgs {
+			if _, found := slices.BinarySearchFunc(s.claimed, m.ID, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }); found {
+				keep = append(keep, m)
+			}
+		}
+		msgs = keep
 	}
+	abandoned, err := s.sendClaimed(ctx, st, e, tr, msgs, claim)
+	s.tainted = s.tainted || abandoned
 	return err
 }
 
-// sendClaimed sends rows, all claimed with claim, and settles the outcome. It
+// sendClaimed sends msgs, all claimed with claim, and settles the outcome. It
 // reports abandoned when a transport call was abandoned and may still read the
-// rows: the caller must not reuse their memory.
-func (s *sender) sendClaimed(ctx context.Context, st *store.Store, e endpoint, tr relayer.Transport, rows []store.Row, claim store.Claim) (abandoned bool, err error) {
+// messages: the caller must not reuse their memory.
+func (s *sender) sendClaimed(ctx context.Context, st *store.Store, e endpoint, tr relayer.Transport, msgs []*relayer.Message, claim store.Claim) (abandoned bool, err error) {
 	if !time.Now().Before(claim.Until) {
 		s.stats.expired.Add(1)
 		s.logger.Warn("dispatch: claim expired before sending; not sending",
-			slog.String("transport", e.transport), slog.String("destination", e.destination), slog.Int("rows", len(rows)))
+			slog.String("transport", e.transport), slog.String("destination", e.destination), slog.Int("rows", len(msgs)))
 		return false, nil
 	}
-	msgs := make([]*relayer.Message, len(rows))
-	for i := range rows {
-		msgs[i] = &rows[i].Message
-	}
 	sendErr := send(ctx, tr, msgs, claim.Until)
-	return errors.Is(sendErr, errAbandoned), s.settle(ctx, st, e, rows, claim.Token, sendErr)
+	return errors.Is(sendErr, errAbandoned), s.settle(ctx, st, e, msgs, claim.Token, sendErr)
 }
 
 // settle records the outcome of a send: deletes what the broker accepted and
 // records the failures, both fenced by the claim token.
-func (s *sender) settle(ctx context.Context, st *store.Store, g endpoint, rows []store.Row, token uuid.UUID, sendErr error) error {
+func (s *sender) settle(ctx context.Context, st *store.Store, g endpoint, msgs []*relayer.Message, token uuid.UUID, sendErr error) error {
 	var accepted []uuid.UUID
 	var failures []store.Failure
 	var batchErr *relayer.BatchError
 	switch {
 	case sendErr == nil:
-		accepted = make([]uuid.UUID, len(rows))
-		for i := range rows {
-			accepted[i] = rows[i].ID
+		accepted = make([]uuid.UUID, len(msgs))
+		for i, m := range msgs {
+			accepted[i] = m.ID
 		}
-	case errors.As(sendErr, &batchErr) && len(batchErr.Errs) == len(rows):
-		for i := range rows {
+	case errors.As(sendErr, &batchErr) && len(batchErr.Errs) == len(msgs):
+		for i, m := range msgs {
 			if err := batchErr.Errs[i]; err != nil {
-				failures = append(failures, store.Failure{ID: rows[i].ID, Error: err.Error()})
+				failures = append(failures, store.Failure{ID: m.ID, Error: err.Error()})
 			} else {
-				accepted = append(accepted, rows[i].ID)
+				accepted = append(accepted, m.ID)
 			}
 		}
 	default:
-		failures = make([]store.Failure, len(rows))
-		for i := range rows {
-			failures[i] = store.Failure{ID: rows[i].ID, Error: sendErr.Error()}
+		failures = make([]store.Failure, len(msgs))
+		for i, m := range msgs {
+			failures[i] = store.Failure{ID: m.ID, Error: sendErr.Error()}
 		}
 	}
 	s.stats.sent.Add(uint64(len(accepted)))

@@ -344,6 +344,9 @@ func (d *Direct) run(ctx context.Context) {
 			}
 		}
 		d.dispatch(ctx, conn, rows)
+		if d.sender.tainted {
+			rows, d.sender.tainted = nil, false // an abandoned send may still read them
+		}
 	}
 }
 
@@ -357,7 +360,7 @@ func (d *Direct) dispatch(ctx context.Context, conn *workerConn, rows []relayer.
 			if ctx.Err() == nil {
 				d.opts.Logger.Error("dispatch: database error; group left for recovery",
 					slog.String("transport", g.transport), slog.String("destination", g.destination),
-					slog.Int("rows", len(g.ids)), slog.String("error", err.Error()))
+					slog.Int("rows", len(g.msgs)), slog.String("error", err.Error()))
 			}
 		}
 	}

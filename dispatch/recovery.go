@@ -328,8 +328,12 @@ func (r *Recovery) batch(ctx context.Context, conn *workerConn, buf []store.Row,
 			}
 			continue
 		}
-		for start := 0; start < len(g.rows); start += size {
-			abandoned, err := r.sender.sendClaimed(ctx, st, g.endpoint, tr, g.rows[start:min(start+size, len(g.rows))], claim)
+		msgs := make([]*relayer.Message, len(g.rows))
+		for i := range g.rows {
+			msgs[i] = &g.rows[i].Message
+		}
+		for start := 0; start < len(msgs); start += size {
+			abandoned, err := r.sender.sendClaimed(ctx, st, g.endpoint, tr, msgs[start:min(start+size, len(msgs))], claim)
 			if abandoned {
 				reuse = false
 			}

@@ -51,6 +51,7 @@ func TestWorkerSessionsAvoidFrozenPlans(t *testing.T) {
 		{"readUnordered", s.q.readUnordered, id + ", " + now + ", 100"},
 		{"claim", s.q.claim, id + ", " + id + ", " + now + ", " + now},
 		{"claimBatch", s.q.claimBatch, ids + ", " + id + ", " + now + ", " + now},
+		{"claimIDs", s.q.claimIDs, ids + ", " + id + ", " + now + ", " + now},
 		{"renew", s.q.renew, id + ", " + id + ", " + now + ", " + now},
 		{"complete", s.q.complete, id + ", " + id + ", " + now},
 		{"completeBatch", s.q.completeBatch, ids + ", " + id + ", " + now},

@@ -12,6 +12,7 @@ type queries struct {
 	countDead     string
 	claim         string
 	claimBatch    string
+	claimIDs      string
 	renew         string
 	complete      string
 	completeBatch string
@@ -64,6 +65,14 @@ WHERE id = ANY(ARRAY(
     WHERE id = ANY($1::uuid[]) AND ` + elig("$4") + `
     FOR UPDATE SKIP LOCKED))
 RETURNING ` + rowColumns,
+		// claimIDs is claimBatch returning only the ids, for callers that hold the
+		// rows' content already.
+		claimIDs: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
+WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + n.outbox + `
+    WHERE id = ANY($1::uuid[]) AND ` + elig("$4") + `
+    FOR UPDATE SKIP LOCKED))
+RETURNING id`,
 		// Recovery's claim: the next due unordered rows after a cursor, in id
 		// order, skipping rows other workers are claiming right now.
 		claimNext: `UPDATE ` + n.outbox + ` SET claim_token = $3, claimed_until = $4

@@ -550,3 +550,24 @@ func TestCorruptHeadersFailExplicitly(t *testing.T) {
 		}
 	})
 }
+
+func TestClaimIDsReturnsOnlyWhatItClaimed(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		m1, m2, m3 := b.unordered(t), b.unordered(t), b.unordered(t)
+		b.insert(t, m3, m2, m1)
+		other := store.Claim{Token: uuid.New(), Until: b.t0.Add(time.Minute)}
+		if ok, _ := b.store.Claim(ctx, m2.ID, other, b.t0); !ok {
+			t.Fatal("claim failed")
+		}
+		c := store.Claim{Token: uuid.New(), Until: b.t0.Add(time.Minute)}
+		got, err := b.store.ClaimIDs(ctx, nil, []uuid.UUID{m3.ID, m2.ID, m1.ID, newID(t)}, c, b.t0)
+		if want := sortedIDs(m1, m3); err != nil || !slices.Equal(got, want) {
+			t.Errorf("ClaimIDs = %v, %v; want %v", got, err, want)
+		}
+		if n, _ := b.store.CompleteBatch(ctx, got, c.Token, b.t0); n != 2 {
+			t.Errorf("the claimed ids were not held by the claim: deleted %d", n)
+		}
+	})
+}

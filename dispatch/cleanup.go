@@ -1,0 +1,382 @@
+package dispatch
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Cleanup defaults and limits.
+const (
+	// CleanupInboxRetentionDefault keeps inbox records for seven days: the
+	// default deduplication window.
+	CleanupInboxRetentionDefault = 7 * 24 * time.Hour
+	CleanupDeadRetentionDefault  = 30 * 24 * time.Hour
+	// CleanupRetentionMin is the shortest retention accepted, for either table.
+	// It guards against a unit mistake (InboxRetention: 7 is 7ns), which would
+	// silently switch deduplication off.
+	CleanupRetentionMin         = time.Minute
+	CleanupBatchSizeDefault     = 1000
+	CleanupIntervalDefault      = time.Minute
+	CleanupLeaseDurationDefault = 30 * time.Second
+	// CleanupLeaseName names the lease row that lets one cleanup instance per
+	// outbox work at a time.
+	CleanupLeaseName = "cleanup"
+)
+
+// CleanupOptions configure a [Cleanup] worker. The zero value of each field
+// means its default.
+type CleanupOptions struct {
+	// InboxRetention is how long consumer inbox records are kept.
+	//
+	// THIS IS THE DEDUPLICATION WINDOW. A message redelivered after its inbox
+	// record was deleted is not recognized as a duplicate, and its handler runs
+	// again. Choose it longer than the longest time a message can take to be
+	// delivered again: broker retention and redelivery delays, consumer
+	// downtime, replays from an old offset, and a stuck outbox row being
+	// retried. At least 1 minute. Default: 7 days (168h).
+	InboxRetention time.Duration
+	// DeadRetention is how long dead letters are kept, counted from when they
+	// were moved to the dead-letter table; after it they can no longer be
+	// inspected or redriven. At least 1 minute. Default: 30 days (720h).
+	DeadRetention time.Duration
+	// BatchSize bounds the rows one DELETE statement removes, 1 to 10,000, so
+	// that a large backlog is deleted in short statements. Default: 1000.
+	BatchSize int
+	// Interval is the wait between two passes. Default: 1m.
+	Interval time.Duration
+	// LeaseDuration is how long the cleanup lease lasts without renewal; a pass
+	// renews it every third of it. Between passes longer apart than the lease,
+	// another instance may take it. At least 10ms. Default: 30s.
+	LeaseDuration time.Duration
+	// Owner describes this instance in the lease row. Default: host name and
+	// process id.
+	Owner string
+	// Logger receives the worker's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// LoadCleanupOptions reads InboxRetention, DeadRetention, BatchSize, Interval
+// and LeaseDuration from a configuration source. Durations are Go durations:
+// "168h", not "7d".
+func LoadCleanupOptions(src Source) (CleanupOptions, error) {
+	var o CleanupOptions
+	l := loader{src: src}
+	l.duration("InboxRetention", &o.InboxRetention)
+	l.duration("DeadRetention", &o.DeadRetention)
+	l.int("BatchSize", &o.BatchSize)
+	l.duration("Interval", &o.Interval)
+	l.duration("LeaseDuration", &o.LeaseDuration)
+	if l.err != nil {
+		return CleanupOptions{}, l.err
+	}
+	return o, o.Validate()
+}
+
+// Validate reports the first field out of range.
+func (o CleanupOptions) Validate() error {
+	switch {
+	case o.InboxRetention < 0 || o.InboxRetention > 0 && o.InboxRetention < CleanupRetentionMin:
+		return fmt.Errorf("%w: InboxRetention must be at least %s, got %s", ErrInvalidOptions, CleanupRetentionMin, o.InboxRetention)
+	case o.DeadRetention < 0 || o.DeadRetention > 0 && o.DeadRetention < CleanupRetentionMin:
+		return fmt.Errorf("%w: DeadRetention must be at least %s, got %s", ErrInvalidOptions, CleanupRetentionMin, o.DeadRetention)
+	case o.BatchSize < 0 || o.BatchSize > BatchSizeMax:
+		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
+	case o.Interval < 0:
+		return fmt.Errorf("%w: Interval must be positive, got %s", ErrInvalidOptions, o.Interval)
+	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < 10*time.Millisecond:
+		return fmt.Errorf("%w: LeaseDuration must be at least 10ms, got %s", ErrInvalidOptions, o.LeaseDuration)
+	}
+	return nil
+}
+
+func (o CleanupOptions) withDefaults() CleanupOptions {
+	if o.InboxRetention == 0 {
+		o.InboxRetention = CleanupInboxRetentionDefault
+	}
+	if o.DeadRetention == 0 {
+		o.DeadRetention = CleanupDeadRetentionDefault
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = CleanupBatchSizeDefault
+	}
+	if o.Interval == 0 {
+		o.Interval = CleanupIntervalDefault
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = CleanupLeaseDurationDefault
+	}
+	if o.Owner == "" {
+		host, _ := os.Hostname()
+		o.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// CleanupStats are a [Cleanup] worker's counters since it was made.
+type CleanupStats struct {
+	// Runs counts passes completed under the lease.
+	Runs uint64
+	// Skipped counts passes not made because another instance held the lease.
+	Skipped uint64
+	// Failures counts passes ended by an error, or by losing the lease; each is
+	// logged.
+	Failures uint64
+	// InboxDeleted and DeadDeleted count the rows deleted from each table.
+	InboxDeleted uint64
+	DeadDeleted  uint64
+	// InboxStatements and DeadStatements count the DELETE statements run on
+	// each table: a pass runs one per BatchSize rows, plus the short one that
+	// ends it.
+	InboxStatements uint64
+	DeadStatements  uint64
+}
+
+type cleanupCounters struct {
+	runs, skipped, failures                                    atomic.Uint64
+	inboxDeleted, deadDeleted, inboxStatements, deadStatements atomic.Uint64
+}
+
+func (c *cleanupCounters) snapshot() CleanupStats {
+	return CleanupStats{
+		Runs: c.runs.Load(), Skipped: c.skipped.Load(), Failures: c.failures.Load(),
+		InboxDeleted: c.inboxDeleted.Load(), DeadDeleted: c.deadDeleted.Load(),
+		InboxStatements: c.inboxStatements.Load(), DeadStatements: c.deadStatements.Load(),
+	}
+}
+
+// errLeaseLost ends a pass whose lease renewal was refused.
+var errLeaseLost = errors.New("dispatch: cleanup lease lost to another instance")
+
+// Cleanup deletes what an outbox keeps only for a while: consumer inbox
+// records older than InboxRetention and dead letters older than
+// DeadRetention.
+//
+// One instance per outbox works at a time, holding a lease in the leases
+// table; others skip their pass while it is held. A pass deletes the oldest
+// expired rows of each table, at most BatchSize per statement, until a
+// statement comes back short, renewing the lease every third of
+// LeaseDuration; then the worker waits Interval. Cutoffs are taken from the
+// database's clock, which stamped the rows. The statements skip rows other
+// transactions hold locked rather than wait for them; the next pass takes them.
+//
+// The worker pins a connection from the pool for each pass, tuned like the
+// other workers' (see store.TuneWorkerConn), and returns it between passes.
+type Cleanup struct {
+	db    *sql.DB
+	opts  CleanupOptions
+	store *store.Store
+	lease store.Lease
+	stats cleanupCounters
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewCleanup returns a cleanup worker for the tables of the outbox named by
+// outbox.Schema and outbox.TablePrefix; routes and transports are not used. It
+// validates everything up front and does not touch the database.
+func NewCleanup(db *sql.DB, outbox relayer.Outbox, opts CleanupOptions) (*Cleanup, error) {
+	if db == nil {
+		return nil, fmt.Errorf("dispatch: NewCleanup: %w", store.ErrNilDB)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	if err != nil {
+		return nil, err
+	}
+	return &Cleanup{
+		db:    db,
+		opts:  opts,
+		store: st,
+		lease: store.Lease{Name: CleanupLeaseName, Owner: opts.Owner, Token: uuid.New()},
+		done:  make(chan struct{}),
+	}, nil
+}
+
+// Options returns the effective options, defaults applied.
+func (c *Cleanup) Options() CleanupOptions { return c.opts }
+
+// Stats returns the worker's counters.
+func (c *Cleanup) Stats() CleanupStats { return c.stats.snapshot() }
+
+// Start starts the worker, whose first pass begins at once; it runs until
+// [Cleanup.Stop] or until ctx ends. A worker starts once: Start returns an
+// error when it already started, and [ErrStopped] after Stop.
+func (c *Cleanup) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrStopped
+	}
+	if c.started {
+		return errors.New("dispatch: cleanup already started")
+	}
+	c.started = true
+	ctx, c.cancel = context.WithCancel(ctx)
+	go c.run(ctx)
+	return nil
+}
+
+// Stop cancels the worker, waits for it within ctx, and releases the lease so
+// that another instance can work at once. A statement cut short deletes
+// nothing; the next pass, here or elsewhere, deletes its rows. Stop is
+// idempotent.
+func (c *Cleanup) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	c.stopped = true
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		return nil
+	}
+	c.cancel()
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run starts the worker and blocks until ctx ends or Stop is called.
+func (c *Cleanup) Run(ctx context.Context) error {
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	<-c.done
+	return ctx.Err()
+}
+
+func (c *Cleanup) run(ctx context.Context) {
+	defer close(c.done)
+	conn := newWorkerConn(c.db, c.store)
+	acquired := false // whether this instance may hold the lease
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if acquired {
+			if st, err := conn.store(cctx); err == nil {
+				if err := st.ReleaseLease(cctx, c.lease); err != nil {
+					c.opts.Logger.Warn("dispatch: cleanup lease not released; it expires by itself", slog.String("error", err.Error()))
+				}
+			}
+		}
+		conn.release(cctx)
+	}()
+	for ctx.Err() == nil {
+		held, err := c.pass(ctx, conn)
+		// After an error the lease may still be held; releasing it at the end is
+		// fenced by the token, so trying costs nothing.
+		acquired = held || acquired && err != nil
+		switch {
+		case errors.Is(err, errLeaseLost):
+			c.stats.failures.Add(1)
+			c.opts.Logger.Warn("dispatch: cleanup lease lost during a pass; another instance continues")
+			conn.release(ctx)
+		case err != nil:
+			conn.broken()
+			if ctx.Err() == nil {
+				c.stats.failures.Add(1)
+				c.opts.Logger.Error("dispatch: cleanup pass failed", slog.String("error", err.Error()))
+			}
+		default:
+			conn.release(ctx)
+		}
+		c.idle(ctx)
+	}
+}
+
+func (c *Cleanup) idle(ctx context.Context) {
+	t := time.NewTimer(c.opts.Interval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// pass makes one cleanup pass if it can take the lease. It reports whether it
+// held the lease when it ended.
+func (c *Cleanup) pass(ctx context.Context, conn *workerConn) (held bool, err error) {
+	st, err := conn.store(ctx)
+	if err != nil {
+		return false, err
+	}
+	renewedAt := time.Now()
+	held, until, err := st.AcquireLease(ctx, c.lease, c.opts.LeaseDuration)
+	if err != nil {
+		return false, err
+	}
+	if !held {
+		c.stats.skipped.Add(1)
+		return false, nil
+	}
+	// The lease expires LeaseDuration after the database's now(), the clock
+	// that stamped received_at and dead_at; no round trip of its own is needed
+	// to read it.
+	now := until.Add(-c.opts.LeaseDuration)
+	started := time.Now()
+	tables := []struct {
+		name              string
+		before            time.Time
+		del               func(context.Context, time.Time, int) (int64, error)
+		deleted, executed *atomic.Uint64
+	}{
+		{"inbox", now.Add(-c.opts.InboxRetention), st.DeleteInboxBefore, &c.stats.inboxDeleted, &c.stats.inboxStatements},
+		{"dead", now.Add(-c.opts.DeadRetention), st.DeleteDeadBefore, &c.stats.deadDeleted, &c.stats.deadStatements},
+	}
+	var deleted [2]int64
+	for i, t := range tables {
+		for {
+			if time.Since(renewedAt) >= c.opts.LeaseDuration/3 {
+				at := time.Now()
+				if held, _, err = st.AcquireLease(ctx, c.lease, c.opts.LeaseDuration); err != nil {
+					return true, err
+				}
+				if !held {
+					return false, errLeaseLost
+				}
+				renewedAt = at
+			}
+			n, err := t.del(ctx, t.before, c.opts.BatchSize)
+			if err != nil {
+				return true, fmt.Errorf("%s: %w", t.name, err)
+			}
+			t.executed.Add(1)
+			t.deleted.Add(uint64(n))
+			deleted[i] += n
+			break // BROKEN ON PURPOSE: one batch per pass
+		}
+	}
+	c.stats.runs.Add(1)
+	level := slog.LevelDebug
+	if deleted[0]+deleted[1] > 0 {
+		level = slog.LevelInfo
+	}
+	c.opts.Logger.Log(ctx, level, "dispatch: cleanup pass done",
+		slog.Int64("inbox_deleted", deleted[0]), slog.Int64("dead_deleted", deleted[1]),
+		slog.Time("inbox_cutoff", tables[0].before), slog.Time("dead_cutoff", tables[1].before),
+		slog.Duration("took", time.Since(started)))
+	return true, nil
+}
