@@ -28,6 +28,20 @@
 // missing transport or a failed capability lookup, and rows of notifications it
 // could not queue. Recovery delivers them.
 //
+// # Ordered dispatch
+//
+// [Ordered] workers deliver rows of ordered routes in per-key order. Keys map
+// to lanes (relayer.Lane); live workers on the same tables share the lanes by
+// rank and hold a lease per lane while they work it, so that a lane has at most
+// one connected owner. See [Ordered] for the batch protocol.
+//
+// # Recovery
+//
+// [Recovery] delivers the unordered rows direct dispatch did not: rows it could
+// not queue or claim, rows whose send failed, rows of a process that died, rows
+// written without a direct dispatcher, and scheduled rows once due. One instance
+// per outbox works at a time, under a lease.
+//
 // # Connections
 //
 // Each worker pins one connection from the application's *sql.DB for as long
