@@ -366,7 +366,9 @@ func (c *Cleanup) pass(ctx context.Context, conn *workerConn) (held bool, err er
 			t.executed.Add(1)
 			t.deleted.Add(uint64(n))
 			deleted[i] += n
-			break // BROKEN ON PURPOSE: one batch per pass
+			if n < int64(c.opts.BatchSize) {
+				break
+			}
 		}
 	}
 	c.stats.runs.Add(1)

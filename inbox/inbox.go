@@ -1,0 +1,113 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Inbox deduplicates deliveries for consumers. It holds no connection and no
+// state beyond the names of its table, so one Inbox serves any number of
+// consumers and goroutines at once.
+type Inbox struct {
+	store *store.Store
+}
+
+// New returns an inbox whose records live in the <prefix>inbox table that
+// [store.Migrate] creates for opts. It validates opts and does not touch the
+// database.
+func New(opts store.Options) (*Inbox, error) {
+	st, err := store.Unbound(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox{store: st}, nil
+}
+
+// Options returns the inbox's table options with defaults applied.
+func (i *Inbox) Options() store.Options { return i.store.Options() }
+
+// Handle runs handler for the message messageID at most once per consumer. In
+// q, the consumer's open transaction, it records (consumer, messageID); if that
+// pair was recorded before, it returns handled = false and a nil error without
+// calling handler. Otherwise it calls handler with ctx and returns handled =
+// true and the handler's error, unchanged.
+//
+// The caller owns the transaction: Handle neither commits nor rolls back. The
+// handler writes through the same transaction, so that its writes and the
+// inbox record commit together. Commit when Handle returns a nil error (a
+// duplicate included, so that the message is acknowledged); roll back on an
+// error, which also removes the record, so that a redelivery runs the handler
+// again. A panicking handler leaves the transaction to the caller in the same
+// way.
+//
+// While another transaction has recorded the same pair and not ended, Handle
+// waits for it, then skips the message if it committed or handles it if it
+// rolled back; bound the wait with ctx. Under REPEATABLE READ or SERIALIZABLE
+// a pair committed after this transaction's snapshot was taken makes Handle
+// fail with a serialization error (SQLSTATE 40001): retry the transaction.
+//
+// q must be a transaction: a *sql.Tx, a *sqlx.Tx, the *sql.Tx embedded in a
+// bun.Tx (tx.Tx), or a GORM transaction's tx.Statement.ConnPool. A handle that
+// begins transactions instead of being one (a *sql.DB, a *sql.Conn, a *sqlx.DB,
+// GORM's ConnPool outside a transaction) is refused, since the record would
+// commit on its own before the handler ran; so is any value of bun's own
+// types, whose ExecContext drops PostgreSQL's $n arguments. Such refusals, an
+// empty or malformed consumer, the zero UUID and a nil handler return errors
+// wrapping [store.ErrInvalidArgument]; a nil q returns one wrapping
+// [store.ErrNilDB]. ctx also bounds the record statement.
+func (i *Inbox) Handle(ctx context.Context, q store.DBTX, consumer string, messageID uuid.UUID, handler func(ctx context.Context) error) (handled bool, err error) {
+	if handler == nil {
+		return false, fmt.Errorf("inbox: %w: nil handler", store.ErrInvalidArgument)
+	}
+	if err := checkTx(q); err != nil {
+		return false, err
+	}
+	st, err := i.store.With(q)
+	if err != nil {
+		return false, fmt.Errorf("inbox: %w", err)
+	}
+	first, err := st.RecordInbox(ctx, consumer, messageID)
+	if err != nil || !first {
+		return false, err
+	}
+	return true, handler(ctx)
+}
+
+// HandleMessage is [Inbox.Handle] for msg.ID. A nil msg returns an error
+// wrapping [store.ErrInvalidArgument].
+func (i *Inbox) HandleMessage(ctx context.Context, q store.DBTX, consumer string, msg *relayer.Message, handler func(ctx context.Context) error) (handled bool, err error) {
+	if msg == nil {
+		return false, fmt.Errorf("inbox: %w: nil message", store.ErrInvalidArgument)
+	}
+	return i.Handle(ctx, q, consumer, msg.ID, handler)
+}
+
+const bunPackage = "github.com/uptrace/bun"
+
+// checkTx refuses the handles that would silently break the inbox. It looks at
+// the type only, without a round trip: a type with a BeginTx method starts
+// transactions, which *sql.Tx, *sqlx.Tx and GORM's transaction pools do not.
+func checkTx(q store.DBTX) error {
+	if q == nil {
+		return fmt.Errorf("inbox: %w", store.ErrNilDB)
+	}
+	t := reflect.TypeOf(q)
+	elem := t
+	if elem.Kind() == reflect.Pointer {
+		elem = elem.Elem()
+	}
+	if pkg := elem.PkgPath(); pkg == bunPackage || strings.HasPrefix(pkg, bunPackage+"/") {
+		return fmt.Errorf("inbox: %w: q is a %s, whose ExecContext drops $n arguments; pass the embedded *sql.Tx (tx.Tx of a bun.Tx)", store.ErrInvalidArgument, t)
+	}
+	if _, ok := t.MethodByName("BeginTx"); ok {
+		return fmt.Errorf("inbox: %w: q is a %s, which begins transactions rather than being one; pass the consumer's transaction", store.ErrInvalidArgument, t)
+	}
+	return nil
+}

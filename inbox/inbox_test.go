@@ -1,0 +1,486 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/inbox"
+	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// bundle is one test's consumer database: the outbox tables (the inbox among
+// them) and a counters table the handlers write to, in a schema of its own.
+type bundle struct {
+	db       *sql.DB
+	driver   string
+	inbox    *inbox.Inbox
+	counters string
+}
+
+func setup(t *testing.T, driver string) *bundle {
+	t.Helper()
+	db := testdb.Open(t, driver)
+	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "ib_"}
+	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
+		t.Fatal(err)
+	}
+	ib, err := inbox.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{db: db, driver: driver, inbox: ib, counters: `"` + opts.Schema + `".counters`}
+	if _, err := db.Exec(`CREATE TABLE ` + b.counters + ` (id text PRIMARY KEY, n integer NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// eachDriver runs f per database/sql driver in parallel subtests.
+func eachDriver(t *testing.T, f func(t *testing.T, b *bundle)) {
+	t.Helper()
+	for _, driver := range testdb.Drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			f(t, setup(t, driver))
+		})
+	}
+}
+
+func newID(t *testing.T) uuid.UUID {
+	t.Helper()
+	id, err := relayer.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// increment is the handlers' business write: one more on counter key, in q.
+func (b *bundle) increment(ctx context.Context, q store.DBTX, key string) error {
+	_, err := q.ExecContext(ctx, `INSERT INTO `+b.counters+` (id, n) VALUES ($1, 1)
+ON CONFLICT (id) DO UPDATE SET n = counters.n + 1`, key)
+	return err
+}
+
+func (b *bundle) count(t *testing.T, key string) int {
+	t.Helper()
+	var n int
+	err := b.db.QueryRow(`SELECT n FROM `+b.counters+` WHERE id = $1`, key).Scan(&n)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// deliver runs one delivery the way a consumer does: in its own transaction,
+// committed when Handle succeeds and rolled back otherwise. fail makes the
+// handler fail after its write.
+func (b *bundle) deliver(t *testing.T, consumer string, id uuid.UUID, fail error) (bool, error) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	handled, err := b.inbox.Handle(ctx, tx, consumer, id, func(ctx context.Context) error {
+		if err := b.increment(ctx, tx, consumer); err != nil {
+			return err
+		}
+		return fail
+	})
+	if err != nil {
+		return handled, err
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return handled, nil
+}
+
+func TestDuplicateDeliveryRunsTheHandlerOnce(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		id := newID(t)
+		for i, want := range []bool{true, false, false} {
+			if handled, err := b.deliver(t, "billing", id, nil); err != nil || handled != want {
+				t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
+			}
+		}
+		if n := b.count(t, "billing"); n != 1 {
+			t.Errorf("handler effects committed %d times, want 1", n)
+		}
+		if handled, err := b.deliver(t, "billing", newID(t), nil); err != nil || !handled {
+			t.Errorf("another message = %v, %v; want handled", handled, err)
+		}
+	})
+}
+
+func TestFailedHandlerLetsRedeliveryRunAgain(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		id := newID(t)
+		boom := errors.New("boom")
+		handled, err := b.deliver(t, "billing", id, boom)
+		if err != boom || !handled {
+			t.Fatalf("failing delivery = %v, %v; want handled and the handler's own error", handled, err)
+		}
+		if n := b.count(t, "billing"); n != 0 {
+			t.Fatalf("a rolled-back handler left %d writes", n)
+		}
+		if handled, err := b.deliver(t, "billing", id, nil); err != nil || !handled {
+			t.Errorf("redelivery after the failure = %v, %v; want handled", handled, err)
+		}
+		if handled, err := b.deliver(t, "billing", id, nil); err != nil || handled {
+			t.Errorf("redelivery after the success = %v, %v; want a duplicate", handled, err)
+		}
+		if n := b.count(t, "billing"); n != 1 {
+			t.Errorf("handler effects committed %d times, want 1", n)
+		}
+	})
+}
+
+func TestConsumersDeduplicateIndependently(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		id := newID(t)
+		consumers := []string{"billing", "shipping", "analytics"}
+		for round, want := range []bool{true, false} {
+			for _, c := range consumers {
+				if handled, err := b.deliver(t, c, id, nil); err != nil || handled != want {
+					t.Errorf("round %d, %s = %v, %v; want handled %v", round, c, handled, err, want)
+				}
+			}
+		}
+		for _, c := range consumers {
+			if n := b.count(t, c); n != 1 {
+				t.Errorf("%s handled the message %d times, want 1", c, n)
+			}
+		}
+	})
+}
+
+// TestConcurrentDeliveriesCommitOnce delivers one message to one consumer from
+// eight transactions at once. The handler holds its transaction open a while,
+// so that the others queue on the inbox record behind it.
+func TestConcurrentDeliveriesCommitOnce(t *testing.T) {
+	t.Parallel()
+	for _, firstFails := range []bool{false, true} {
+		name := "first commits"
+		if firstFails {
+			name = "first rolls back"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			eachDriver(t, func(t *testing.T, b *bundle) {
+				const deliveries = 8
+				ctx := context.Background()
+				id := newID(t)
+				boom := errors.New("boom")
+				var (
+					calls   atomic.Int32
+					start   = make(chan struct{})
+					ready   sync.WaitGroup
+					done    sync.WaitGroup
+					handled atomic.Int32
+					failed  atomic.Int32
+				)
+				errs := make(chan error, deliveries)
+				for range deliveries {
+					ready.Add(1)
+					done.Add(1)
+					go func() {
+						defer done.Done()
+						tx, err := b.db.BeginTx(ctx, nil)
+						ready.Done()
+						if err != nil {
+							errs <- err
+							return
+						}
+						defer tx.Rollback()
+						<-start
+						h, err := b.inbox.Handle(ctx, tx, "billing", id, func(ctx context.Context) error {
+							n := calls.Add(1)
+							if err := b.increment(ctx, tx, "billing"); err != nil {
+								return err
+							}
+							time.Sleep(100 * time.Millisecond)
+							if firstFails && n == 1 {
+								return boom
+							}
+							return nil
+						})
+						switch {
+						case errors.Is(err, boom):
+							failed.Add(1)
+							return // rolled back by the defer
+						case err != nil:
+							errs <- err
+							return
+						}
+						if err := tx.Commit(); err != nil {
+							errs <- err
+							return
+						}
+						if h {
+							handled.Add(1)
+						}
+					}()
+				}
+				ready.Wait()
+				close(start)
+				done.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+				wantCalls, wantFailed := int32(1), int32(0)
+				if firstFails {
+					wantCalls, wantFailed = 2, 1
+				}
+				if got := handled.Load(); got != 1 {
+					t.Errorf("%d deliveries committed as handled, want exactly 1", got)
+				}
+				if got, gotFailed := calls.Load(), failed.Load(); got != wantCalls || gotFailed != wantFailed {
+					t.Errorf("handler ran %d times with %d failures, want %d and %d", got, gotFailed, wantCalls, wantFailed)
+				}
+				if n := b.count(t, "billing"); n != 1 {
+					t.Errorf("counter = %d after %d concurrent deliveries, want 1", n, deliveries)
+				}
+			})
+		})
+	}
+}
+
+func TestHandleMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "pgx")
+	ctx := context.Background()
+	msg := &relayer.Message{ID: newID(t), Type: "orders.OrderPlaced", Body: []byte(`{}`)}
+	for i, want := range []bool{true, false} {
+		tx, err := b.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handled, err := b.inbox.HandleMessage(ctx, tx, "billing", msg, func(ctx context.Context) error {
+			return b.increment(ctx, tx, "billing")
+		})
+		if err != nil || handled != want {
+			t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.count(t, "billing"); n != 1 {
+		t.Errorf("counter = %d, want 1", n)
+	}
+}
+
+func TestHandleRejectsInvalidArgumentsAndNonTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "pgx")
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bunDB := bun.NewDB(b.db, pgdialect.New())
+	bunTx, err := bunDB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bunTx.Rollback()
+	gormDB := openGORM(t, b.db, false)
+
+	var called atomic.Bool
+	handler := func(context.Context) error { called.Store(true); return nil }
+	id := newID(t)
+	for _, c := range []struct {
+		name     string
+		q        store.DBTX
+		consumer string
+		id       uuid.UUID
+		handler  func(context.Context) error
+		want     error
+		mention  string
+	}{
+		{"empty consumer", tx, "", id, handler, store.ErrInvalidArgument, "consumer"},
+		{"consumer not UTF-8", tx, "bad\xff", id, handler, store.ErrInvalidArgument, "UTF-8"},
+		{"consumer with NUL", tx, "a\x00b", id, handler, store.ErrInvalidArgument, "NUL"},
+		{"zero id", tx, "billing", uuid.Nil, handler, store.ErrInvalidArgument, "zero UUID"},
+		{"nil handler", tx, "billing", id, nil, store.ErrInvalidArgument, "handler"},
+		{"nil q", nil, "billing", id, handler, store.ErrNilDB, ""},
+		{"typed nil *sql.Tx", (*sql.Tx)(nil), "billing", id, handler, store.ErrNilDB, ""},
+		{"*sql.DB", b.db, "billing", id, handler, store.ErrInvalidArgument, "*sql.DB"},
+		{"*sql.Conn", conn, "billing", id, handler, store.ErrInvalidArgument, "*sql.Conn"},
+		{"*sqlx.DB", sqlx.NewDb(b.db, "pgx"), "billing", id, handler, store.ErrInvalidArgument, "*sqlx.DB"},
+		{"bun.Tx", bunTx, "billing", id, handler, store.ErrInvalidArgument, "tx.Tx"},
+		{"*bun.DB", bunDB, "billing", id, handler, store.ErrInvalidArgument, "bun.DB"},
+		{"GORM pool outside a transaction", gormDB.Statement.ConnPool, "billing", id, handler, store.ErrInvalidArgument, "begins transactions"},
+	} {
+		handled, err := b.inbox.Handle(ctx, c.q, c.consumer, c.id, c.handler)
+		if handled || !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.mention) {
+			t.Errorf("%s: Handle = %v, %v; want an error wrapping %v and mentioning %q", c.name, handled, err, c.want, c.mention)
+		}
+	}
+	if _, err := b.inbox.HandleMessage(ctx, tx, "billing", nil, handler); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("HandleMessage(nil) = %v, want ErrInvalidArgument", err)
+	}
+	if called.Load() {
+		t.Error("a handler ran for an invalid call")
+	}
+	var n int
+	if err := b.db.QueryRow(`SELECT count(*) FROM "` + b.inbox.Options().Schema + `".ib_inbox`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("inbox rows after invalid calls: %d, %v", n, err)
+	}
+	if _, err := inbox.New(store.Options{Schema: "Bad-Schema"}); !errors.Is(err, store.ErrInvalidOptions) {
+		t.Errorf("New with a bad schema = %v, want ErrInvalidOptions", err)
+	}
+}
+
+func TestSQLXTransaction(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		db := sqlx.NewDb(b.db, b.driver)
+		id := newID(t)
+		for i, want := range []bool{true, false} {
+			tx, err := db.BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			handled, err := b.inbox.Handle(ctx, tx, "billing", id, func(ctx context.Context) error {
+				return b.increment(ctx, tx, "billing")
+			})
+			if err != nil || handled != want {
+				t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := b.count(t, "billing"); n != 1 {
+			t.Errorf("counter = %d, want 1", n)
+		}
+	})
+}
+
+func openGORM(t *testing.T, db *sql.DB, prepareStmt bool) *gorm.DB {
+	t.Helper()
+	g, err := gorm.Open(postgres.New(postgres.Config{Conn: db}), &gorm.Config{
+		PrepareStmt: prepareStmt,
+		Logger:      logger.Discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestGORMTransaction passes the transaction's ConnPool, with and without
+// GORM's prepared-statement mode, where it is a *gorm.PreparedStmtTX.
+func TestGORMTransaction(t *testing.T) {
+	t.Parallel()
+	for _, prepare := range []bool{false, true} {
+		name := "default"
+		if prepare {
+			name = "PrepareStmt"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			eachDriver(t, func(t *testing.T, b *bundle) {
+				ctx := context.Background()
+				db := openGORM(t, b.db, prepare)
+				id := newID(t)
+				boom := errors.New("boom")
+				deliver := func(fail error) (handled bool, err error) {
+					err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+						var herr error
+						handled, herr = b.inbox.Handle(ctx, tx.Statement.ConnPool, "billing", id, func(ctx context.Context) error {
+							if err := tx.Exec(`INSERT INTO `+b.counters+` (id, n) VALUES (?, 1)
+ON CONFLICT (id) DO UPDATE SET n = counters.n + 1`, "billing").Error; err != nil {
+								return err
+							}
+							return fail
+						})
+						return herr
+					})
+					return handled, err
+				}
+				if handled, err := deliver(boom); !errors.Is(err, boom) || !handled {
+					t.Fatalf("failing delivery = %v, %v", handled, err)
+				}
+				for i, want := range []bool{true, false} {
+					if handled, err := deliver(nil); err != nil || handled != want {
+						t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
+					}
+				}
+				if n := b.count(t, "billing"); n != 1 {
+					t.Errorf("counter = %d, want 1", n)
+				}
+			})
+		})
+	}
+}
+
+// TestBunTransaction passes the bun.Tx's embedded *sql.Tx; the handler writes
+// through the bun.Tx itself, with bun's placeholders.
+func TestBunTransaction(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		db := bun.NewDB(b.db, pgdialect.New())
+		id := newID(t)
+		boom := errors.New("boom")
+		deliver := func(fail error) (handled bool, err error) {
+			err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+				var herr error
+				handled, herr = b.inbox.Handle(ctx, tx.Tx, "billing", id, func(ctx context.Context) error {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO `+b.counters+` (id, n) VALUES (?, 1)
+ON CONFLICT (id) DO UPDATE SET n = counters.n + 1`, "billing"); err != nil {
+						return err
+					}
+					return fail
+				})
+				return herr
+			})
+			return handled, err
+		}
+		if handled, err := deliver(boom); !errors.Is(err, boom) || !handled {
+			t.Fatalf("failing delivery = %v, %v", handled, err)
+		}
+		for i, want := range []bool{true, false} {
+			if handled, err := deliver(nil); err != nil || handled != want {
+				t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
+			}
+		}
+		if n := b.count(t, "billing"); n != 1 {
+			t.Errorf("counter = %d, want 1", n)
+		}
+	})
+}
