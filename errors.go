@@ -22,6 +22,15 @@ var (
 	// without a route, without the key its ordered route needs, or with a header
 	// name that is not valid UTF-8. Nothing is written.
 	ErrInvalidMessage = errors.New("relayer: invalid message")
+
+	// ErrPermanent marks a send failure that repeating cannot fix (a message the
+	// broker will never accept, such as one too large, or a header it cannot
+	// carry). Transports wrap such errors with it.
+	ErrPermanent = errors.New("relayer: permanent send failure")
+	// ErrUnavailable marks a send failure caused by the destination or broker
+	// being unreachable; the message itself may be fine. Transports wrap such
+	// errors with it. Failures with neither mark are retryable.
+	ErrUnavailable = errors.New("relayer: destination unavailable")
 )
 
 // BatchError reports a batch send that failed for some messages only. Errs is

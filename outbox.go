@@ -79,3 +79,11 @@ func WithID(id uuid.UUID) Option { return func(o *Outgoing) { o.ID = id } }
 const (
 	HeaderContentType = "content-type"
 )
+
+// Header names transports use to carry a message's identity and type where the
+// broker has no native field for them, so that consumers (and the inbox) can
+// read them back.
+const (
+	HeaderMessageID   = "relayer-message-id"
+	HeaderMessageType = "relayer-message-type"
+)
