@@ -390,3 +390,48 @@ func TestOrderedNamesAndRoutesAreChecked(t *testing.T) {
 		t.Errorf("lane count mismatch = %v", err)
 	}
 }
+
+func TestOrderedUnsendableRowsFailDurably(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ka, kb, _ := twoLaneKeys(t)
+	laneA, _ := relayer.Lane(ka, relayer.LanesDefault)
+	// A row written for a transport this worker does not have.
+	_, err := b.db.Exec(`INSERT INTO "`+b.schema+`".ob_outbox (id, message_type, transport, destination, body, headers, ordering_key, lane)
+		VALUES (gen_random_uuid(), 't', 'nowhere', 'd', '\x7b7d', '\x0100000000000000', $1, $2)`, ka, laneA)
+	must(t, err)
+	b.shipped(t, []string{kb}, 3, 10)
+	b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
+	b.waitSent(t, 3)
+	deadline := time.Now().Add(5 * time.Second)
+	var attempts int
+	var lastErr string
+	for time.Now().Before(deadline) {
+		must(t, b.db.QueryRow(`SELECT attempts, coalesce(last_error, '') FROM "`+b.schema+`".ob_outbox WHERE transport = 'nowhere'`).Scan(&attempts, &lastErr))
+		if attempts > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if attempts == 0 || !strings.Contains(lastErr, `transport "nowhere" is not registered`) {
+		t.Errorf("unsendable row: attempts %d, error %q; want the failure recorded with an actionable error", attempts, lastErr)
+	}
+}
+
+// TestOrderedHeartbeatsOutliveSlowSends keeps every send slower than a third
+// of the lease: membership must stay live throughout.
+func TestOrderedHeartbeatsOutliveSlowSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.shipped(t, []string{"k"}, 6, 10)
+	b.mem.SetDelay(400 * time.Millisecond)
+	b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond})
+	for range 8 {
+		time.Sleep(200 * time.Millisecond)
+		var live int
+		must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_relayer_leases WHERE name LIKE 'member:%' AND expires_at > now()`).Scan(&live))
+		if live != 1 {
+			t.Fatalf("%d live members while sends are slow, want 1", live)
+		}
+	}
+}
