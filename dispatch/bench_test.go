@@ -288,10 +288,16 @@ func fillBacklog(b *testing.B, bu *bundle, n int) {
 // the drain rate. BenchmarkPlainDrain is the database's own limit: one
 // statement deleting 1,000 rows at a time, sending nothing.
 func BenchmarkRecoveryDrain(b *testing.B) {
+	for _, workers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { benchRecoveryDrain(b, workers) })
+	}
+}
+
+func benchRecoveryDrain(b *testing.B, workers int) {
 	for b.Loop() {
 		bu := setup(b, dispatch.DirectOptions{})
 		fillBacklog(b, bu, backlogRows)
-		r := bu.recovery(b, dispatch.RecoveryOptions{PollInterval: 10 * time.Millisecond})
+		r := bu.recovery(b, dispatch.RecoveryOptions{PollInterval: 10 * time.Millisecond, Workers: workers})
 		start := time.Now()
 		must(b, r.Start(context.Background()))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,8 @@ const (
 	RecoveryBatchSizeDefault     = 1000
 	RecoveryPollIntervalDefault  = time.Second
 	RecoveryLeaseDurationDefault = 30 * time.Second
+	RecoveryWorkersDefault       = 2
+	RecoveryWorkersMax           = 16
 	// RecoveryLeaseName names the lease row that lets one recovery instance per
 	// outbox work at a time.
 	RecoveryLeaseName = "recovery"
@@ -43,6 +46,10 @@ type RecoveryOptions struct {
 	// instance takes over after it expires. It is renewed every third of it.
 	// Default: 30s.
 	LeaseDuration time.Duration
+	// Workers is how many goroutines claim and send concurrently while this
+	// instance holds the lease, each on its own pinned connection; 1 to 16.
+	// Two keep the database busy while the other sends. Default: 2.
+	Workers int
 	// Owner describes this instance in the lease row. Default: host name and
 	// process id.
 	Owner string
@@ -59,6 +66,7 @@ func LoadRecoveryOptions(src Source) (RecoveryOptions, error) {
 	l.duration("PollInterval", &o.PollInterval)
 	l.duration("ClaimDuration", &o.ClaimDuration)
 	l.duration("LeaseDuration", &o.LeaseDuration)
+	l.int("Workers", &o.Workers)
 	if l.err != nil {
 		return RecoveryOptions{}, l.err
 	}
@@ -76,6 +84,8 @@ func (o RecoveryOptions) Validate() error {
 		return fmt.Errorf("%w: ClaimDuration must be at least 1ms, got %s", ErrInvalidOptions, o.ClaimDuration)
 	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < 10*time.Millisecond:
 		return fmt.Errorf("%w: LeaseDuration must be at least 10ms, got %s", ErrInvalidOptions, o.LeaseDuration)
+	case o.Workers < 0 || o.Workers > RecoveryWorkersMax:
+		return fmt.Errorf("%w: Workers must be 1 to %d, got %d", ErrInvalidOptions, RecoveryWorkersMax, o.Workers)
 	}
 	return nil
 }
@@ -93,6 +103,9 @@ func (o RecoveryOptions) withDefaults() RecoveryOptions {
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = RecoveryLeaseDurationDefault
 	}
+	if o.Workers == 0 {
+		o.Workers = RecoveryWorkersDefault
+	}
 	if o.Owner == "" {
 		host, _ := os.Hostname()
 		o.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
@@ -108,20 +121,22 @@ func (o RecoveryOptions) withDefaults() RecoveryOptions {
 // written by processes without a direct dispatcher, and rows scheduled for
 // later, once due. It never touches ordered rows.
 //
-// One instance per outbox works at a time, holding a lease in the leases table;
-// others wait and take over when it expires. The worker scans due rows in id
-// order with an exclusive cursor, claims up to BatchSize of them per statement,
-// sends them grouped by (transport, destination) with the same protocol as
-// [Direct], and deletes them fenced. A scan that finds nothing waits
+// One instance per outbox works at a time, holding a lease in the leases table
+// (renewed from its own goroutine); others wait and take over when it expires.
+// While it holds the lease, Workers goroutines each scan due rows in id order
+// with an exclusive cursor, claim up to BatchSize of them per statement
+// (concurrent claims skip each other's rows), send them grouped by (transport,
+// destination) with the same protocol as [Direct], and delete them fenced. A scan that finds nothing waits
 // PollInterval, or less when [Recovery.Wake] is called.
 type Recovery struct {
-	db     *sql.DB
-	opts   RecoveryOptions
-	store  *store.Store
-	sender *sender
-	stats  counters
-	lease  store.Lease
-	wake   chan struct{}
+	db         *sql.DB
+	opts       RecoveryOptions
+	store      *store.Store
+	transports map[string]relayer.Transport
+	stats      counters
+	lease      store.Lease
+	holding    atomic.Bool
+	wakeAll    broadcast
 
 	mu      sync.Mutex
 	started bool
@@ -149,20 +164,12 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 		return nil, err
 	}
 	r := &Recovery{
-		db:    db,
-		opts:  opts,
-		store: st,
-		lease: store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
-		wake:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
-	}
-	r.sender = &sender{
+		db:         db,
+		opts:       opts,
+		store:      st,
 		transports: transports,
-		caps:       newCapCache(CapabilityCacheSize),
-		batchSize:  BatchSizeMax, // each chunk is bounded by the claim and MaxBatchSize
-		claimFor:   opts.ClaimDuration,
-		logger:     opts.Logger,
-		stats:      &r.stats,
+		lease:      store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
+		done:       make(chan struct{}),
 	}
 	return r, nil
 }
@@ -174,12 +181,7 @@ func (r *Recovery) Options() RecoveryOptions { return r.opts }
 func (r *Recovery) Stats() Stats { return r.stats.snapshot() }
 
 // Wake makes a waiting worker scan now. It never blocks.
-func (r *Recovery) Wake() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
+func (r *Recovery) Wake() { r.wakeAll.notify() }
 
 // Start starts the worker; it runs until [Recovery.Stop] or until ctx ends.
 func (r *Recovery) Start(ctx context.Context) error {
@@ -228,59 +230,95 @@ func (r *Recovery) Run(ctx context.Context) error {
 
 func (r *Recovery) run(ctx context.Context) {
 	defer close(r.done)
-	conn := newWorkerConn(r.db, r.store)
-	held := false
-	var renewedAt time.Time
-	defer func() {
+	var wg sync.WaitGroup
+	for range r.opts.Workers {
+		wg.Go(func() { r.drain(ctx, r.newDrainer()) })
+	}
+	r.holdLease(ctx)
+	wg.Wait()
+	if r.holding.Load() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if held {
-			if st, err := conn.store(cctx); err == nil {
-				if err := st.ReleaseLease(cctx, r.lease); err != nil {
-					r.opts.Logger.Warn("dispatch: recovery lease not released; it expires by itself", slog.String("error", err.Error()))
-				}
-			}
+		if err := r.store.ReleaseLease(cctx, r.lease); err != nil {
+			r.opts.Logger.Warn("dispatch: recovery lease not released; it expires by itself", slog.String("error", err.Error()))
 		}
-		conn.release(cctx)
-	}()
-	var buf []store.Row
-	cursor := uuid.Nil
+	}
+}
+
+// holdLease takes and renews the recovery lease until ctx ends, on pooled
+// connections of its own so that slow sends never delay a renewal.
+func (r *Recovery) holdLease(ctx context.Context) {
+	var renewedAt time.Time
 	for ctx.Err() == nil {
-		if !held || time.Since(renewedAt) >= r.opts.LeaseDuration/3 {
-			st, err := conn.store(ctx)
-			if err == nil {
-				at := time.Now()
-				if held, _, err = st.AcquireLease(ctx, r.lease, r.opts.LeaseDuration); err == nil && held {
-					renewedAt = at
-				}
-			}
-			if err != nil {
-				held = false
-				conn.broken()
-				r.logError("dispatch: recovery lease", err)
-				r.idle(ctx)
-				continue
-			}
-			if !held {
-				r.idle(ctx)
-				continue
-			}
+		if r.holding.Load() && time.Since(renewedAt) < r.opts.LeaseDuration/3 {
+			r.sleep(ctx, r.opts.LeaseDuration/3-time.Since(renewedAt), false)
+			continue
 		}
-		var progress bool
-		var err error
-		buf, progress, err = r.batch(ctx, conn, buf, &cursor)
+		at := time.Now()
+		held, _, err := r.store.AcquireLease(ctx, r.lease, r.opts.LeaseDuration)
 		if err != nil {
-			conn.broken()
+			r.logError("dispatch: recovery lease", err)
+		}
+		was := r.holding.Swap(held && err == nil)
+		if held && err == nil {
+			renewedAt = at
+			if !was {
+				r.wakeAll.notify()
+			}
+			continue
+		}
+		r.sleep(ctx, r.opts.PollInterval, false)
+	}
+}
+
+// drainer is one of the goroutines that claim and send while the lease is
+// held, each on its own pinned connection and with its own cursor; concurrent
+// claims skip each other's rows.
+type drainer struct {
+	conn   *workerConn
+	sender *sender
+	buf    []store.Row
+	cursor uuid.UUID
+}
+
+func (r *Recovery) newDrainer() *drainer {
+	return &drainer{
+		conn: newWorkerConn(r.db, r.store),
+		sender: &sender{
+			transports: r.transports,
+			caps:       newCapCache(CapabilityCacheSize),
+			batchSize:  BatchSizeMax, // each chunk is bounded by the claim and MaxBatchSize
+			claimFor:   r.opts.ClaimDuration,
+			logger:     r.opts.Logger,
+			stats:      &r.stats,
+		},
+	}
+}
+
+func (r *Recovery) drain(ctx context.Context, d *drainer) {
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		d.conn.release(cctx)
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		if !r.holding.Load() {
+			r.sleep(ctx, r.opts.PollInterval, true)
+			continue
+		}
+		progress, err := r.batch(ctx, d)
+		if err != nil {
+			d.conn.broken()
 			r.logError("dispatch: recovery batch", err)
-			r.idle(ctx)
+			r.sleep(ctx, r.opts.PollInterval, true)
 			continue
 		}
 		if !progress {
-			if cursor != uuid.Nil {
-				cursor = uuid.Nil // one pass from the start before waiting
+			if d.cursor != uuid.Nil {
+				d.cursor = uuid.Nil // one pass from the start before waiting
 				continue
 			}
-			r.idle(ctx)
+			r.sleep(ctx, r.opts.PollInterval, true)
 		}
 	}
 }
@@ -291,40 +329,70 @@ func (r *Recovery) logError(msg string, err error) {
 	}
 }
 
-func (r *Recovery) idle(ctx context.Context) {
-	t := time.NewTimer(r.opts.PollInterval)
+// sleep waits for d, ctx's end or, when wakeable, a [Recovery.Wake].
+func (r *Recovery) sleep(ctx context.Context, d time.Duration, wakeable bool) {
+	t := time.NewTimer(d)
 	defer t.Stop()
+	var wake <-chan struct{}
+	if wakeable {
+		wake = r.wakeAll.wait()
+	}
 	select {
 	case <-ctx.Done():
 	case <-t.C:
-	case <-r.wake:
+	case <-wake:
 	}
 }
 
-// batch claims the next rows after the cursor, sends them and settles them. It
-// reports whether it found any rows.
-func (r *Recovery) batch(ctx context.Context, conn *workerConn, buf []store.Row, cursor *uuid.UUID) ([]store.Row, bool, error) {
-	st, err := conn.store(ctx)
+// broadcast wakes every goroutine waiting on it.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}
+
+// batch claims the next rows after the drainer's cursor, sends them and
+// settles them. It reports whether it found any rows.
+func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, error) {
+	st, err := d.conn.store(ctx)
 	if err != nil {
-		return buf, false, err
+		return false, err
 	}
 	now := time.Now()
 	claim := store.NewClaim(now, r.opts.ClaimDuration)
-	buf, err = st.ClaimNextUnordered(ctx, buf, *cursor, r.opts.BatchSize, claim, now)
-	if err != nil || len(buf) == 0 {
-		return buf, false, err
+	d.buf, err = st.ClaimNextUnordered(ctx, d.buf, d.cursor, r.opts.BatchSize, claim, now)
+	if err != nil || len(d.buf) == 0 {
+		return false, err
 	}
-	*cursor = buf[len(buf)-1].ID
+	d.cursor = d.buf[len(d.buf)-1].ID
 	reuse := true
-	for _, g := range groupStored(buf) {
-		tr, size, ok := r.sender.resolve(ctx, g.endpoint, len(g.rows))
+	for _, g := range groupStored(d.buf) {
+		tr, size, ok := d.sender.resolve(ctx, g.endpoint, len(g.rows))
 		if !ok {
 			ids := make([]uuid.UUID, len(g.rows))
 			for i := range g.rows {
 				ids[i] = g.rows[i].ID
 			}
 			if _, err := st.ReleaseBatch(ctx, ids, claim.Token, time.Now()); err != nil {
-				return nil, true, err
+				d.buf = nil
+				return true, err
 			}
 			continue
 		}
@@ -333,19 +401,20 @@ func (r *Recovery) batch(ctx context.Context, conn *workerConn, buf []store.Row,
 			msgs[i] = &g.rows[i].Message
 		}
 		for start := 0; start < len(msgs); start += size {
-			abandoned, err := r.sender.sendClaimed(ctx, st, g.endpoint, tr, msgs[start:min(start+size, len(msgs))], claim)
+			abandoned, err := d.sender.sendClaimed(ctx, st, g.endpoint, tr, msgs[start:min(start+size, len(msgs))], claim)
 			if abandoned {
 				reuse = false
 			}
 			if err != nil {
-				return nil, true, err
+				d.buf = nil
+				return true, err
 			}
 		}
 	}
 	if !reuse {
-		buf = nil
+		d.buf = nil // an abandoned send may still read them
 	}
-	return buf, true, nil
+	return true, nil
 }
 
 // storedGroup is the claimed rows of one endpoint.
