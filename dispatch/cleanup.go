@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -183,11 +182,7 @@ type Cleanup struct {
 	lease store.Lease
 	stats cleanupCounters
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	loop loop
 }
 
 // NewCleanup returns a cleanup worker for the tables of the outbox named by
@@ -210,7 +205,7 @@ func NewCleanup(db *sql.DB, outbox relayer.Outbox, opts CleanupOptions) (*Cleanu
 		opts:  opts,
 		store: st,
 		lease: store.Lease{Name: CleanupLeaseName, Owner: opts.Owner, Token: uuid.New()},
-		done:  make(chan struct{}),
+		loop:  newLoop(),
 	}, nil
 }
 
@@ -224,52 +219,19 @@ func (c *Cleanup) Stats() CleanupStats { return c.stats.snapshot() }
 // [Cleanup.Stop] or until ctx ends. A worker starts once: Start returns an
 // error when it already started, and [ErrStopped] after Stop.
 func (c *Cleanup) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return ErrStopped
-	}
-	if c.started {
-		return errors.New("dispatch: cleanup already started")
-	}
-	c.started = true
-	ctx, c.cancel = context.WithCancel(ctx)
-	go c.run(ctx)
-	return nil
+	return c.loop.start(ctx, "cleanup", c.run)
 }
 
 // Stop cancels the worker, waits for it within ctx, and releases the lease so
 // that another instance can work at once. A statement cut short deletes
 // nothing; the next pass, here or elsewhere, deletes its rows. Stop is
 // idempotent.
-func (c *Cleanup) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	c.stopped = true
-	started := c.started
-	c.mu.Unlock()
-	if !started {
-		return nil
-	}
-	c.cancel()
-	select {
-	case <-c.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (c *Cleanup) Stop(ctx context.Context) error { return c.loop.stop(ctx) }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
-func (c *Cleanup) Run(ctx context.Context) error {
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	<-c.done
-	return ctx.Err()
-}
+func (c *Cleanup) Run(ctx context.Context) error { return c.loop.run(ctx, "cleanup", c.run) }
 
 func (c *Cleanup) run(ctx context.Context) {
-	defer close(c.done)
 	conn := newWorkerConn(c.db, c.store)
 	acquired := false // whether this instance may hold the lease
 	defer func() {

@@ -2,15 +2,9 @@ package dispatch_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
@@ -18,35 +12,6 @@ import (
 	"github.com/relayer-go/relayer/internal/testdb"
 	"github.com/relayer-go/relayer/store"
 )
-
-type countingConn struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c countingConn) Write(b []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(b)
-}
-
-// countingDB opens a pool whose connections count their flushes to the
-// server: with pgx, one per round trip.
-func countingDB(b *testing.B) (*sql.DB, *atomic.Int64) {
-	cfg, err := pgx.ParseConfig(testdb.URL(b))
-	must(b, err)
-	writes := new(atomic.Int64)
-	d := &net.Dialer{}
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: c, writes: writes}, nil
-	}
-	db := stdlib.OpenDB(*cfg)
-	b.Cleanup(func() { db.Close() })
-	return db, writes
-}
 
 const (
 	orderedRows = 20_000
@@ -71,7 +36,7 @@ func BenchmarkOrderedThroughput(b *testing.B) {
 						msgs = msgs[:0]
 					}
 				}
-				db, writes := countingDB(b)
+				db, writes := testdb.OpenCounting(b)
 				start := time.Now()
 				var ws []*dispatch.Ordered
 				for range workers {
@@ -97,7 +62,7 @@ func BenchmarkOrderedThroughput(b *testing.B) {
 	b.Run("direct", func(b *testing.B) {
 		for b.Loop() {
 			bu := setup(b, dispatch.DirectOptions{})
-			db, writes := countingDB(b)
+			db, writes := testdb.OpenCounting(b)
 			d, err := dispatch.NewDirect(db, bu.outbox, dispatch.DirectOptions{QueueCapacity: orderedRows})
 			must(b, err)
 			// Write first, notify afterwards, so that only dispatch is timed.

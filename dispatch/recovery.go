@@ -138,11 +138,7 @@ type Recovery struct {
 	holding    atomic.Bool
 	wakeAll    broadcast
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	loop loop
 }
 
 // NewRecovery returns a recovery worker for the outbox. It validates
@@ -169,7 +165,7 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 		store:      st,
 		transports: transports,
 		lease:      store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
-		done:       make(chan struct{}),
+		loop:       newLoop(),
 	}
 	return r, nil
 }
@@ -185,51 +181,18 @@ func (r *Recovery) Wake() { r.wakeAll.notify() }
 
 // Start starts the worker; it runs until [Recovery.Stop] or until ctx ends.
 func (r *Recovery) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
-		return errors.New("dispatch: recovery already started")
-	}
-	if r.stopped {
-		return ErrStopped
-	}
-	r.started = true
-	ctx, r.cancel = context.WithCancel(ctx)
-	go r.run(ctx)
-	return nil
+	return r.loop.start(ctx, "recovery", r.run)
 }
 
 // Stop cancels the worker, waits for it within ctx, and releases the lease so
 // that another instance can start at once. Rows being sent are abandoned and
 // recovered later. Stop is idempotent.
-func (r *Recovery) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	r.stopped = true
-	started := r.started
-	r.mu.Unlock()
-	if !started {
-		return nil
-	}
-	r.cancel()
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (r *Recovery) Stop(ctx context.Context) error { return r.loop.stop(ctx) }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
-func (r *Recovery) Run(ctx context.Context) error {
-	if err := r.Start(ctx); err != nil {
-		return err
-	}
-	<-r.done
-	return ctx.Err()
-}
+func (r *Recovery) Run(ctx context.Context) error { return r.loop.run(ctx, "recovery", r.run) }
 
 func (r *Recovery) run(ctx context.Context) {
-	defer close(r.done)
 	var wg sync.WaitGroup
 	for range r.opts.Workers {
 		wg.Go(func() { r.drain(ctx, r.newDrainer()) })

@@ -2,14 +2,9 @@ package enlist_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
@@ -18,46 +13,13 @@ import (
 	"github.com/relayer-go/relayer/store"
 )
 
-// countingConn counts the writes a connection makes; pgx flushes once per round
-// trip, so writes per transaction are its round trips.
-type countingConn struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c countingConn) Write(b []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(b)
-}
-
-// openCounting opens a pgx database/sql pool on the test database whose
-// connections count their round trips.
-func openCounting(b *testing.B) (*sql.DB, *atomic.Int64) {
-	cfg, err := pgx.ParseConfig(testdb.URL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	writes := new(atomic.Int64)
-	dialer := &net.Dialer{}
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: conn, writes: writes}, nil
-	}
-	db := stdlib.OpenDB(*cfg)
-	db.SetMaxOpenConns(1)
-	b.Cleanup(func() { db.Close() })
-	return db, writes
-}
-
 // BenchmarkEnlistmentCost measures what enlisting adds to a business
 // transaction that inserts one row: the same transaction alone, with one
 // message, and with ten (one PublishAll). Compare the ns/op of the three in one
 // run; round-trips/op counts the client's flushes to the server.
 func BenchmarkEnlistmentCost(b *testing.B) {
-	db, writes := openCounting(b)
+	db, writes := testdb.OpenCounting(b)
+	db.SetMaxOpenConns(1)
 	ctx := context.Background()
 	schema := testdb.NewSchema(b)
 	opts := store.Options{Schema: schema}

@@ -3,12 +3,9 @@ package relayergorm_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -21,37 +18,13 @@ import (
 	"github.com/relayer-go/relayer/store"
 )
 
-type countingConn struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c countingConn) Write(b []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(b)
-}
-
 // BenchmarkEnlistmentCost is the GORM twin of the enlist package's benchmark:
 // one db.Transaction inserting one business row, alone, with one message and
 // with ten (one PublishAll). Compare ns/op within one run; round-trips/op
 // counts the client's flushes to the server.
 func BenchmarkEnlistmentCost(b *testing.B) {
-	cfg, err := pgx.ParseConfig(testdb.URL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	writes := new(atomic.Int64)
-	dialer := &net.Dialer{}
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: c, writes: writes}, nil
-	}
-	sqlDB := stdlib.OpenDB(*cfg)
+	sqlDB, writes := testdb.OpenCounting(b)
 	sqlDB.SetMaxOpenConns(1)
-	b.Cleanup(func() { sqlDB.Close() })
 	ctx := context.Background()
 	schema := testdb.NewSchema(b)
 	if _, err := store.Migrate(ctx, sqlDB, store.Options{Schema: schema}); err != nil {
