@@ -38,7 +38,7 @@ type Message struct {
 	DeliverAt time.Time
 	// TraceParent and TraceState hold the W3C trace context that was current when
 	// the message was enlisted, so that delivery spans can be parented to it. Both
-	// are empty when there was no sampled span.
+	// are empty when there was no valid span context.
 	TraceParent string
 	TraceState  string
 }

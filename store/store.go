@@ -28,6 +28,7 @@ type Store struct {
 	opts Options
 	q    *queries
 	rq   *retentionQueries
+	sq   *statsQueries
 }
 
 // New returns a store for the outbox named by opts, running statements on db.
@@ -42,7 +43,7 @@ func New(db DBTX, opts Options) (*Store, error) {
 	}
 	opts = opts.withDefaults()
 	n := newNames(opts)
-	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n)}, nil
+	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n)}, nil
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -54,7 +55,7 @@ func Unbound(opts Options) (*Store, error) {
 	}
 	opts = opts.withDefaults()
 	n := newNames(opts)
-	return &Store{db: unboundDB{}, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n)}, nil
+	return &Store{db: unboundDB{}, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n)}, nil
 }
 
 type unboundDB struct{}
@@ -73,7 +74,7 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	if isNil(db) {
 		return nil, ErrNilDB
 	}
-	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq}, nil
 }
 
 // Options returns the store's options with defaults applied.

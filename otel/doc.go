@@ -1,0 +1,71 @@
+// Package relayerotel connects a Relayer outbox to OpenTelemetry: traces that
+// follow each message from the transaction that wrote it to the consumer that
+// reads it, metrics of the broker sends, and gauges of the outbox itself.
+//
+// The root package relayer does not depend on OpenTelemetry; it offers two
+// seams, relayer.Outbox.TraceContext and relayer.Transport, and this package
+// plugs into both. Applications that do not use OpenTelemetry do not import it.
+//
+// # Tracing a message
+//
+// A message is written in one place and time and sent in another: by a
+// dispatcher in the same process right after commit, by recovery minutes later
+// in another process, or again after a failure. The trace context therefore
+// travels with the row. Three steps connect it:
+//
+//  1. At enlistment, the writer calls relayer.Outbox.TraceContext with the
+//     context of the business transaction and stores the W3C traceparent and
+//     tracestate it returns with the row. Set it to [TraceContext].
+//  2. At delivery, the transport returned by [WrapTransport] starts a producer
+//     span per message, parented to the stored context, and passes the broker
+//     a copy of the message whose traceparent and tracestate headers name that
+//     span. A retry is a new span under the same parent.
+//  3. At consumption, [ConsumerContext] reads those headers back, so that the
+//     consumer's spans join the trace.
+//
+// The result is one trace per business operation: the request span, the send
+// span of each message it published (one per attempt), and whatever its
+// consumers do.
+//
+// Stored contexts and message headers are always W3C Trace Context, whatever
+// propagator the application installed: rows outlive configuration changes,
+// and every reader must parse what every writer stored.
+//
+// # Metrics
+//
+// A wrapped transport counts the messages the broker accepted and refused and
+// measures each call ([MetricSent], [MetricFailed], [MetricSendDuration]).
+//
+// [ObserveStore] registers gauges of an outbox table, read with one statement
+// per collection: the backlog of deliverable rows, how long the oldest of them
+// has waited, and the scheduled, claimed, parked and dead rows, including the
+// number of parked ordering keys.
+//
+// [ObserveWorker] and [ObserveCleanup] register counters that read the Stats
+// of the dispatch workers: sends, failures, expired claims, rows left for
+// recovery, retention passes and the rows they deleted. They accept the small
+// interfaces [Worker] and [CleanupWorker], which *dispatch.Direct,
+// *dispatch.Ordered, *dispatch.Recovery and *dispatch.Cleanup satisfy.
+//
+// # Providers
+//
+// Everything defaults to the global providers (otel.GetTracerProvider,
+// otel.GetMeterProvider); [WithTracerProvider] and [WithMeterProvider] choose
+// others. Without an SDK the API is a no-op: no spans are recorded and no
+// headers are added, except that a context stored with a message is passed on
+// unchanged, as the OpenTelemetry API does for incoming contexts.
+//
+// # Wiring
+//
+//	outbox := relayer.Outbox{
+//		Routes:       routes,
+//		Transports:   map[string]relayer.Transport{
+//			"nats": relayerotel.WrapTransport(natsTransport, relayerotel.WithMessagingSystem("nats")),
+//		},
+//		TraceContext: relayerotel.TraceContext,
+//	}
+//	meter := otel.Meter("orders")
+//	relayerotel.ObserveStore(meter, st, "orders")
+//	relayerotel.ObserveWorker(meter, direct, "direct")
+//	relayerotel.ObserveWorker(meter, recovery, "recovery")
+package relayerotel

@@ -1,0 +1,9 @@
+package relayerotel_test
+
+import (
+	"testing"
+
+	"github.com/relayer-go/relayer/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }

@@ -1,0 +1,405 @@
+package relayerotel_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/internal/testdb"
+	relayerotel "github.com/relayer-go/relayer/otel"
+	"github.com/relayer-go/relayer/store"
+	"github.com/relayer-go/relayer/transport/memory"
+)
+
+// The dispatch workers satisfy the interfaces the Observe functions take.
+var (
+	_ relayerotel.Worker        = (*dispatch.Direct)(nil)
+	_ relayerotel.Worker        = (*dispatch.Ordered)(nil)
+	_ relayerotel.Worker        = (*dispatch.Recovery)(nil)
+	_ relayerotel.CleanupWorker = (*dispatch.Cleanup)(nil)
+)
+
+// meterBundle is a meter provider read on demand.
+type meterBundle struct {
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+}
+
+func setupMeter(t *testing.T) *meterBundle {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return &meterBundle{reader: reader, mp: mp}
+}
+
+// collect reads every metric; err is what the callbacks returned.
+func (b *meterBundle) collect(t *testing.T) (metricdata.ResourceMetrics, error) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	err := b.reader.Collect(context.Background(), &rm)
+	return rm, err
+}
+
+func (b *meterBundle) mustCollect(t *testing.T) metricdata.ResourceMetrics {
+	t.Helper()
+	rm, err := b.collect(t)
+	if err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	return rm
+}
+
+func find(rm metricdata.ResourceMetrics, name string) (metricdata.Metrics, bool) {
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return m, true
+			}
+		}
+	}
+	return metricdata.Metrics{}, false
+}
+
+// matches reports whether set holds every key=value of want.
+func matches(set attribute.Set, want map[string]string) bool {
+	for k, v := range want {
+		got, ok := set.Value(attribute.Key(k))
+		if !ok || got.Emit() != v {
+			return false
+		}
+	}
+	return true
+}
+
+// total sums the int64 data points of a counter or gauge whose attributes
+// match want; ok is false when no point matched.
+func total(t *testing.T, rm metricdata.ResourceMetrics, name string, want map[string]string) (n int64, ok bool) {
+	t.Helper()
+	m, found := find(rm, name)
+	if !found {
+		return 0, false
+	}
+	var points []metricdata.DataPoint[int64]
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		if !d.IsMonotonic {
+			t.Fatalf("%s is not monotonic", name)
+		}
+		points = d.DataPoints
+	case metricdata.Gauge[int64]:
+		points = d.DataPoints
+	default:
+		t.Fatalf("%s holds %T", name, m.Data)
+	}
+	for _, p := range points {
+		if matches(p.Attributes, want) {
+			n += p.Value
+			ok = true
+		}
+	}
+	return n, ok
+}
+
+func TestTransportMetrics(t *testing.T) {
+	t.Parallel()
+	mb := setupMeter(t)
+	mem := memory.New()
+	tr := relayerotel.WrapTransport(mem, relayerotel.WithMeterProvider(mb.mp),
+		relayerotel.WithMessagingSystem("memory"), relayerotel.WithTransportName("primary"))
+	ctx := context.Background()
+
+	var failIDs sync.Map // message id -> error
+	mem.FailWith(func(m *relayer.Message) error {
+		if err, ok := failIDs.Load(m.ID); ok {
+			return err.(error)
+		}
+		return nil
+	})
+	msg := func(dest string, fail error) *relayer.Message {
+		m := enlist(t, ctx, dest)
+		if fail != nil {
+			failIDs.Store(m.ID, fail)
+		}
+		return m
+	}
+	permanent := fmt.Errorf("too large: %w", relayer.ErrPermanent)
+	unavailable := fmt.Errorf("no leader: %w", relayer.ErrUnavailable)
+
+	for _, m := range []*relayer.Message{msg("a", nil), msg("a", nil), msg("a", permanent)} {
+		_ = tr.Send(ctx, m)
+	}
+	_ = tr.SendBatch(ctx, []*relayer.Message{msg("a", nil), msg("a", unavailable), msg("a", nil)})
+	_ = tr.Send(ctx, msg("b", errors.New("something else")))
+
+	rm := mb.mustCollect(t)
+	base := map[string]string{"messaging.system": "memory", "relayer.transport": "primary"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	checks := []struct {
+		metric string
+		attrs  map[string]string
+		want   int64
+	}{
+		{relayerotel.MetricSent, with("messaging.destination.name", "a"), 4},
+		{relayerotel.MetricSent, with("messaging.destination.name", "b"), 0},
+		{relayerotel.MetricFailed, with("messaging.destination.name", "a"), 2},
+		{relayerotel.MetricFailed, with("messaging.destination.name", "a", "error.type", "permanent"), 1},
+		{relayerotel.MetricFailed, with("messaging.destination.name", "a", "error.type", "unavailable"), 1},
+		{relayerotel.MetricFailed, with("messaging.destination.name", "b", "error.type", "_OTHER"), 1},
+	}
+	for _, c := range checks {
+		if got, _ := total(t, rm, c.metric, c.attrs); got != c.want {
+			t.Errorf("%s %v = %d, want %d", c.metric, c.attrs, got, c.want)
+		}
+	}
+
+	m, ok := find(rm, relayerotel.MetricSendDuration)
+	if !ok {
+		t.Fatal("no send duration histogram")
+	}
+	if m.Unit != "s" {
+		t.Errorf("duration unit %q, want s", m.Unit)
+	}
+	counts := map[string]uint64{}
+	for _, p := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+		typ, _ := p.Attributes.Value("error.type")
+		dest, _ := p.Attributes.Value("messaging.destination.name")
+		counts[dest.Emit()+"/"+typ.Emit()] += p.Count
+		if p.Sum <= 0 || p.Sum > 10 {
+			t.Errorf("duration sum %v s for %v", p.Sum, p.Attributes)
+		}
+	}
+	want := map[string]uint64{"a/": 2, "a/permanent": 1, "a/batch": 1, "b/_OTHER": 1}
+	if fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("duration counts by destination/error.type = %v, want %v", counts, want)
+	}
+}
+
+// fakeWorker is a dispatch worker whose counters the test sets.
+type fakeWorker struct {
+	mu sync.Mutex
+	s  dispatch.Stats
+}
+
+func (w *fakeWorker) Stats() dispatch.Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.s
+}
+
+func (w *fakeWorker) set(s dispatch.Stats) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.s = s
+}
+
+type fakeCleanup dispatch.CleanupStats
+
+func (c fakeCleanup) Stats() dispatch.CleanupStats { return dispatch.CleanupStats(c) }
+
+func TestObserveWorker(t *testing.T) {
+	t.Parallel()
+	mb := setupMeter(t)
+	meter := mb.mp.Meter("test")
+	direct, recovery := &fakeWorker{}, &fakeWorker{}
+	direct.set(dispatch.Stats{Sent: 10, Deleted: 9, Failed: 2, ShortDeletes: 1, Expired: 3, SkippedGroups: 4,
+		CompletionFailures: 5, LeftForRecovery: 6})
+	recovery.set(dispatch.Stats{Sent: 100, Expired: 7})
+	regDirect, err := relayerotel.ObserveWorker(meter, direct, "direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relayerotel.ObserveWorker(meter, recovery, "recovery"); err != nil {
+		t.Fatal(err)
+	}
+
+	rm := mb.mustCollect(t)
+	want := map[string]int64{
+		"relayer.dispatch.sent": 10, "relayer.dispatch.deleted": 9, "relayer.dispatch.failed": 2,
+		"relayer.dispatch.short_deletes": 1, "relayer.dispatch.claims_expired": 3,
+		"relayer.dispatch.skipped_groups": 4, "relayer.dispatch.completion_failures": 5,
+		"relayer.dispatch.left_for_recovery": 6,
+	}
+	for name, n := range want {
+		if got, _ := total(t, rm, name, map[string]string{"relayer.worker": "direct"}); got != n {
+			t.Errorf("%s{direct} = %d, want %d", name, got, n)
+		}
+	}
+	if got, _ := total(t, rm, "relayer.dispatch.claims_expired", map[string]string{"relayer.worker": "recovery"}); got != 7 {
+		t.Errorf("claims_expired{recovery} = %d, want 7", got)
+	}
+
+	// Counters follow the worker, and stop when unregistered.
+	direct.set(dispatch.Stats{Sent: 15})
+	rm = mb.mustCollect(t)
+	if got, _ := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": "direct"}); got != 15 {
+		t.Errorf("sent{direct} after more sends = %d, want 15", got)
+	}
+	if err := regDirect.Unregister(); err != nil {
+		t.Fatal(err)
+	}
+	rm = mb.mustCollect(t)
+	if _, ok := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": "direct"}); ok {
+		t.Error("an unregistered worker is still observed")
+	}
+	if got, _ := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": "recovery"}); got != 100 {
+		t.Errorf("sent{recovery} = %d, want 100", got)
+	}
+
+	if _, err := relayerotel.ObserveWorker(meter, direct, ""); err == nil {
+		t.Error("ObserveWorker accepted an empty name")
+	}
+	if _, err := relayerotel.ObserveWorker(meter, nil, "x"); err == nil {
+		t.Error("ObserveWorker accepted a nil worker")
+	}
+}
+
+func TestObserveCleanup(t *testing.T) {
+	t.Parallel()
+	mb := setupMeter(t)
+	c := fakeCleanup{Runs: 3, Skipped: 4, Failures: 1, InboxDeleted: 500, DeadDeleted: 20, InboxStatements: 6, DeadStatements: 2}
+	if _, err := relayerotel.ObserveCleanup(mb.mp.Meter("test"), c, "cleanup"); err != nil {
+		t.Fatal(err)
+	}
+	rm := mb.mustCollect(t)
+	for _, w := range []struct {
+		name, table string
+		want        int64
+	}{
+		{"relayer.cleanup.runs", "", 3}, {"relayer.cleanup.skipped", "", 4}, {"relayer.cleanup.failures", "", 1},
+		{"relayer.cleanup.deleted", "inbox", 500}, {"relayer.cleanup.deleted", "dead", 20},
+		{"relayer.cleanup.deleted", "", 520},
+		{"relayer.cleanup.statements", "inbox", 6}, {"relayer.cleanup.statements", "dead", 2},
+	} {
+		attrs := map[string]string{"relayer.worker": "cleanup"}
+		if w.table != "" {
+			attrs["relayer.table"] = w.table
+		}
+		if got, _ := total(t, rm, w.name, attrs); got != w.want {
+			t.Errorf("%s%v = %d, want %d", w.name, attrs, got, w.want)
+		}
+	}
+}
+
+// storeOutbox is a migrated outbox in its own schema.
+func storeOutbox(t *testing.T) (*sql.DB, *store.Store, string) {
+	t.Helper()
+	db := testdb.Open(t, "pgx")
+	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "obs_"}
+	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, st, `"` + opts.Schema + `"."obs_outbox"`
+}
+
+func TestObserveStore(t *testing.T) {
+	t.Parallel()
+	db, st, table := storeOutbox(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	var msgs []relayer.Message
+	add := func(created, deliverAt time.Time, key string) {
+		id, err := relayer.NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := relayer.Message{ID: id, Type: "t", Body: []byte("{}"), Transport: "mem", Destination: "d",
+			CreatedAt: created, DeliverAt: deliverAt, Key: key}
+		if key != "" {
+			m.Ordered, m.Lane = true, 3
+		}
+		msgs = append(msgs, m)
+	}
+	add(now.Add(-90*time.Second), time.Time{}, "")         // waiting 90s
+	add(now.Add(-time.Hour), now.Add(-30*time.Second), "") // scheduled, due 30s ago
+	add(now.Add(-time.Second), time.Time{}, "k1")          // ordered, waiting 1s
+	add(now, now.Add(time.Hour), "")                       // scheduled
+	add(now.Add(-2*time.Hour), time.Time{}, "parked-key")  // parked below
+	add(now.Add(-2*time.Hour), time.Time{}, "parked-key")  // same key
+	if err := st.Insert(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE ` + table + ` SET parked_at = now() WHERE ordering_key = 'parked-key'`); err != nil {
+		t.Fatal(err)
+	}
+
+	mb := setupMeter(t)
+	reg, err := relayerotel.ObserveStore(mb.mp.Meter("test"), st, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	rm := mb.mustCollect(t)
+	outbox := map[string]string{"relayer.outbox": "orders"}
+	for name, want := range map[string]int64{
+		relayerotel.MetricBacklog: 3, relayerotel.MetricScheduled: 1, relayerotel.MetricClaimed: 0,
+		relayerotel.MetricParked: 2, relayerotel.MetricParkedKeys: 1, relayerotel.MetricDead: 0,
+	} {
+		if got, ok := total(t, rm, name, outbox); !ok || got != want {
+			t.Errorf("%s = %d (reported %v), want %d", name, got, ok, want)
+		}
+	}
+	m, ok := find(rm, relayerotel.MetricOldestAge)
+	if !ok {
+		t.Fatal("no oldest age gauge")
+	}
+	points := m.Data.(metricdata.Gauge[float64]).DataPoints
+	// The oldest due row was created 90s ago; the scheduled row created an hour
+	// ago has waited only 30s, and parked rows do not count.
+	if len(points) != 1 || points[0].Value < 90 || points[0].Value > 90+30 {
+		t.Fatalf("oldest age %+v, want about 90s", points)
+	}
+
+	// The default name is the table's.
+	mb2 := setupMeter(t)
+	if _, err := relayerotel.ObserveStore(mb2.mp.Meter("test"), st, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"relayer.outbox": st.Options().Schema + ".obs_outbox"}
+	if got, ok := total(t, mb2.mustCollect(t), relayerotel.MetricBacklog, want); !ok || got != 3 {
+		t.Errorf("backlog under the default name = %d (reported %v), want 3", got, ok)
+	}
+}
+
+// TestObserveStoreFailure checks that a failed query reports an error and no
+// data point rather than an empty backlog.
+func TestObserveStoreFailure(t *testing.T) {
+	t.Parallel()
+	db, st, _ := storeOutbox(t)
+	mb := setupMeter(t)
+	if _, err := relayerotel.ObserveStore(mb.mp.Meter("test"), st, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	rm, err := mb.collect(t)
+	if err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Collect error %v, want the closed database reported", err)
+	}
+	if _, ok := total(t, rm, relayerotel.MetricBacklog, nil); ok {
+		t.Fatal("a backlog was reported for a database that cannot be queried")
+	}
+}

@@ -1,0 +1,232 @@
+package relayerotel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Attribute keys that tell apart the outboxes, workers and tables a process
+// observes.
+const (
+	OutboxKey = attribute.Key("relayer.outbox")
+	WorkerKey = attribute.Key("relayer.worker")
+	TableKey  = attribute.Key("relayer.table")
+)
+
+// ObserveTimeout bounds the statement each collection of [ObserveStore]'s
+// gauges runs, within whatever deadline the metric reader sets. A slow
+// database then costs one missed data point, not a stalled export of every
+// other metric.
+const ObserveTimeout = 5 * time.Second
+
+// Gauge names registered by [ObserveStore].
+const (
+	MetricBacklog    = "relayer.outbox.backlog"
+	MetricOldestAge  = "relayer.outbox.oldest_age"
+	MetricScheduled  = "relayer.outbox.scheduled"
+	MetricClaimed    = "relayer.outbox.claimed"
+	MetricParked     = "relayer.outbox.parked"
+	MetricParkedKeys = "relayer.outbox.parked_keys"
+	MetricDead       = "relayer.outbox.dead"
+)
+
+// ObserveStore registers gauges of the outbox st reads, observed with one
+// [store.Store.Stats] statement per collection, each data point carrying
+// relayer.outbox = name (default: "<schema>.<prefix>outbox"):
+//
+//   - relayer.outbox.backlog: rows deliverable now (Stats.Eligible);
+//   - relayer.outbox.oldest_age: seconds the longest-waiting deliverable row
+//     has been due (now minus Stats.OldestDueAt), 0 when there is none;
+//   - relayer.outbox.scheduled, .claimed, .parked, .parked_keys and .dead:
+//     the other counts of [store.Stats].
+//
+// They are gauges, not up-down counters, because every process observing one
+// outbox reports the same rows: summing them across processes would count
+// the rows again. Observe each outbox from one process, or aggregate with max.
+//
+// The statement reads the whole outbox table; the metric reader's interval
+// decides how often, and [ObserveTimeout] bounds it. When it fails, the
+// callback returns the error (the SDK hands it to the global error handler)
+// and no data point is recorded: a failed query never reads as an empty
+// backlog. Unregister the returned registration to stop observing.
+func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Registration, error) {
+	if meter == nil || st == nil {
+		return nil, errors.New("relayerotel: ObserveStore needs a meter and a store")
+	}
+	if name == "" {
+		o := st.Options()
+		name = o.Schema + "." + o.TablePrefix + "outbox"
+	}
+	attrs := metric.WithAttributeSet(attribute.NewSet(OutboxKey.String(name)))
+
+	var errs error
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = errors.Join(errs, err)
+		return g
+	}
+	backlog := gauge(MetricBacklog, "{message}", "Outbox rows deliverable now: due, not parked, not claimed.")
+	scheduled := gauge(MetricScheduled, "{message}", "Outbox rows whose delivery time is ahead.")
+	claimed := gauge(MetricClaimed, "{message}", "Outbox rows held by a live claim, being sent.")
+	parked := gauge(MetricParked, "{message}", "Parked outbox rows.")
+	parkedKeys := gauge(MetricParkedKeys, "{key}", "Ordering keys with parked rows, whose delivery is stopped.")
+	dead := gauge(MetricDead, "{message}", "Dead-letter rows.")
+	oldest, err := meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
+		metric.WithDescription("How long the longest-waiting deliverable outbox row has been due."))
+	errs = errors.Join(errs, err)
+	if errs != nil {
+		return nil, errs
+	}
+
+	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
+		defer cancel()
+		now := time.Now()
+		s, err := st.Stats(ctx, now)
+		if err != nil {
+			return err
+		}
+		o.ObserveInt64(backlog, s.Eligible, attrs)
+		o.ObserveInt64(scheduled, s.Scheduled, attrs)
+		o.ObserveInt64(claimed, s.Claimed, attrs)
+		o.ObserveInt64(parked, s.Parked, attrs)
+		o.ObserveInt64(parkedKeys, s.ParkedKeys, attrs)
+		o.ObserveInt64(dead, s.Dead, attrs)
+		o.ObserveFloat64(oldest, waited(now, s.OldestDueAt).Seconds(), attrs)
+		return nil
+	}, backlog, scheduled, claimed, parked, parkedKeys, dead, oldest)
+}
+
+// waited is how long ago since was, zero for the zero time and for instants a
+// writer with a clock ahead of ours put in the future.
+func waited(now, since time.Time) time.Duration {
+	if since.IsZero() || since.After(now) {
+		return 0
+	}
+	return now.Sub(since)
+}
+
+// Worker is a dispatch worker with counters: *dispatch.Direct,
+// *dispatch.Ordered and *dispatch.Recovery.
+type Worker interface {
+	Stats() dispatch.Stats
+}
+
+// CleanupWorker is a retention worker with counters: *dispatch.Cleanup.
+type CleanupWorker interface {
+	Stats() dispatch.CleanupStats
+}
+
+// counter is one observable counter read from a worker's stats.
+type counter[S any] struct {
+	name, unit, desc string
+	table            string // for the cleanup counters kept per table
+	read             func(S) uint64
+}
+
+var workerCounters = []counter[dispatch.Stats]{
+	{name: "relayer.dispatch.sent", unit: "{message}", desc: "Messages the broker accepted.",
+		read: func(s dispatch.Stats) uint64 { return s.Sent }},
+	{name: "relayer.dispatch.deleted", unit: "{message}", desc: "Rows deleted after their send.",
+		read: func(s dispatch.Stats) uint64 { return s.Deleted }},
+	{name: "relayer.dispatch.failed", unit: "{message}", desc: "Failed sends recorded on their rows.",
+		read: func(s dispatch.Stats) uint64 { return s.Failed }},
+	{name: "relayer.dispatch.short_deletes", unit: "{group}", desc: "Groups whose delete removed fewer rows than were sent, a duplicate risk.",
+		read: func(s dispatch.Stats) uint64 { return s.ShortDeletes }},
+	{name: "relayer.dispatch.claims_expired", unit: "{group}", desc: "Groups not sent because their claim expired first.",
+		read: func(s dispatch.Stats) uint64 { return s.Expired }},
+	{name: "relayer.dispatch.skipped_groups", unit: "{group}", desc: "Groups skipped without a claim: unknown transport, failed capability lookup.",
+		read: func(s dispatch.Stats) uint64 { return s.SkippedGroups }},
+	{name: "relayer.dispatch.completion_failures", unit: "{group}", desc: "Groups sent but not deleted; they will be sent again.",
+		read: func(s dispatch.Stats) uint64 { return s.CompletionFailures }},
+	{name: "relayer.dispatch.left_for_recovery", unit: "{message}", desc: "Committed rows left for recovery to send.",
+		read: func(s dispatch.Stats) uint64 { return s.LeftForRecovery }},
+}
+
+var cleanupCounters = []counter[dispatch.CleanupStats]{
+	{name: "relayer.cleanup.runs", unit: "{run}", desc: "Retention passes completed under the lease.",
+		read: func(s dispatch.CleanupStats) uint64 { return s.Runs }},
+	{name: "relayer.cleanup.skipped", unit: "{run}", desc: "Retention passes skipped because another instance held the lease.",
+		read: func(s dispatch.CleanupStats) uint64 { return s.Skipped }},
+	{name: "relayer.cleanup.failures", unit: "{run}", desc: "Retention passes ended by an error or a lost lease.",
+		read: func(s dispatch.CleanupStats) uint64 { return s.Failures }},
+	{name: "relayer.cleanup.deleted", unit: "{row}", desc: "Rows deleted past their retention.", table: "inbox",
+		read: func(s dispatch.CleanupStats) uint64 { return s.InboxDeleted }},
+	{name: "relayer.cleanup.deleted", unit: "{row}", desc: "Rows deleted past their retention.", table: "dead",
+		read: func(s dispatch.CleanupStats) uint64 { return s.DeadDeleted }},
+	{name: "relayer.cleanup.statements", unit: "{statement}", desc: "DELETE statements run by retention passes.", table: "inbox",
+		read: func(s dispatch.CleanupStats) uint64 { return s.InboxStatements }},
+	{name: "relayer.cleanup.statements", unit: "{statement}", desc: "DELETE statements run by retention passes.", table: "dead",
+		read: func(s dispatch.CleanupStats) uint64 { return s.DeadStatements }},
+}
+
+// ObserveWorker registers observable counters that read w.Stats() at each
+// collection, each data point carrying relayer.worker = name (for example
+// "direct", "ordered" or "recovery"; required): relayer.dispatch.sent,
+// .deleted, .failed, .short_deletes, .claims_expired (dispatch.Stats.Expired),
+// .skipped_groups, .completion_failures and .left_for_recovery.
+//
+// The counters are cumulative since w was made. Register each worker value
+// once, and unregister it when the worker is replaced: a new worker starts
+// from zero, which a backend sees as a counter reset.
+func ObserveWorker(meter metric.Meter, w Worker, name string) (metric.Registration, error) {
+	if w == nil {
+		return nil, errors.New("relayerotel: ObserveWorker needs a worker")
+	}
+	return observeCounters(meter, name, w.Stats, workerCounters)
+}
+
+// ObserveCleanup is [ObserveWorker] for a retention worker:
+// relayer.cleanup.runs, .skipped and .failures count passes, and
+// relayer.cleanup.deleted and .statements count rows and DELETE statements
+// per table (relayer.table = "inbox" or "dead").
+func ObserveCleanup(meter metric.Meter, c CleanupWorker, name string) (metric.Registration, error) {
+	if c == nil {
+		return nil, errors.New("relayerotel: ObserveCleanup needs a worker")
+	}
+	return observeCounters(meter, name, c.Stats, cleanupCounters)
+}
+
+func observeCounters[S any](meter metric.Meter, name string, stats func() S, specs []counter[S]) (metric.Registration, error) {
+	if meter == nil {
+		return nil, errors.New("relayerotel: a meter is required")
+	}
+	if name == "" {
+		return nil, errors.New("relayerotel: a worker name is required, to tell workers apart")
+	}
+	byName := make(map[string]metric.Int64ObservableCounter)
+	var instruments []metric.Observable
+	attrs := make([]metric.ObserveOption, len(specs))
+	var errs error
+	for i, sp := range specs {
+		if sp.table != "" {
+			attrs[i] = metric.WithAttributeSet(attribute.NewSet(WorkerKey.String(name), TableKey.String(sp.table)))
+		} else {
+			attrs[i] = metric.WithAttributeSet(attribute.NewSet(WorkerKey.String(name)))
+		}
+		if _, ok := byName[sp.name]; ok {
+			continue
+		}
+		c, err := meter.Int64ObservableCounter(sp.name, metric.WithUnit(sp.unit), metric.WithDescription(sp.desc))
+		errs = errors.Join(errs, err)
+		byName[sp.name] = c
+		instruments = append(instruments, c)
+	}
+	if errs != nil {
+		return nil, errs
+	}
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		for i, sp := range specs {
+			o.ObserveInt64(byName[sp.name], int64(sp.read(s)), attrs[i])
+		}
+		return nil
+	}, instruments...)
+}

@@ -1,0 +1,337 @@
+package relayerotel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relayer-go/relayer"
+)
+
+// Attribute keys this package adds to the semantic conventions' own.
+const (
+	// TransportKey names the relayer transport a message went through.
+	TransportKey = attribute.Key("relayer.transport")
+)
+
+// Metric names of a wrapped transport.
+const (
+	MetricSent         = "relayer.transport.sent"
+	MetricFailed       = "relayer.transport.failed"
+	MetricSendDuration = "relayer.transport.send.duration"
+)
+
+// durationBuckets suit broker round trips, from a local broker's millisecond
+// to a send that runs into its claim's deadline. The SDK's default buckets
+// assume milliseconds and would put every send in the first one.
+var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// operationName is the verb of the span name and of messaging.operation.name.
+const operationName = "publish"
+
+// WrapTransport returns a [relayer.Transport] that traces and measures every
+// send of tr and otherwise behaves exactly like tr: it passes every message
+// on, returns tr's errors unchanged (a *relayer.BatchError keeps its
+// indexes), and answers Capabilities without a span. It panics if tr is nil.
+//
+// # Spans
+//
+// Each message sent gets a span of kind producer named "<destination>
+// publish", parented to the creation context stored with the message (see
+// [TraceContext]), or, for a message stored without one, to the span in the
+// ctx of the call. When the creation context is the parent, the span also
+// links to it and, if ctx carries a span of its own (a worker's), to that one,
+// so that a trace of the dispatcher still reaches the messages it sent.
+//
+// SendBatch makes one such span per message, all with the call's start and end
+// times and messaging.batch.message_count, rather than one span for the batch
+// with links to each creation context: a link is only followed from the span
+// that holds it, so a batch span would leave every message's own trace without
+// its send. With a sampled batch of n messages that is n spans; with the
+// ParentBased sampler, messages of unsampled operations cost a span context
+// each and record nothing.
+//
+// A send that fails records the error on the span, sets its status to Error
+// and sets error.type; in a batch that failed partly, each span gets its own
+// message's error. The transport cannot tell a first attempt from a retry:
+// every attempt is a span of its own, a sibling of the earlier attempts under
+// the creation context, so the retries of a message line up in its trace.
+//
+// # Propagation
+//
+// The transport passes tr copies of the messages whose headers carry the send
+// span's context as traceparent and tracestate, in place of any such headers
+// the message had (matched regardless of case); consumers continue the trace
+// with [ConsumerContext]. The caller's messages, their header slices and the
+// arrays behind them are never modified. When the send span has no valid
+// context (no SDK, and neither a stored context nor a span in ctx), the
+// message is passed on as it is. Without an SDK but with a stored context, the
+// stored context is what propagates, as the OpenTelemetry API prescribes.
+//
+// # Metrics
+//
+// [MetricSent] and [MetricFailed] count messages accepted and refused by the
+// broker; a call that failed without a *relayer.BatchError naming the
+// messages counts all of its messages as failed. [MetricSendDuration] records
+// the duration of each Send or SendBatch call, in seconds. All carry
+// messaging.destination.name, relayer.transport and, when set,
+// messaging.system; failures and the durations of failed calls also carry
+// error.type. Keep the number of destinations bounded: each is a time series.
+//
+// error.type is the ErrorType() string of the first error in the chain that
+// has such a method, else "permanent" or "unavailable" for errors marked with
+// relayer.ErrPermanent or relayer.ErrUnavailable, "deadline_exceeded" or
+// "canceled" for context errors, and "_OTHER" for the rest; the duration of a
+// batch that failed partly is marked "batch".
+func WrapTransport(tr relayer.Transport, opts ...Option) relayer.Transport {
+	if tr == nil {
+		panic("relayerotel: WrapTransport of a nil transport")
+	}
+	c := newConfig(opts)
+	t := &transport{
+		next:          tr,
+		tracer:        c.tracerProvider.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		transportName: c.transportName,
+	}
+	if c.system != "" {
+		t.system = semconv.MessagingSystemKey.String(c.system)
+		t.hasSystem = true
+	}
+	meter := c.meterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	var err, errs error
+	// An instrument that cannot be made is reported to the global error
+	// handler; the API still returns a usable no-op instrument with the error.
+	t.sent, err = meter.Int64Counter(MetricSent, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages the broker accepted."))
+	errs = errors.Join(errs, err)
+	t.failed, err = meter.Int64Counter(MetricFailed, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages whose send failed."))
+	errs = errors.Join(errs, err)
+	t.duration, err = meter.Float64Histogram(MetricSendDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of each Send or SendBatch call to the broker."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	errs = errors.Join(errs, err)
+	if errs != nil {
+		otel.Handle(errs)
+	}
+	return t
+}
+
+type transport struct {
+	next          relayer.Transport
+	tracer        trace.Tracer
+	system        attribute.KeyValue
+	hasSystem     bool
+	transportName string
+	sent, failed  metric.Int64Counter
+	duration      metric.Float64Histogram
+}
+
+// Unwrap returns the wrapped transport, for code that looks for optional
+// capabilities of a transport by type assertion.
+func (t *transport) Unwrap() relayer.Transport { return t.next }
+
+// Capabilities implements relayer.Transport; it is neither traced nor
+// measured.
+func (t *transport) Capabilities(ctx context.Context, destination string) (relayer.Capabilities, error) {
+	return t.next.Capabilities(ctx, destination)
+}
+
+// Send implements relayer.Transport.
+func (t *transport) Send(ctx context.Context, msg *relayer.Message) error {
+	if msg == nil {
+		return t.next.Send(ctx, msg)
+	}
+	start := time.Now()
+	sctx, span := t.startSpan(ctx, msg, 1, start)
+	err := t.next.Send(sctx, t.outgoing(sctx, msg, new(relayer.Message)))
+	end := time.Now()
+	endSpan(span, err, end)
+
+	set := t.metricAttrs(msg)
+	if err == nil {
+		t.sent.Add(sctx, 1, metric.WithAttributeSet(set))
+	} else {
+		t.failed.Add(sctx, 1, metric.WithAttributeSet(withErrorType(set, errorType(err))))
+	}
+	t.recordDuration(sctx, set, err, end.Sub(start))
+	return err
+}
+
+// SendBatch implements relayer.Transport.
+func (t *transport) SendBatch(ctx context.Context, msgs []*relayer.Message) error {
+	if len(msgs) == 0 {
+		return t.next.SendBatch(ctx, msgs)
+	}
+	start := time.Now()
+	spans := make([]trace.Span, len(msgs))
+	out := make([]*relayer.Message, len(msgs))
+	copies := make([]relayer.Message, len(msgs))
+	for i, m := range msgs {
+		if m == nil {
+			continue
+		}
+		var sctx context.Context
+		sctx, spans[i] = t.startSpan(ctx, m, len(msgs), start)
+		out[i] = t.outgoing(sctx, m, &copies[i])
+	}
+	err := t.next.SendBatch(ctx, out)
+	end := time.Now()
+
+	// The dispatcher's reading of the outcome: a *BatchError that names every
+	// message tells which failed; any other error failed them all.
+	var batchErr *relayer.BatchError
+	perMessage := errors.As(err, &batchErr) && len(batchErr.Errs) == len(msgs)
+	var sent int64
+	var failed map[string]int64
+	for i, span := range spans {
+		merr := err
+		if perMessage {
+			merr = batchErr.Errs[i]
+		}
+		if span != nil {
+			endSpan(span, merr, end)
+		}
+		if merr == nil {
+			sent++
+			continue
+		}
+		if failed == nil {
+			failed = make(map[string]int64, 1)
+		}
+		failed[errorType(merr)]++
+	}
+
+	first := msgs[0]
+	for _, m := range msgs {
+		if m != nil {
+			first = m
+			break
+		}
+	}
+	var set attribute.Set
+	if first != nil {
+		set = t.metricAttrs(first)
+	}
+	if sent > 0 {
+		t.sent.Add(ctx, sent, metric.WithAttributeSet(set))
+	}
+	for typ, n := range failed {
+		t.failed.Add(ctx, n, metric.WithAttributeSet(withErrorType(set, typ)))
+	}
+	t.recordDuration(ctx, set, err, end.Sub(start))
+	return err
+}
+
+// startSpan starts the send span of msg, one of a batch of size messages.
+func (t *transport) startSpan(ctx context.Context, msg *relayer.Message, size int, start time.Time) (context.Context, trace.Span) {
+	attrs := make([]attribute.KeyValue, 0, 7)
+	if t.hasSystem {
+		attrs = append(attrs, t.system)
+	}
+	attrs = append(attrs,
+		semconv.MessagingDestinationName(msg.Destination),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName(operationName),
+		semconv.MessagingMessageID(msg.ID.String()),
+		TransportKey.String(t.transportOf(msg)),
+	)
+	// The conventions reserve the batch size for operations on several
+	// messages; a batch of one is a single send.
+	if size > 1 {
+		attrs = append(attrs, semconv.MessagingBatchMessageCount(size))
+	}
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithTimestamp(start),
+		trace.WithAttributes(attrs...),
+	}
+	parent := ctx
+	if creation := creationContext(msg); creation.IsValid() {
+		parent = trace.ContextWithRemoteSpanContext(ctx, creation)
+		links := []trace.Link{{SpanContext: creation}}
+		if own := trace.SpanContextFromContext(ctx); own.IsValid() && !own.Equal(creation) {
+			links = append(links, trace.Link{SpanContext: own})
+		}
+		opts = append(opts, trace.WithLinks(links...))
+	}
+	return t.tracer.Start(parent, msg.Destination+" "+operationName, opts...)
+}
+
+// outgoing returns what tr is given for msg: msg itself when sctx has no
+// valid span context to propagate, else a copy of msg, made in buf, whose
+// headers carry it.
+func (t *transport) outgoing(sctx context.Context, msg, buf *relayer.Message) *relayer.Message {
+	if !trace.SpanContextFromContext(sctx).IsValid() {
+		return msg
+	}
+	*buf = *msg
+	buf.Headers = withTraceHeaders(sctx, msg.Headers)
+	return buf
+}
+
+func (t *transport) transportOf(msg *relayer.Message) string {
+	if t.transportName != "" {
+		return t.transportName
+	}
+	return msg.Transport
+}
+
+func (t *transport) metricAttrs(msg *relayer.Message) attribute.Set {
+	if t.hasSystem {
+		return attribute.NewSet(t.system,
+			semconv.MessagingDestinationName(msg.Destination), TransportKey.String(t.transportOf(msg)))
+	}
+	return attribute.NewSet(semconv.MessagingDestinationName(msg.Destination), TransportKey.String(t.transportOf(msg)))
+}
+
+func (t *transport) recordDuration(ctx context.Context, set attribute.Set, err error, d time.Duration) {
+	if err != nil {
+		typ := "batch"
+		var batchErr *relayer.BatchError
+		if !errors.As(err, &batchErr) {
+			typ = errorType(err)
+		}
+		set = withErrorType(set, typ)
+	}
+	t.duration.Record(ctx, d.Seconds(), metric.WithAttributeSet(set))
+}
+
+func endSpan(span trace.Span, err error, end time.Time) {
+	if err != nil {
+		span.RecordError(err, trace.WithTimestamp(end))
+		span.SetStatus(codes.Error, err.Error())
+		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err)))
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+func withErrorType(set attribute.Set, typ string) attribute.Set {
+	kvs := append(set.ToSlice(), semconv.ErrorTypeKey.String(typ))
+	return attribute.NewSet(kvs...)
+}
+
+// errorType is the low-cardinality error.type of a failed send.
+func errorType(err error) string {
+	var typed interface{ ErrorType() string }
+	switch {
+	case errors.As(err, &typed):
+		return typed.ErrorType()
+	case errors.Is(err, relayer.ErrPermanent):
+		return "permanent"
+	case errors.Is(err, relayer.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return semconv.ErrorTypeOther.Value.AsString()
+}

@@ -1,0 +1,111 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+)
+
+// statsQueries holds the aggregate statement behind [Store.Stats]. Like
+// queries, it is built once per store from validated names.
+type statsQueries struct {
+	stats string
+}
+
+func buildStatsQueries(n names) *statsQueries {
+	elig := strings.ReplaceAll(eligible, "$now", "$1")
+	// One pass over the outbox: every figure is a FILTER of the same scan, so
+	// they describe one snapshot and cost one round trip. The dead letters are
+	// counted by a scalar subquery in the same statement for the same reason.
+	//
+	// The FILTERs split the rows into four disjoint classes: parked; not parked
+	// and not yet due (scheduled); due with a live claim (claimed); and the rest
+	// (eligible, exactly the rows CountEligible counts).
+	//
+	// A parked key is a (lane, ordering key) pair of ordered rows, the unit the
+	// lane scan skips; parked unordered rows are counted as rows only.
+	return &statsQueries{
+		stats: `SELECT
+    count(*) FILTER (WHERE ` + elig + `),
+    count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1),
+    count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
+        AND claimed_until > $1),
+    count(*) FILTER (WHERE parked_at IS NOT NULL),
+    count(DISTINCT (lane, ordering_key)) FILTER (WHERE parked_at IS NOT NULL AND lane IS NOT NULL),
+    min(created_at) FILTER (WHERE ` + elig + `),
+    min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + `),
+    (SELECT count(*) FROM ` + n.dead + `)
+FROM ` + n.outbox,
+	}
+}
+
+// Stats is a snapshot of one outbox, taken by [Store.Stats] at an instant.
+// Eligible, Scheduled, Claimed and Parked are disjoint and together count
+// every row of the outbox table.
+type Stats struct {
+	// Eligible counts the rows a read at the instant could return: not parked,
+	// due, and unclaimed or with an expired claim. It equals what
+	// [Store.CountEligible] returns for the same instant.
+	Eligible int64
+	// Scheduled counts the rows not parked whose delivery time is still ahead.
+	Scheduled int64
+	// Claimed counts the due rows not parked that a live claim holds: messages
+	// being sent right now.
+	Claimed int64
+	// Parked counts the parked rows.
+	Parked int64
+	// ParkedKeys counts the distinct (lane, ordering key) pairs of parked
+	// ordered rows: the keys whose delivery is stopped while their lane goes on.
+	ParkedKeys int64
+	// Dead counts the dead-letter rows.
+	Dead int64
+	// OldestCreatedAt is the creation time of the oldest eligible row, or zero
+	// when no row is eligible.
+	OldestCreatedAt time.Time
+	// OldestDueAt is the earliest instant from which an eligible row has been
+	// deliverable: the later of its creation and its delivery time, minimised
+	// over the eligible rows. Zero when no row is eligible. The instant minus
+	// OldestDueAt is how long the longest-waiting message has waited for
+	// delivery; unlike the age of OldestCreatedAt it does not count the time a
+	// scheduled message was meant to wait.
+	OldestDueAt time.Time
+}
+
+// Stats takes a [Stats] snapshot of the outbox at the instant now (zero means
+// time.Now()), in one statement. The statement reads the whole outbox table,
+// so its cost grows with the backlog: call it from monitoring at intervals,
+// not per message. ctx bounds the statement. An error, including
+// cancellation, is returned as such and never as zero counts.
+func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
+	const op = "stats"
+	rows, err := s.db.QueryContext(ctx, s.sq.stats, pgTime(now))
+	if err != nil {
+		return Stats{}, wrap(ctx, op, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Stats{}, wrap(ctx, op, err)
+		}
+		return Stats{}, wrap(ctx, op, sql.ErrNoRows)
+	}
+	var (
+		st                       Stats
+		oldestCreated, oldestDue sql.NullTime
+	)
+	if err := rows.Scan(&st.Eligible, &st.Scheduled, &st.Claimed, &st.Parked, &st.ParkedKeys,
+		&oldestCreated, &oldestDue, &st.Dead); err != nil {
+		return Stats{}, wrap(ctx, op, err)
+	}
+	if err := rows.Close(); err != nil {
+		return Stats{}, wrap(ctx, op, err)
+	}
+	if oldestCreated.Valid {
+		st.OldestCreatedAt = oldestCreated.Time.UTC()
+	}
+	if oldestDue.Valid {
+		st.OldestDueAt = oldestDue.Time.UTC()
+	}
+	return st, nil
+}
