@@ -38,17 +38,20 @@ type Stats struct {
 	// LeftForRecovery counts committed rows the dispatcher was told about but did
 	// not take (full queue, stopped) or dropped at a hard stop.
 	LeftForRecovery uint64
+	// Scans counts recovery claim statements and ordered lane probes: the
+	// worker's runs over the outbox.
+	Scans uint64
 }
 
 type counters struct {
-	sent, deleted, failed, shortDeletes, expired, skipped, completionFailures, left atomic.Uint64
+	sent, deleted, failed, shortDeletes, expired, skipped, completionFailures, left, scans atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Sent: c.sent.Load(), Deleted: c.deleted.Load(), Failed: c.failed.Load(),
 		ShortDeletes: c.shortDeletes.Load(), Expired: c.expired.Load(), SkippedGroups: c.skipped.Load(),
-		CompletionFailures: c.completionFailures.Load(), LeftForRecovery: c.left.Load(),
+		CompletionFailures: c.completionFailures.Load(), LeftForRecovery: c.left.Load(), Scans: c.scans.Load(),
 	}
 }
 

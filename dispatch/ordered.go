@@ -407,6 +407,7 @@ func (o *Ordered) run(ctx context.Context) {
 		st, err := conn.store(ctx)
 		var ready []int
 		if err == nil {
+			o.stats.scans.Add(1)
 			ready, err = st.ProbeLanes(ctx, lanes, o.token)
 		}
 		if err != nil {

@@ -340,6 +340,7 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, error) {
 	}
 	now := time.Now()
 	claim := store.NewClaim(now, r.opts.ClaimDuration)
+	r.stats.scans.Add(1)
 	d.buf, err = st.ClaimNextUnordered(ctx, d.buf, d.cursor, r.opts.BatchSize, claim, now)
 	if err != nil || len(d.buf) == 0 {
 		return false, err

@@ -148,6 +148,8 @@ var workerCounters = []counter[dispatch.Stats]{
 		read: func(s dispatch.Stats) uint64 { return s.CompletionFailures }},
 	{name: "relayer.dispatch.left_for_recovery", unit: "{message}", desc: "Committed rows left for recovery to send.",
 		read: func(s dispatch.Stats) uint64 { return s.LeftForRecovery }},
+	{name: "relayer.dispatch.scans", unit: "{scan}", desc: "Scans of the outbox by recovery and ordered workers.",
+		read: func(s dispatch.Stats) uint64 { return s.Scans }},
 }
 
 var cleanupCounters = []counter[dispatch.CleanupStats]{
@@ -171,7 +173,7 @@ var cleanupCounters = []counter[dispatch.CleanupStats]{
 // collection, each data point carrying relayer.worker = name (for example
 // "direct", "ordered" or "recovery"; required): relayer.dispatch.sent,
 // .deleted, .failed, .short_deletes, .claims_expired (dispatch.Stats.Expired),
-// .skipped_groups, .completion_failures and .left_for_recovery.
+// .skipped_groups, .completion_failures, .left_for_recovery and .scans.
 //
 // The counters are cumulative since w was made. Register each worker value
 // once, and unregister it when the worker is replaced: a new worker starts
