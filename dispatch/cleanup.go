@@ -205,7 +205,7 @@ func NewCleanup(db *sql.DB, outbox relayer.Outbox, opts CleanupOptions) (*Cleanu
 		opts:  opts,
 		store: st,
 		lease: store.Lease{Name: CleanupLeaseName, Owner: opts.Owner, Token: uuid.New()},
-		loop:  newLoop(),
+		loop:  newLoop(false),
 	}, nil
 }
 

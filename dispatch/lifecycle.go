@@ -6,18 +6,34 @@ import (
 	"sync"
 )
 
-// loop is the lifecycle shared by workers whose Stop cancels their one
-// background goroutine: a first Start runs it, later Starts fail, Stop cancels
-// and waits within its context, and Run blocks until the goroutine ends.
+// loop is the lifecycle shared by workers with one background goroutine: a
+// first Start runs it, later Starts fail, Stop ends it and waits within its
+// context, and Run blocks until the goroutine ends. A graceful loop's Stop
+// first closes quit and lets the body finish its work in flight, cancelling
+// only when Stop's context ends; otherwise Stop cancels at once.
 type loop struct {
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	graceful bool
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	cancel   context.CancelFunc
+	quit     chan struct{}
+	done     chan struct{}
 }
 
-func newLoop() loop { return loop{done: make(chan struct{})} }
+func newLoop(graceful bool) loop {
+	return loop{graceful: graceful, quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// quitting reports whether Stop asked a graceful body to finish.
+func (l *loop) quitting() bool {
+	select {
+	case <-l.quit:
+		return true
+	default:
+		return false
+	}
+}
 
 // start runs body on its own goroutine; body must return when ctx ends.
 func (l *loop) start(ctx context.Context, what string, body func(ctx context.Context)) error {
@@ -40,11 +56,21 @@ func (l *loop) start(ctx context.Context, what string, body func(ctx context.Con
 
 func (l *loop) stop(ctx context.Context) error {
 	l.mu.Lock()
-	l.stopped = true
+	if !l.stopped {
+		l.stopped = true
+		close(l.quit)
+	}
 	started := l.started
 	l.mu.Unlock()
 	if !started {
 		return nil
+	}
+	if l.graceful {
+		select {
+		case <-l.done:
+			return nil
+		case <-ctx.Done():
+		}
 	}
 	l.cancel()
 	select {

@@ -165,7 +165,7 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 		store:      st,
 		transports: transports,
 		lease:      store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
-		loop:       newLoop(),
+		loop:       newLoop(true),
 	}
 	return r, nil
 }
@@ -184,9 +184,10 @@ func (r *Recovery) Start(ctx context.Context) error {
 	return r.loop.start(ctx, "recovery", r.run)
 }
 
-// Stop cancels the worker, waits for it within ctx, and releases the lease so
-// that another instance can start at once. Rows being sent are abandoned and
-// recovered later. Stop is idempotent.
+// Stop lets the batches in flight finish, then releases the lease so that
+// another instance can start at once. If ctx ends first, the batches are
+// cancelled: their rows stay claimed until the claims expire and are sent
+// again then. Stop is idempotent.
 func (r *Recovery) Stop(ctx context.Context) error { return r.loop.stop(ctx) }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
@@ -212,7 +213,7 @@ func (r *Recovery) run(ctx context.Context) {
 // connections of its own so that slow sends never delay a renewal.
 func (r *Recovery) holdLease(ctx context.Context) {
 	var renewedAt time.Time
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !r.loop.quitting() {
 		if r.holding.Load() && time.Since(renewedAt) < r.opts.LeaseDuration/3 {
 			r.sleep(ctx, r.opts.LeaseDuration/3-time.Since(renewedAt), false)
 			continue
@@ -264,7 +265,7 @@ func (r *Recovery) drain(ctx context.Context, d *drainer) {
 		d.conn.release(cctx)
 		cancel()
 	}()
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !r.loop.quitting() {
 		if !r.holding.Load() {
 			r.sleep(ctx, r.opts.PollInterval, true)
 			continue
@@ -302,6 +303,7 @@ func (r *Recovery) sleep(ctx context.Context, d time.Duration, wakeable bool) {
 	}
 	select {
 	case <-ctx.Done():
+	case <-r.loop.quit:
 	case <-t.C:
 	case <-wake:
 	}

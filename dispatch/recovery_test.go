@@ -133,6 +133,10 @@ func TestOneRecoveryAtATimeAndTakeover(t *testing.T) {
 	if owner == "r2" {
 		holder, other = r2, r1
 	}
+	if other.Stats().Scans != 0 || holder.Stats().Scans == 0 {
+		t.Errorf("scans while one held the lease: holder %d, other %d; want only the holder scanning",
+			holder.Stats().Scans, other.Stats().Scans)
+	}
 	must(t, holder.Stop(ctx))
 	b.enlistOnly(t, relayer.NewOutgoing(Placed{2}), relayer.NewOutgoing(Placed{3}))
 	b.waitSent(t, 3)
@@ -221,5 +225,34 @@ func TestRecoveryOptions(t *testing.T) {
 	eff := b.recovery(t, dispatch.RecoveryOptions{}).Options()
 	if eff.BatchSize != 1000 || eff.PollInterval != time.Second || eff.LeaseDuration != 30*time.Second || eff.Owner == "" {
 		t.Errorf("defaults %+v", eff)
+	}
+}
+
+// TestRecoverySendsRowsOfACrashedDispatcher: a dispatcher claimed a row and died
+// before sending; once the claim expires, recovery sends it exactly once.
+func TestRecoverySendsRowsOfACrashedDispatcher(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Placed{2}))
+	rows, err := b.store.ReadUnordered(context.Background(), nil, store.ReadOptions{Limit: 10})
+	must(t, err)
+	claimedUntil := time.Now().Add(700 * time.Millisecond)
+	if ok, err := b.store.Claim(context.Background(), rows[0].ID, store.Claim{Token: uuid.New(), Until: claimedUntil}, time.Now()); !ok || err != nil {
+		t.Fatalf("claim = %v, %v", ok, err)
+	}
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond})
+	must(t, r.Start(context.Background()))
+	b.waitSent(t, 1)
+	if got := b.mem.All()[0].ID; got != rows[1].ID {
+		t.Errorf("first sent %s, want the unclaimed row %s", got, rows[1].ID)
+	}
+	b.waitSent(t, 2)
+	if time.Now().Before(claimedUntil) {
+		t.Error("the claimed row was sent before its claim expired")
+	}
+	b.waitRows(t, 0)
+	time.Sleep(200 * time.Millisecond)
+	if n := b.mem.Len(); n != 2 {
+		t.Errorf("sent %d messages, want each of the 2 exactly once", n)
 	}
 }
