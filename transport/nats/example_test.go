@@ -1,0 +1,136 @@
+package relayernats_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relayer-go/relayer"
+	relayernats "github.com/relayer-go/relayer/transport/nats"
+)
+
+// A service connects, makes sure a stream with a deduplication window
+// captures its subjects, and registers the transport with its outbox.
+func Example() {
+	ctx := context.Background()
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Drain() // the application owns the connection
+
+	// The async publish timeout drops acknowledgements that never come.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       "ORDERS",
+		Subjects:   []string{"orders.>"},
+		Duplicates: 2 * time.Minute,
+	}); err != nil {
+		log.Fatal(err)
+	}
+
+	natsTransport, err := relayernats.New(js, relayernats.Options{Stream: "ORDERS"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var routes relayer.Routes
+	outbox := relayer.Outbox{
+		Routes:     &routes,
+		Transports: map[string]relayer.Transport{"nats": natsTransport},
+	}
+	_ = outbox // hand it to the writer and the dispatchers
+}
+
+// A consumer reads the relayer id back, for example to deduplicate with the
+// inbox package. Replays of an accepted message are dropped by the stream.
+func ExampleMessageID() {
+	url, stop := exampleServer()
+	defer stop()
+
+	ctx := context.Background()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tr, err := relayernats.New(js, relayernats.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	msg := &relayer.Message{
+		ID:          uuid.MustParse("0190c5a4-5b6e-7c3d-8e9f-a0b1c2d3e4f5"),
+		Type:        "orders.OrderPlaced",
+		Body:        []byte(`{"order":42}`),
+		Destination: "orders.placed",
+	}
+	for range 2 { // the second send is a replay and is stored no second time
+		if err := tr.Send(ctx, msg); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	got, err := cons.Next()
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := relayernats.MessageID(got.Headers())
+	if err != nil {
+		log.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(id, relayernats.MessageType(got.Headers()), string(got.Data()))
+	fmt.Println("stored:", info.State.Msgs)
+	// Output:
+	// 0190c5a4-5b6e-7c3d-8e9f-a0b1c2d3e4f5 orders.OrderPlaced {"order":42}
+	// stored: 1
+}
+
+// exampleServer starts an embedded JetStream server for an example.
+func exampleServer() (url string, stop func()) {
+	dir, err := os.MkdirTemp("", "relayernats-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT,
+		JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		log.Fatal("embedded nats-server did not get ready")
+	}
+	return s.ClientURL(), func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		_ = os.RemoveAll(dir)
+	}
+}
