@@ -9,10 +9,13 @@ import (
 	"github.com/google/uuid"
 )
 
-// Arrays travel as PostgreSQL array literals in text form, cast in SQL
-// ($1::uuid[]). Both database/sql drivers the store supports (pgx's stdlib and
-// lib/pq) pass a string through unchanged, while neither accepts the other's
-// native array wrappers; one text form keeps the store driver-agnostic.
+// Arrays travel as PostgreSQL array literals in text form. Both database/sql
+// drivers the store supports (pgx's stdlib and lib/pq) pass a string through,
+// while neither accepts the other's native array wrappers; one text form keeps
+// the store driver-agnostic. The hot statements declare the parameter as text
+// and cast it in SQL ($1::text::uuid[]): typed as uuid[], pgx would parse the
+// literal into an array and encode it again, which cost a 100-row delete
+// nearly a thousand allocations and about a fifth of its time.
 
 // uuidArray is a uuid[] parameter.
 type uuidArray []uuid.UUID

@@ -62,7 +62,7 @@ WHERE id = $1 AND ` + elig("$4"),
 		claimBatch: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
 WHERE id = ANY(ARRAY(
     SELECT id FROM ` + n.outbox + `
-    WHERE id = ANY($1::uuid[]) AND ` + elig("$4") + `
+    WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4") + `
     FOR UPDATE SKIP LOCKED))
 RETURNING ` + rowColumns,
 		// claimIDs is claimBatch returning only the ids, for callers that hold the
@@ -70,7 +70,7 @@ RETURNING ` + rowColumns,
 		claimIDs: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
 WHERE id = ANY(ARRAY(
     SELECT id FROM ` + n.outbox + `
-    WHERE id = ANY($1::uuid[]) AND ` + elig("$4") + `
+    WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4") + `
     FOR UPDATE SKIP LOCKED))
 RETURNING id`,
 		// Recovery's claim: the next due unordered rows after a cursor, in id
@@ -83,7 +83,7 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING ` + rowColumns,
 		releaseBatch: `UPDATE ` + n.outbox + ` SET claim_token = NULL, claimed_until = NULL
-WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
+WHERE id = ANY($1::text::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
 		// Leases run on the database clock, so that workers with skewed clocks
 		// agree on expiry. A lease is taken when free or expired, and renewed by
 		// its owner token.
@@ -123,7 +123,7 @@ WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.parked_at IS NULL
       WHERE p.lane = o.lane AND p.ordering_key = o.ordering_key AND p.parked_at IS NOT NULL)
 ORDER BY o.id LIMIT $2`,
 		laneClaim: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
-WHERE id = ANY($1::uuid[]) AND lane IS NOT NULL AND ` + elig("$4"),
+WHERE id = ANY($1::text::uuid[]) AND lane IS NOT NULL AND ` + elig("$4"),
 		releaseOwner: `DELETE FROM ` + n.leases + ` WHERE owner_token = $1`,
 		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at <= now()`,
 		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at > now() ORDER BY name`,
@@ -132,13 +132,13 @@ WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
 		complete: `DELETE FROM ` + n.outbox + `
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $3`,
 		completeBatch: `DELETE FROM ` + n.outbox + `
-WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
+WHERE id = ANY($1::text::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
 		fail: `UPDATE ` + n.outbox + `
 SET attempts = attempts + 1, last_error = $3, claim_token = NULL, claimed_until = NULL
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
 		failBatch: `UPDATE ` + n.outbox + ` AS o
 SET attempts = o.attempts + 1, last_error = f.error, claim_token = NULL, claimed_until = NULL
-FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
+FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error)
 WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
 		// One row, the most common case, as plain parameters: cheaper for the
 		// server than unnesting twelve one-element arrays.
