@@ -1,4 +1,4 @@
-package relayerrabbitmq_test
+package relayeramqp_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
-	relayerrabbitmq "github.com/relayer-go/relayer/transport/rabbitmq"
+	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 )
 
 // envURL names the environment variable with the broker the tests use.
@@ -35,7 +35,7 @@ func connect(t testing.TB) *amqp.Connection {
 	}
 	conn, err := amqp.DialConfig(url, amqp.Config{
 		Dial:       amqp.DefaultDial(5 * time.Second),
-		Properties: amqp.Table{"connection_name": "relayerrabbitmq test " + t.Name()},
+		Properties: amqp.Table{"connection_name": "relayeramqp test " + t.Name()},
 	})
 	if err != nil {
 		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
@@ -60,15 +60,15 @@ func redact(url string) string {
 // it, a channel for the test's own AMQP work and a queue of its own.
 type testBundle struct {
 	conn  *amqp.Connection
-	tr    *relayerrabbitmq.Transport
+	tr    *relayeramqp.Transport
 	ch    *amqp.Channel
 	queue string
 }
 
-func setup(t testing.TB, opts relayerrabbitmq.Options) *testBundle {
+func setup(t testing.TB, opts relayeramqp.Options) *testBundle {
 	t.Helper()
 	conn := connect(t)
-	tr, err := relayerrabbitmq.New(conn, opts)
+	tr, err := relayeramqp.New(conn, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -173,8 +173,8 @@ func formatHeaders(hs []headers.Header) string {
 // BenchmarkSendBatch measures a full batch against the test broker: publish,
 // confirm, and what the mapping allocates per message.
 func BenchmarkSendBatch(b *testing.B) {
-	bundle := setup(b, relayerrabbitmq.Options{AllowUnroutable: true})
-	msgs := make([]*relayer.Message, relayerrabbitmq.MaxBatchSizeDefault)
+	bundle := setup(b, relayeramqp.Options{AllowUnroutable: true})
+	msgs := make([]*relayer.Message, relayeramqp.MaxBatchSizeDefault)
 	for i := range msgs {
 		msgs[i] = newMessage(b, bundle.queue)
 		msgs[i].Key = fmt.Sprintf("key-%d", i%16)

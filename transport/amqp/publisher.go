@@ -1,4 +1,4 @@
-package relayerrabbitmq
+package relayeramqp
 
 import (
 	amqp "github.com/rabbitmq/amqp091-go"

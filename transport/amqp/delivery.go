@@ -1,4 +1,4 @@
-package relayerrabbitmq
+package relayeramqp
 
 import (
 	"fmt"
@@ -31,7 +31,7 @@ func MessageID(d amqp.Delivery) (uuid.UUID, error) {
 	}
 	id, err := uuid.Parse(s)
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("relayerrabbitmq: message id %q: %w", s, err)
+		return uuid.Nil, fmt.Errorf("relayeramqp: message id %q: %w", s, err)
 	}
 	return id, nil
 }

@@ -1,4 +1,4 @@
-package relayerrabbitmq
+package relayeramqp
 
 import (
 	"errors"
@@ -11,19 +11,19 @@ import (
 
 var (
 	// ErrClosed is returned by sends on a transport after [Transport.Close].
-	ErrClosed = errors.New("relayerrabbitmq: transport closed")
+	ErrClosed = errors.New("relayeramqp: transport closed")
 	// ErrNacked is the cause of a send that the broker negatively
 	// acknowledged. RabbitMQ nacks a message it could not enqueue — a queue
 	// process that failed, a quorum queue without a quorum, a queue full under
 	// the reject-publish overflow policy — so the error also wraps
 	// [relayer.ErrUnavailable]: the message is fine, the destination is not.
-	ErrNacked = errors.New("relayerrabbitmq: the broker nacked the message")
+	ErrNacked = errors.New("relayeramqp: the broker nacked the message")
 	// ErrNoMessageID is returned by [MessageID] for a delivery that carries
 	// no message id.
-	ErrNoMessageID = errors.New("relayerrabbitmq: delivery has no message id")
+	ErrNoMessageID = errors.New("relayeramqp: delivery has no message id")
 	// ErrHeaderType is returned by [Headers] for a header value of a type the
 	// transport never writes, such as the table RabbitMQ puts in x-death.
-	ErrHeaderType = errors.New("relayerrabbitmq: header value is neither bytes nor a string")
+	ErrHeaderType = errors.New("relayeramqp: header value is neither bytes nor a string")
 )
 
 // ReturnError reports a mandatory message that the broker returned because no
@@ -40,7 +40,7 @@ type ReturnError struct {
 
 // Error describes the return.
 func (e *ReturnError) Error() string {
-	return fmt.Sprintf("relayerrabbitmq: the broker returned the message as unroutable (%d %s): no queue is bound for routing key %q on exchange %q",
+	return fmt.Sprintf("relayeramqp: the broker returned the message as unroutable (%d %s): no queue is bound for routing key %q on exchange %q",
 		e.Code, e.Text, e.RoutingKey, e.Exchange)
 }
 
@@ -49,7 +49,7 @@ func (e *ReturnError) Unwrap() error { return relayer.ErrUnavailable }
 
 // unavailable marks a failure of the channel or connection during what.
 func unavailable(what string, err error) error {
-	return fmt.Errorf("relayerrabbitmq: %s: %w: %w", what, err, relayer.ErrUnavailable)
+	return fmt.Errorf("relayeramqp: %s: %w: %w", what, err, relayer.ErrUnavailable)
 }
 
 // lostError is the failure of messages whose confirms went with a channel that
@@ -63,9 +63,9 @@ func lostError(reason error, lost int) error {
 	var amqpErr *amqp.Error
 	if errors.As(reason, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
 		if lost == 1 {
-			return fmt.Errorf("relayerrabbitmq: the broker refused the message: %w: %w", reason, relayer.ErrPermanent)
+			return fmt.Errorf("relayeramqp: the broker refused the message: %w: %w", reason, relayer.ErrPermanent)
 		}
-		return fmt.Errorf("relayerrabbitmq: the broker closed the channel refusing one of %d unconfirmed messages: %w", lost, reason)
+		return fmt.Errorf("relayeramqp: the broker closed the channel refusing one of %d unconfirmed messages: %w", lost, reason)
 	}
 	return unavailable("the channel closed before the broker confirmed", reason)
 }

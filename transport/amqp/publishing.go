@@ -1,4 +1,4 @@
-package relayerrabbitmq
+package relayeramqp
 
 import (
 	"fmt"
@@ -22,19 +22,19 @@ const HeaderKey = "relayer-key"
 // send returns.
 func (t *Transport) publishing(m *relayer.Message) (amqp.Publishing, error) {
 	if m == nil {
-		return amqp.Publishing{}, fmt.Errorf("relayerrabbitmq: nil message: %w", relayer.ErrPermanent)
+		return amqp.Publishing{}, fmt.Errorf("relayeramqp: nil message: %w", relayer.ErrPermanent)
 	}
 	if len(m.Destination) > shortstrMax {
-		return amqp.Publishing{}, fmt.Errorf("relayerrabbitmq: message %s: destination (routing key) %.40q… is %d bytes, AMQP allows %d: %w",
+		return amqp.Publishing{}, fmt.Errorf("relayeramqp: message %s: destination (routing key) %.40q… is %d bytes, AMQP allows %d: %w",
 			m.ID, m.Destination, len(m.Destination), shortstrMax, relayer.ErrPermanent)
 	}
 	if len(m.Type) > shortstrMax {
-		return amqp.Publishing{}, fmt.Errorf("relayerrabbitmq: message %s: type %.40q… is %d bytes, AMQP allows %d: %w",
+		return amqp.Publishing{}, fmt.Errorf("relayeramqp: message %s: type %.40q… is %d bytes, AMQP allows %d: %w",
 			m.ID, m.Type, len(m.Type), shortstrMax, relayer.ErrPermanent)
 	}
 	table, contentType, err := headerTable(m.Headers, m.Key)
 	if err != nil {
-		return amqp.Publishing{}, fmt.Errorf("relayerrabbitmq: message %s: %w", m.ID, err)
+		return amqp.Publishing{}, fmt.Errorf("relayeramqp: message %s: %w", m.ID, err)
 	}
 	return amqp.Publishing{
 		Headers:      table,

@@ -1,4 +1,4 @@
-package relayerrabbitmq_test
+package relayeramqp_test
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relayer-go/relayer"
-	relayerrabbitmq "github.com/relayer-go/relayer/transport/rabbitmq"
+	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 )
 
 // Orders are published to the "orders" exchange with the routing key
@@ -19,7 +19,7 @@ func Example() {
 	}
 	defer conn.Close() // the connection is the application's
 
-	rabbit, err := relayerrabbitmq.New(conn, relayerrabbitmq.Options{Exchange: "orders"})
+	rabbit, err := relayeramqp.New(conn, relayeramqp.Options{Exchange: "orders"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -45,15 +45,15 @@ func ExampleHeaders() {
 	d := amqp.Delivery{
 		MessageId: "0190a5d2-6a4b-7c3e-9f10-2b3c4d5e6f70",
 		Headers: amqp.Table{
-			"content-type":            "application/json",
-			"tag":                     []any{"a", "b"},
-			"signature":               []byte{0xff, 0x00},
-			relayerrabbitmq.HeaderKey: "customer-42",
+			"content-type":        "application/json",
+			"tag":                 []any{"a", "b"},
+			"signature":           []byte{0xff, 0x00},
+			relayeramqp.HeaderKey: "customer-42",
 		},
 	}
-	id, err := relayerrabbitmq.MessageID(d)
+	id, err := relayeramqp.MessageID(d)
 	fmt.Println(id, err)
-	hs, err := relayerrabbitmq.Headers(d.Headers)
+	hs, err := relayeramqp.Headers(d.Headers)
 	for _, h := range hs {
 		fmt.Printf("%s=%q\n", h.Name, h.Value)
 	}

@@ -1,4 +1,4 @@
-// Package relayerrabbitmq is a [relayer.Transport] that publishes outbox
+// Package relayeramqp is a [relayer.Transport] that publishes outbox
 // messages to RabbitMQ (AMQP 0-9-1) with publisher confirms.
 //
 // A send succeeds only once the broker has confirmed every message in it, so
@@ -129,4 +129,4 @@
 //
 // [MessageID] reads a delivery's relayer message id; [Headers] decodes its
 // headers table into relayer headers.
-package relayerrabbitmq
+package relayeramqp

@@ -1,4 +1,4 @@
-package relayerrabbitmq_test
+package relayeramqp_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relayer-go/relayer"
-	relayerrabbitmq "github.com/relayer-go/relayer/transport/rabbitmq"
+	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 )
 
 func TestMessageID(t *testing.T) {
@@ -24,14 +24,14 @@ func TestMessageID(t *testing.T) {
 		{"property before header", amqp.Delivery{MessageId: id.String(), Headers: amqp.Table{relayer.HeaderMessageID: "x"}}, nil},
 		{"string header", amqp.Delivery{Headers: amqp.Table{relayer.HeaderMessageID: id.String()}}, nil},
 		{"bytes header", amqp.Delivery{Headers: amqp.Table{relayer.HeaderMessageID: []byte(id.String())}}, nil},
-		{"none", amqp.Delivery{}, relayerrabbitmq.ErrNoMessageID},
+		{"none", amqp.Delivery{}, relayeramqp.ErrNoMessageID},
 	} {
-		got, err := relayerrabbitmq.MessageID(tc.d)
+		got, err := relayeramqp.MessageID(tc.d)
 		if !errors.Is(err, tc.want) || tc.want == nil && got != id {
 			t.Errorf("%s: MessageID = %v, %v", tc.name, got, err)
 		}
 	}
-	if _, err := relayerrabbitmq.MessageID(amqp.Delivery{MessageId: "order-1"}); err == nil || !strings.Contains(err.Error(), `"order-1"`) {
+	if _, err := relayeramqp.MessageID(amqp.Delivery{MessageId: "order-1"}); err == nil || !strings.Contains(err.Error(), `"order-1"`) {
 		t.Errorf("MessageID of a non-UUID = %v", err)
 	}
 }
@@ -42,12 +42,12 @@ func TestHeadersRefusesForeignValues(t *testing.T) {
 		{"x-death": []any{amqp.Table{"count": int64(1)}}},
 		{"x-count": int64(3)},
 	} {
-		_, err := relayerrabbitmq.Headers(table)
-		if !errors.Is(err, relayerrabbitmq.ErrHeaderType) || !strings.Contains(err.Error(), `"x-`) {
+		_, err := relayeramqp.Headers(table)
+		if !errors.Is(err, relayeramqp.ErrHeaderType) || !strings.Contains(err.Error(), `"x-`) {
 			t.Errorf("Headers(%v) = %v, want ErrHeaderType naming the header", table, err)
 		}
 	}
-	if hs, err := relayerrabbitmq.Headers(nil); hs != nil || err != nil {
+	if hs, err := relayeramqp.Headers(nil); hs != nil || err != nil {
 		t.Errorf("Headers(nil) = %v, %v", hs, err)
 	}
 }
@@ -55,24 +55,24 @@ func TestHeadersRefusesForeignValues(t *testing.T) {
 func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		opts  relayerrabbitmq.Options
+		opts  relayeramqp.Options
 		field string
 	}{
-		{relayerrabbitmq.Options{Exchange: strings.Repeat("e", 256)}, "Exchange"},
-		{relayerrabbitmq.Options{MaxBatchSize: -1}, "MaxBatchSize"},
-		{relayerrabbitmq.Options{MaxBatchSize: relayerrabbitmq.MaxBatchSizeMax + 1}, "MaxBatchSize"},
-		{relayerrabbitmq.Options{Channels: -1}, "Channels"},
-		{relayerrabbitmq.Options{Channels: relayerrabbitmq.ChannelsMax + 1}, "Channels"},
+		{relayeramqp.Options{Exchange: strings.Repeat("e", 256)}, "Exchange"},
+		{relayeramqp.Options{MaxBatchSize: -1}, "MaxBatchSize"},
+		{relayeramqp.Options{MaxBatchSize: relayeramqp.MaxBatchSizeMax + 1}, "MaxBatchSize"},
+		{relayeramqp.Options{Channels: -1}, "Channels"},
+		{relayeramqp.Options{Channels: relayeramqp.ChannelsMax + 1}, "Channels"},
 	} {
-		if err := tc.opts.Validate(); err == nil || !strings.HasPrefix(err.Error(), "relayerrabbitmq: "+tc.field+" ") {
+		if err := tc.opts.Validate(); err == nil || !strings.HasPrefix(err.Error(), "relayeramqp: "+tc.field+" ") {
 			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.opts, err, tc.field)
 		}
 	}
-	valid := relayerrabbitmq.Options{Exchange: "orders", MaxBatchSize: relayerrabbitmq.MaxBatchSizeMax, Channels: 1}
+	valid := relayeramqp.Options{Exchange: "orders", MaxBatchSize: relayeramqp.MaxBatchSizeMax, Channels: 1}
 	if err := valid.Validate(); err != nil {
 		t.Errorf("Validate(%+v) = %v", valid, err)
 	}
-	if _, err := relayerrabbitmq.New(nil, relayerrabbitmq.Options{}); err == nil {
+	if _, err := relayeramqp.New(nil, relayeramqp.Options{}); err == nil {
 		t.Error("New without a connection succeeded")
 	}
 }

@@ -1,4 +1,4 @@
-package relayerrabbitmq_test
+package relayeramqp_test
 
 import (
 	"bytes"
@@ -17,14 +17,14 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
-	relayerrabbitmq "github.com/relayer-go/relayer/transport/rabbitmq"
+	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 )
 
-var _ relayer.Transport = (*relayerrabbitmq.Transport)(nil)
+var _ relayer.Transport = (*relayeramqp.Transport)(nil)
 
 func TestSendRoundTrip(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{})
+	b := setup(t, relayeramqp.Options{})
 	msg := newMessage(t, b.queue)
 	msg.Key = "customer-42"
 	msg.Headers = []headers.Header{
@@ -44,7 +44,7 @@ func TestSendRoundTrip(t *testing.T) {
 	if d.MessageId != msg.ID.String() {
 		t.Errorf("message-id property = %q, want %q", d.MessageId, msg.ID)
 	}
-	if id, err := relayerrabbitmq.MessageID(d); err != nil || id != msg.ID {
+	if id, err := relayeramqp.MessageID(d); err != nil || id != msg.ID {
 		t.Errorf("MessageID = %v, %v; want %v", id, err, msg.ID)
 	}
 	if d.Type != msg.Type {
@@ -71,18 +71,18 @@ func TestSendRoundTrip(t *testing.T) {
 	if v, ok := d.Headers["tag"].([]any); !ok || len(v) != 3 || v[0] != "a" || v[1] != "b" || v[2] != "" {
 		t.Errorf("tag = %#v, want [a b \"\"]", d.Headers["tag"])
 	}
-	if v := d.Headers[relayerrabbitmq.HeaderKey]; v != "customer-42" {
-		t.Errorf("%s = %#v", relayerrabbitmq.HeaderKey, v)
+	if v := d.Headers[relayeramqp.HeaderKey]; v != "customer-42" {
+		t.Errorf("%s = %#v", relayeramqp.HeaderKey, v)
 	}
 
-	got, err := relayerrabbitmq.Headers(d.Headers)
+	got, err := relayeramqp.Headers(d.Headers)
 	if err != nil {
 		t.Fatalf("Headers: %v", err)
 	}
 	want := []headers.Header{
 		{Name: "content-type", Value: []byte("application/json")},
 		{Name: "empty", Value: []byte{}},
-		{Name: relayerrabbitmq.HeaderKey, Value: []byte("customer-42")},
+		{Name: relayeramqp.HeaderKey, Value: []byte("customer-42")},
 		{Name: "signature", Value: []byte{0xff, 0x00, 0x01}},
 		{Name: "tag", Value: []byte("a")},
 		{Name: "tag", Value: []byte("b")},
@@ -96,16 +96,16 @@ func TestSendRoundTrip(t *testing.T) {
 
 func TestKeyJoinsAHeaderOfTheSameName(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{Transient: true})
+	b := setup(t, relayeramqp.Options{Transient: true})
 	msg := newMessage(t, b.queue)
 	msg.Key = "k"
-	msg.Headers = []headers.Header{{Name: relayerrabbitmq.HeaderKey, Value: []byte("mine")}}
+	msg.Headers = []headers.Header{{Name: relayeramqp.HeaderKey, Value: []byte("mine")}}
 	if err := b.tr.Send(context.Background(), msg); err != nil {
 		t.Fatal(err)
 	}
 	d := b.receive(t, b.queue, 1)[0]
-	if v, ok := d.Headers[relayerrabbitmq.HeaderKey].([]any); !ok || len(v) != 2 || v[0] != "mine" || v[1] != "k" {
-		t.Errorf("%s = %#v, want [mine k]", relayerrabbitmq.HeaderKey, d.Headers[relayerrabbitmq.HeaderKey])
+	if v, ok := d.Headers[relayeramqp.HeaderKey].([]any); !ok || len(v) != 2 || v[0] != "mine" || v[1] != "k" {
+		t.Errorf("%s = %#v, want [mine k]", relayeramqp.HeaderKey, d.Headers[relayeramqp.HeaderKey])
 	}
 	if d.DeliveryMode != amqp.Transient {
 		t.Errorf("delivery mode = %d, want transient", d.DeliveryMode)
@@ -117,16 +117,16 @@ func TestKeyJoinsAHeaderOfTheSameName(t *testing.T) {
 
 func TestSendBatchKeepsOrder(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{})
+	b := setup(t, relayeramqp.Options{})
 	caps, err := b.tr.Capabilities(context.Background(), b.queue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (relayer.Capabilities{OrderedByKey: true, MaxBatchSize: relayerrabbitmq.MaxBatchSizeDefault}); caps != want {
+	if want := (relayer.Capabilities{OrderedByKey: true, MaxBatchSize: relayeramqp.MaxBatchSizeDefault}); caps != want {
 		t.Fatalf("Capabilities = %+v, want %+v", caps, want)
 	}
 
-	const n, keys = relayerrabbitmq.MaxBatchSizeDefault, 7
+	const n, keys = relayeramqp.MaxBatchSizeDefault, 7
 	msgs := make([]*relayer.Message, n)
 	for i := range msgs {
 		msgs[i] = newMessage(t, b.queue)
@@ -145,7 +145,7 @@ func TestSendBatchKeepsOrder(t *testing.T) {
 		if d.MessageId != msgs[i].ID.String() {
 			t.Fatalf("delivery %d is %s, want %s: publish order lost", i, d.MessageId, msgs[i].ID)
 		}
-		key, _ := d.Headers[relayerrabbitmq.HeaderKey].(string)
+		key, _ := d.Headers[relayeramqp.HeaderKey].(string)
 		if want := fmt.Sprint(next[key]); string(d.Body) != want {
 			t.Fatalf("key %s: got sequence %s, want %s", key, d.Body, want)
 		}
@@ -158,7 +158,7 @@ func TestSendBatchKeepsOrder(t *testing.T) {
 
 func TestSendBatchRefusesMoreThanMaxBatchSize(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{MaxBatchSize: 3})
+	b := setup(t, relayeramqp.Options{MaxBatchSize: 3})
 	msgs := []*relayer.Message{newMessage(t, b.queue), newMessage(t, b.queue), newMessage(t, b.queue), newMessage(t, b.queue)}
 	if err := b.tr.SendBatch(context.Background(), msgs); err == nil || !strings.Contains(err.Error(), "MaxBatchSize") {
 		t.Errorf("SendBatch of 4 with MaxBatchSize 3 = %v", err)
@@ -176,11 +176,11 @@ func TestSendBatchRefusesMoreThanMaxBatchSize(t *testing.T) {
 
 func TestUnroutableMessagesFail(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{})
+	b := setup(t, relayeramqp.Options{})
 	nowhere := uniqueName(t, "nowhere")
 
 	err := b.tr.Send(context.Background(), newMessage(t, nowhere))
-	var ret *relayerrabbitmq.ReturnError
+	var ret *relayeramqp.ReturnError
 	if !errors.Is(err, relayer.ErrUnavailable) || !errors.As(err, &ret) {
 		t.Fatalf("Send to an unbound routing key = %v, want a ReturnError wrapping ErrUnavailable", err)
 	}
@@ -211,7 +211,7 @@ func TestUnroutableMessagesFail(t *testing.T) {
 
 func TestAllowUnroutable(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{AllowUnroutable: true})
+	b := setup(t, relayeramqp.Options{AllowUnroutable: true})
 	if err := b.tr.Send(context.Background(), newMessage(t, uniqueName(t, "nowhere"))); err != nil {
 		t.Errorf("Send of a non-mandatory unroutable message = %v, want nil", err)
 	}
@@ -219,13 +219,13 @@ func TestAllowUnroutable(t *testing.T) {
 
 func TestNacksFail(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{})
+	b := setup(t, relayeramqp.Options{})
 	full := b.declareQueue(t, amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
 	if err := b.tr.Send(context.Background(), newMessage(t, full)); err != nil {
 		t.Fatalf("first Send: %v", err)
 	}
 	err := b.tr.Send(context.Background(), newMessage(t, full))
-	if !errors.Is(err, relayerrabbitmq.ErrNacked) || !errors.Is(err, relayer.ErrUnavailable) {
+	if !errors.Is(err, relayeramqp.ErrNacked) || !errors.Is(err, relayer.ErrUnavailable) {
 		t.Fatalf("Send to a full reject-publish queue = %v, want ErrNacked and ErrUnavailable", err)
 	}
 	msgs := []*relayer.Message{newMessage(t, b.queue), newMessage(t, full), newMessage(t, b.queue)}
@@ -234,14 +234,14 @@ func TestNacksFail(t *testing.T) {
 	if !errors.As(err, &batchErr) || batchErr.Failed(0) || !batchErr.Failed(1) || batchErr.Failed(2) {
 		t.Fatalf("SendBatch = %#v, want only message 1 failed", err)
 	}
-	if !errors.Is(batchErr.Errs[1], relayerrabbitmq.ErrNacked) {
+	if !errors.Is(batchErr.Errs[1], relayeramqp.ErrNacked) {
 		t.Errorf("Errs[1] = %v", batchErr.Errs[1])
 	}
 }
 
 func TestMessagesAMQPCannotCarryFailPermanently(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{})
+	b := setup(t, relayeramqp.Options{})
 	long := strings.Repeat("n", 256)
 
 	badHeader := newMessage(t, b.queue)
@@ -272,7 +272,7 @@ func TestMessagesAMQPCannotCarryFailPermanently(t *testing.T) {
 
 func TestDestinationIsTheRoutingKeyVerbatim(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{})
+	b := setup(t, relayeramqp.Options{})
 	q, err := b.ch.QueueDeclare(b.queue+"/orders", false, true, true, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +287,7 @@ func TestDestinationIsTheRoutingKeyVerbatim(t *testing.T) {
 
 func TestContextCancellation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{})
+	b := setup(t, relayeramqp.Options{})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -304,7 +304,7 @@ func TestContextCancellation(t *testing.T) {
 	// A context cancelled while a batch is being published: the call returns
 	// promptly, confirmed messages succeed and the rest fail with the
 	// context's error.
-	msgs := make([]*relayer.Message, relayerrabbitmq.MaxBatchSizeDefault)
+	msgs := make([]*relayer.Message, relayeramqp.MaxBatchSizeDefault)
 	for i := range msgs {
 		msgs[i] = newMessage(t, b.queue)
 		msgs[i].Body = make([]byte, 16<<10)
@@ -385,7 +385,7 @@ func TestClosedChannelIsReplaced(t *testing.T) {
 		}
 	}
 	declare()
-	tr, err := relayerrabbitmq.New(conn, relayerrabbitmq.Options{Exchange: exchange, Channels: 1})
+	tr, err := relayeramqp.New(conn, relayeramqp.Options{Exchange: exchange, Channels: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestClosedChannelIsReplaced(t *testing.T) {
 func TestClosedConnectionIsUnavailable(t *testing.T) {
 	t.Parallel()
 	conn := connect(t)
-	tr, err := relayerrabbitmq.New(conn, relayerrabbitmq.Options{})
+	tr, err := relayeramqp.New(conn, relayeramqp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,14 +436,14 @@ func TestClosedConnectionIsUnavailable(t *testing.T) {
 	if err := tr.Close(); err != nil {
 		t.Errorf("Close after the connection closed: %v", err)
 	}
-	if _, err := relayerrabbitmq.New(conn, relayerrabbitmq.Options{}); !errors.Is(err, relayer.ErrUnavailable) {
+	if _, err := relayeramqp.New(conn, relayeramqp.Options{}); !errors.Is(err, relayer.ErrUnavailable) {
 		t.Errorf("New on a closed connection = %v, want ErrUnavailable", err)
 	}
 }
 
 func TestConcurrentSends(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{Channels: 2})
+	b := setup(t, relayeramqp.Options{Channels: 2})
 	const workers, sends = 8, 20
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*sends)
@@ -474,7 +474,7 @@ func TestConcurrentSends(t *testing.T) {
 
 func TestClose(t *testing.T) {
 	t.Parallel()
-	b := setup(t, relayerrabbitmq.Options{})
+	b := setup(t, relayeramqp.Options{})
 	if err := b.tr.Send(context.Background(), newMessage(t, b.queue)); err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +484,7 @@ func TestClose(t *testing.T) {
 	if err := b.tr.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := b.tr.Send(context.Background(), newMessage(t, b.queue)); !errors.Is(err, relayerrabbitmq.ErrClosed) {
+	if err := b.tr.Send(context.Background(), newMessage(t, b.queue)); !errors.Is(err, relayeramqp.ErrClosed) {
 		t.Errorf("Send after Close = %v, want ErrClosed", err)
 	}
 	if b.conn.IsClosed() {
@@ -508,7 +508,7 @@ func TestNoGoroutineOutlivesClose(t *testing.T) {
 	b.queue = b.declareQueue(t, nil)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
-	tr, err := relayerrabbitmq.New(conn, relayerrabbitmq.Options{})
+	tr, err := relayeramqp.New(conn, relayeramqp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +532,7 @@ func TestNoGoroutineOutlivesClose(t *testing.T) {
 	stacks := make([]byte, 1<<20)
 	stacks = stacks[:runtime.Stack(stacks, true)]
 	for g := range bytes.SplitSeq(stacks, []byte("\n\n")) {
-		if bytes.Contains(g, []byte("/transport/rabbitmq.(")) {
+		if bytes.Contains(g, []byte("/transport/amqp.(")) {
 			t.Errorf("a goroutine of the transport runs after Close:\n%s", g)
 		}
 	}

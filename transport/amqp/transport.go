@@ -1,4 +1,4 @@
-package relayerrabbitmq
+package relayeramqp
 
 import (
 	"context"
@@ -65,11 +65,11 @@ type Options struct {
 func (o Options) Validate() error {
 	switch {
 	case len(o.Exchange) > shortstrMax:
-		return fmt.Errorf("relayerrabbitmq: Exchange is %d bytes long, at most %d allowed", len(o.Exchange), shortstrMax)
+		return fmt.Errorf("relayeramqp: Exchange is %d bytes long, at most %d allowed", len(o.Exchange), shortstrMax)
 	case o.MaxBatchSize < 0 || o.MaxBatchSize > MaxBatchSizeMax:
-		return fmt.Errorf("relayerrabbitmq: MaxBatchSize %d out of range: 1 to %d, or 0 for %d", o.MaxBatchSize, MaxBatchSizeMax, MaxBatchSizeDefault)
+		return fmt.Errorf("relayeramqp: MaxBatchSize %d out of range: 1 to %d, or 0 for %d", o.MaxBatchSize, MaxBatchSizeMax, MaxBatchSizeDefault)
 	case o.Channels < 0 || o.Channels > ChannelsMax:
-		return fmt.Errorf("relayerrabbitmq: Channels %d out of range: 1 to %d, or 0 for %d", o.Channels, ChannelsMax, ChannelsDefault)
+		return fmt.Errorf("relayeramqp: Channels %d out of range: 1 to %d, or 0 for %d", o.Channels, ChannelsMax, ChannelsDefault)
 	}
 	return nil
 }
@@ -108,7 +108,7 @@ type Transport struct {
 // reported here; it fails with an error wrapping [relayer.ErrUnavailable] then.
 func New(conn *amqp.Connection, opts Options) (*Transport, error) {
 	if conn == nil {
-		return nil, errors.New("relayerrabbitmq: connection is nil")
+		return nil, errors.New("relayeramqp: connection is nil")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func (t *Transport) SendBatch(ctx context.Context, msgs []*relayer.Message) erro
 		return nil
 	}
 	if len(msgs) > t.maxBatch {
-		return fmt.Errorf("relayerrabbitmq: batch of %d messages exceeds MaxBatchSize %d", len(msgs), t.maxBatch)
+		return fmt.Errorf("relayeramqp: batch of %d messages exceeds MaxBatchSize %d", len(msgs), t.maxBatch)
 	}
 	errs, err := t.deliver(ctx, msgs)
 	if err != nil {
@@ -214,7 +214,7 @@ func (t *Transport) Close() error {
 		}
 		t.discards.Wait()
 		if err := errors.Join(errs...); err != nil {
-			t.closeErr = fmt.Errorf("relayerrabbitmq: closing channels: %w", err)
+			t.closeErr = fmt.Errorf("relayeramqp: closing channels: %w", err)
 		}
 	})
 	return t.closeErr
@@ -244,7 +244,7 @@ func (t *Transport) acquire(ctx context.Context) (*publisher, error) {
 	case <-t.closing:
 		return nil, ErrClosed
 	case <-ctx.Done():
-		return nil, fmt.Errorf("relayerrabbitmq: waiting for a free channel: %w", ctx.Err())
+		return nil, fmt.Errorf("relayeramqp: waiting for a free channel: %w", ctx.Err())
 	}
 }
 
@@ -261,7 +261,7 @@ func (t *Transport) release(p *publisher) {
 // is nil then.
 func (t *Transport) deliver(ctx context.Context, msgs []*relayer.Message) (errs []error, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("relayerrabbitmq: not sent: %w", err)
+		return nil, fmt.Errorf("relayeramqp: not sent: %w", err)
 	}
 	errs = make([]error, len(msgs))
 	pubs := make([]amqp.Publishing, len(msgs))
@@ -294,7 +294,7 @@ func (t *Transport) deliver(ctx context.Context, msgs []*relayer.Message) (errs 
 		}
 		if stopped == nil {
 			if err := ctx.Err(); err != nil {
-				stopped = fmt.Errorf("relayerrabbitmq: not sent: %w", err)
+				stopped = fmt.Errorf("relayeramqp: not sent: %w", err)
 			}
 		}
 		if stopped == nil {
@@ -341,7 +341,7 @@ func (t *Transport) deliver(ctx context.Context, msgs []*relayer.Message) (errs 
 		case isDone(dc):
 			errs[i] = fmt.Errorf("%w: %w", ErrNacked, relayer.ErrUnavailable)
 		default:
-			errs[i] = fmt.Errorf("relayerrabbitmq: abandoned before the broker confirmed: %w", abandoned)
+			errs[i] = fmt.Errorf("relayeramqp: abandoned before the broker confirmed: %w", abandoned)
 		}
 	}
 	if len(lost) > 0 {
