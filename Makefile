@@ -14,3 +14,9 @@ bench:
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./headers/
 	go test -run '^$$' -fuzz FuzzRoundTrip -fuzztime 60s ./headers/
+
+# The end-to-end demo: a throwaway PostgreSQL, an embedded NATS JetStream server,
+# all four entry points and every dispatcher, checked message by message.
+.PHONY: demo
+demo:
+	go run ./cmd/relayer demo

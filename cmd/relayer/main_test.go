@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayer-go/relayer/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// result is the outcome of one in-process run of the command.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runCmd runs the command line args in-process.
+func runCmd(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	r := runCmd(t)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "usage: relayer <command>") {
+		t.Errorf("no arguments: code %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmd(t, "frobnicate")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: code %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmd(t, "help")
+	if r.code != exitOK || !strings.Contains(r.stdout, "demo") || !strings.Contains(r.stdout, "parked") {
+		t.Errorf("help: code %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+func TestHelpHasExample(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"demo", "-h"}, {"schema", "-h"}, {"migrate", "-h"}, {"stats", "-h"},
+		{"lanes", "-h"}, {"dead", "list", "-h"}, {"parked", "list", "-h"}, {"dead", "-h"},
+	} {
+		r := runCmd(t, args...)
+		if r.code != exitOK {
+			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "example:\n  relayer "+args[0]) || !strings.Contains(r.stderr, "-") {
+			t.Errorf("%v: help without an example:\n%s", args, r.stderr)
+		}
+	}
+}
+
+func TestBadFlagsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"schema", "--schema", "Bad-Name"}, `--schema "Bad-Name"`},
+		{[]string{"schema", "--prefix", "x y"}, `--prefix "x y"`},
+		{[]string{"stats", "--database-url", "postgres://x@127.0.0.1/db", "--schema", "pg_x"}, `--schema "pg_x"`},
+		{[]string{"stats", "--bogus"}, "-bogus"},
+		{[]string{"stats", "--database-url", ""}, "--database-url is required"},
+		{[]string{"stats", "--database-url", "postgres://x@127.0.0.1/db?sslmode=bogus"}, "--database-url"},
+		{[]string{"demo", "--messages", "0"}, "--messages 0"},
+		{[]string{"demo", "--workers", "99"}, "--workers 99"},
+		{[]string{"demo", "--schema", "Nope"}, `--schema "Nope"`},
+		{[]string{"dead"}, "missing subcommand"},
+		{[]string{"dead", "redrive"}, `unknown subcommand "redrive"`},
+		{[]string{"parked", "list", "--limit", "0"}, "--limit 0"},
+		{[]string{"schema", "extra"}, `unexpected argument "extra"`},
+	} {
+		r := runCmd(t, tc.args...)
+		if r.code != exitUsage {
+			t.Errorf("%v: code %d, want %d; stderr %q", tc.args, r.code, exitUsage, r.stderr)
+		}
+		if !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: stderr %q does not contain %q", tc.args, r.stderr, tc.want)
+		}
+	}
+}
+
+func TestBadDatabaseURLIsOneLine(t *testing.T) {
+	t.Parallel()
+	// Nothing listens on port 1.
+	r := runCmd(t, "stats", "--database-url", "postgres://nobody@127.0.0.1:1/nothing?connect_timeout=2")
+	if r.code != exitFail {
+		t.Errorf("code %d, want %d", r.code, exitFail)
+	}
+	if !strings.HasPrefix(r.stderr, "relayer stats: --database-url: cannot connect") {
+		t.Errorf("stderr %q does not name the flag", r.stderr)
+	}
+	if n := strings.Count(r.stderr, "\n"); n != 1 {
+		t.Errorf("stderr has %d lines, want 1: %q", n, r.stderr)
+	}
+	if strings.Contains(r.stderr, "goroutine") || strings.Contains(r.stderr, "panic") {
+		t.Errorf("stderr looks like a stack trace: %q", r.stderr)
+	}
+}

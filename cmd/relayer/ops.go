@@ -1,0 +1,551 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/store"
+)
+
+// connectTimeout bounds opening and checking the database connection.
+const connectTimeout = 10 * time.Second
+
+// outboxFlags are the flags every operator command shares.
+type outboxFlags struct {
+	databaseURL string
+	schema      string
+	prefix      string
+}
+
+func (f *outboxFlags) register(fs *flag.FlagSet, needDB bool) {
+	if needDB {
+		// The environment is read after parsing, so that -h never prints a
+		// password from it.
+		fs.StringVar(&f.databaseURL, "database-url", "",
+			"PostgreSQL URL, such as postgres://user@host:5432/db (default $DATABASE_URL)")
+	}
+	fs.StringVar(&f.schema, "schema", store.SchemaDefault, "schema holding the outbox tables")
+	fs.StringVar(&f.prefix, "prefix", "", "table prefix of the outbox")
+}
+
+// options validates --schema and --prefix, naming the flag that is wrong.
+func (f *outboxFlags) options() (store.Options, error) {
+	if err := (store.Options{Schema: f.schema}).Validate(); err != nil {
+		return store.Options{}, usagef("--schema %q: %v", f.schema, reason(err, f.schema))
+	}
+	if err := (store.Options{TablePrefix: f.prefix}).Validate(); err != nil {
+		return store.Options{}, usagef("--prefix %q: %v", f.prefix, reason(err, f.prefix))
+	}
+	return store.Options{Schema: f.schema, TablePrefix: f.prefix}, nil
+}
+
+// reason keeps the rule from a store validation error, whose text repeats
+// the field and value that the flag name and value already give.
+func reason(err error, value string) string {
+	msg := err.Error()
+	quoted := strconv.Quote(value)
+	if i := strings.Index(msg, quoted); i >= 0 {
+		return strings.TrimLeft(msg[i+len(quoted):], ": ")
+	}
+	return msg
+}
+
+// open opens --database-url with pgx's database/sql driver and checks that
+// the server answers, within connectTimeout.
+func (f *outboxFlags) open(ctx context.Context) (*sql.DB, error) {
+	url := f.databaseURL
+	if url == "" {
+		url = os.Getenv("DATABASE_URL")
+	}
+	return openDB(ctx, url)
+}
+
+func openDB(ctx context.Context, url string) (*sql.DB, error) {
+	if url == "" {
+		return nil, usagef("--database-url is required (or set DATABASE_URL)")
+	}
+	if _, err := pgx.ParseConfig(url); err != nil {
+		return nil, usagef("--database-url: %v", err)
+	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return nil, usagef("--database-url: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("--database-url: cannot connect: %v", err)
+	}
+	return db, nil
+}
+
+// tables are the quoted, schema-qualified names of an outbox's tables, for
+// the read-only queries of the operator commands. They are built from
+// validated options only.
+type tables struct {
+	outbox, dead, leases string
+}
+
+func tablesOf(o store.Options) tables {
+	schema := o.Schema
+	if schema == "" {
+		schema = store.SchemaDefault
+	}
+	q := func(name string) string { return pgx.Identifier{schema, o.TablePrefix + name}.Sanitize() }
+	return tables{outbox: q("outbox"), dead: q("dead"), leases: q("relayer_leases")}
+}
+
+func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f outboxFlags
+	fs := newFlagSet("schema", "Prints the DDL of an outbox: one idempotent script, to run in one transaction or feed to a migration tool.",
+		"relayer schema --schema messaging --prefix orders_ > outbox.sql", stderr)
+	f.register(fs, false)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	ddl, err := store.SchemaSQL(opts)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, ddl)
+	return err
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f outboxFlags
+	fs := newFlagSet("migrate", "Creates or upgrades the tables of an outbox, applying the steps it lacks in one transaction.",
+		"relayer migrate --database-url postgres://app@db:5432/app --schema messaging", stderr)
+	f.register(fs, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	db, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	applied, err := store.Migrate(ctx, db, opts)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(stdout, "outbox %s is up to date\n", describe(opts))
+		return nil
+	}
+	fmt.Fprintf(stdout, "outbox %s: applied migrations %v\n", describe(opts), applied)
+	return nil
+}
+
+func describe(o store.Options) string {
+	if o.TablePrefix == "" {
+		return fmt.Sprintf("in schema %s", o.Schema)
+	}
+	return fmt.Sprintf("in schema %s with prefix %s", o.Schema, o.TablePrefix)
+}
+
+// statsReport is what stats prints; its JSON form is for machines.
+type statsReport struct {
+	Schema      string    `json:"schema"`
+	Prefix      string    `json:"prefix"`
+	At          time.Time `json:"at"`
+	Eligible    int64     `json:"eligible"`
+	Scheduled   int64     `json:"scheduled"`
+	Claimed     int64     `json:"claimed"`
+	Parked      int64     `json:"parked"`
+	ParkedKeys  int64     `json:"parked_keys"`
+	Dead        int64     `json:"dead"`
+	OldestAge   float64   `json:"oldest_eligible_age_seconds"`
+	Members     []member  `json:"members"`
+	Recovery    *holder   `json:"recovery,omitempty"`
+	OrphanLanes []int     `json:"orphan_lanes,omitempty"`
+}
+
+// member is a live ordered worker and the lanes it holds leases on.
+type member struct {
+	ID        string    `json:"id"`
+	Owner     string    `json:"owner"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Lanes     []int     `json:"lanes"`
+	token     string
+}
+
+// holder is the live holder of a singleton lease such as recovery's.
+type holder struct {
+	Owner     string    `json:"owner"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// leases reads the live leases: members with their lanes, the recovery
+// holder, and lanes held by a token no live member has.
+func readLeases(ctx context.Context, db *sql.DB, t tables) (members []member, recovery *holder, orphans []int, err error) {
+	rows, err := db.QueryContext(ctx, `SELECT name, owner, owner_token::text, expires_at FROM `+t.leases+
+		` WHERE expires_at > now() ORDER BY name`)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read leases: %w", err)
+	}
+	defer rows.Close()
+	type laneLease struct {
+		lane  int
+		token string
+	}
+	var lanes []laneLease
+	for rows.Next() {
+		var name, owner, token string
+		var expires time.Time
+		if err := rows.Scan(&name, &owner, &token, &expires); err != nil {
+			return nil, nil, nil, fmt.Errorf("read leases: %w", err)
+		}
+		switch {
+		case strings.HasPrefix(name, "member:"):
+			members = append(members, member{ID: strings.TrimPrefix(name, "member:"), Owner: owner,
+				ExpiresAt: expires.UTC(), Lanes: []int{}, token: token})
+		case strings.HasPrefix(name, "lane:"):
+			n, err := strconv.Atoi(strings.TrimPrefix(name, "lane:"))
+			if err == nil {
+				lanes = append(lanes, laneLease{n, token})
+			}
+		case name == dispatch.RecoveryLeaseName:
+			recovery = &holder{Owner: owner, ExpiresAt: expires.UTC()}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, nil, fmt.Errorf("read leases: %w", err)
+	}
+	for _, l := range lanes {
+		i := slices.IndexFunc(members, func(m member) bool { return m.token == l.token })
+		if i < 0 {
+			orphans = append(orphans, l.lane)
+			continue
+		}
+		members[i].Lanes = append(members[i].Lanes, l.lane)
+	}
+	for i := range members {
+		slices.Sort(members[i].Lanes)
+	}
+	slices.Sort(orphans)
+	return members, recovery, orphans, nil
+}
+
+func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsReport, error) {
+	st, err := store.New(db, opts)
+	if err != nil {
+		return statsReport{}, err
+	}
+	now := time.Now().UTC()
+	s, err := st.Stats(ctx, now)
+	if err != nil {
+		return statsReport{}, err
+	}
+	r := statsReport{
+		Schema: st.Options().Schema, Prefix: opts.TablePrefix, At: now,
+		Eligible: s.Eligible, Scheduled: s.Scheduled, Claimed: s.Claimed,
+		Parked: s.Parked, ParkedKeys: s.ParkedKeys, Dead: s.Dead,
+	}
+	if !s.OldestDueAt.IsZero() {
+		r.OldestAge = max(0, now.Sub(s.OldestDueAt).Seconds())
+	}
+	r.Members, r.Recovery, r.OrphanLanes, err = readLeases(ctx, db, tablesOf(opts))
+	if r.Members == nil {
+		r.Members = []member{}
+	}
+	return r, err
+}
+
+func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f outboxFlags
+	fs := newFlagSet("stats", "Shows the backlog (eligible, scheduled, claimed), the age of the oldest eligible message, parked and dead rows, live ordered workers and the lanes they hold, and the recovery lease.",
+		"relayer stats --database-url postgres://app@db:5432/app --schema messaging --watch", stderr)
+	f.register(fs, true)
+	asJSON := fs.Bool("json", false, "print JSON (one object per refresh with --watch)")
+	watch := fs.Bool("watch", false, "refresh every second until Ctrl-C")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	db, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	tty := !*asJSON && isTerminal(stdout)
+	for {
+		r, err := collectStats(ctx, db, opts)
+		if err != nil {
+			if *watch && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if *asJSON {
+			if err := json.NewEncoder(stdout).Encode(r); err != nil {
+				return err
+			}
+		} else {
+			if *watch && tty {
+				fmt.Fprint(stdout, "\033[H\033[2J") // clear the screen between refreshes
+			}
+			printStats(stdout, r)
+		}
+		if !*watch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+		if !tty && !*asJSON {
+			fmt.Fprintln(stdout)
+		}
+	}
+}
+
+func printStats(w io.Writer, r statsReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "outbox\t%s\t(%s)\n", describe(store.Options{Schema: r.Schema, TablePrefix: r.Prefix}), r.At.Format(time.RFC3339))
+	fmt.Fprintf(tw, "eligible\t%d\n", r.Eligible)
+	fmt.Fprintf(tw, "scheduled\t%d\n", r.Scheduled)
+	fmt.Fprintf(tw, "claimed\t%d\n", r.Claimed)
+	age := "-"
+	if r.Eligible > 0 {
+		age = (time.Duration(r.OldestAge * float64(time.Second))).Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(tw, "oldest eligible waits\t%s\n", age)
+	fmt.Fprintf(tw, "parked\t%d rows, %d keys\n", r.Parked, r.ParkedKeys)
+	fmt.Fprintf(tw, "dead\t%d\n", r.Dead)
+	if r.Recovery != nil {
+		fmt.Fprintf(tw, "recovery\t%s (lease until %s)\n", r.Recovery.Owner, r.Recovery.ExpiresAt.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(tw, "recovery\tno live holder\n")
+	}
+	fmt.Fprintf(tw, "members\t%d\n", len(r.Members))
+	tw.Flush()
+	printMembers(w, r.Members, r.OrphanLanes)
+}
+
+func printMembers(w io.Writer, members []member, orphans []int) {
+	if len(members) == 0 && len(orphans) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  MEMBER\tOWNER\tLANES\tCOUNT")
+	for _, m := range members {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", m.ID, m.Owner, ranges(m.Lanes), len(m.Lanes))
+	}
+	if len(orphans) > 0 {
+		fmt.Fprintf(tw, "  (no live member)\t-\t%s\t%d\n", ranges(orphans), len(orphans))
+	}
+	tw.Flush()
+}
+
+// ranges writes sorted lanes compactly: 0-3,7,9-10.
+func ranges(lanes []int) string {
+	if len(lanes) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i := 0; i < len(lanes); {
+		j := i
+		for j+1 < len(lanes) && lanes[j+1] == lanes[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", lanes[i], lanes[j])
+		} else {
+			b.WriteString(strconv.Itoa(lanes[i]))
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f outboxFlags
+	fs := newFlagSet("lanes", "Shows which live ordered worker holds which lanes, from the lane:N and member:ID leases.",
+		"relayer lanes --database-url postgres://app@db:5432/app --schema messaging", stderr)
+	f.register(fs, true)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	db, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	members, _, orphans, err := readLeases(ctx, db, tablesOf(opts))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if members == nil {
+			members = []member{}
+		}
+		return json.NewEncoder(stdout).Encode(struct {
+			Members     []member `json:"members"`
+			OrphanLanes []int    `json:"orphan_lanes,omitempty"`
+		}{members, orphans})
+	}
+	if len(members) == 0 && len(orphans) == 0 {
+		fmt.Fprintf(stdout, "no live ordered workers in outbox %s\n", describe(opts))
+		return nil
+	}
+	printMembers(stdout, members, orphans)
+	return nil
+}
+
+// stuckRow is a dead letter or a parked row, as the list commands print it.
+type stuckRow struct {
+	ID          string    `json:"id"`
+	Type        string    `json:"type"`
+	Destination string    `json:"destination"`
+	Key         string    `json:"key,omitempty"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"last_error,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Since       time.Time `json:"since"`
+}
+
+func runDead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runStuck(ctx, "dead", "Lists dead letters: messages taken out of delivery, with their attempts, last error and reason, newest first.", args, stdout, stderr)
+}
+
+func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runStuck(ctx, "parked", "Lists parked rows: messages whose delivery is stopped (their key waits behind them), with attempts and last error, in lane and key order.", args, stdout, stderr)
+}
+
+// runStuck runs "dead <sub>" and "parked <sub>". Only list exists; redrive
+// subcommands go next to it.
+func runStuck(ctx context.Context, what, summary string, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintf(stderr, "usage: relayer %s list [flags]\n\nsubcommands:\n  list  %s\n\nexample:\n  relayer %s list --database-url postgres://app@db:5432/app --schema messaging\n\nRun \"relayer %s list -h\" for its flags.\n",
+			what, summary, what, what)
+		if len(args) == 0 {
+			return usagef("missing subcommand: want %q", what+" list")
+		}
+		return flag.ErrHelp
+	}
+	if args[0] != "list" {
+		return usagef("unknown subcommand %q: want list", args[0])
+	}
+	var f outboxFlags
+	fs := newFlagSet(what+" list", summary,
+		"relayer "+what+" list --database-url postgres://app@db:5432/app --schema messaging --limit 20", stderr)
+	f.register(fs, true)
+	asJSON := fs.Bool("json", false, "print JSON, one object per line")
+	limit := fs.Int("limit", 100, "most rows to list, 1 to 10000")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > 10000 {
+		return usagef("--limit %d: must be 1 to 10000", *limit)
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	db, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	t := tablesOf(opts)
+	var query string
+	if what == "dead" {
+		query = `SELECT id::text, message_type, destination, coalesce(ordering_key, ''), attempts,
+    coalesce(last_error, ''), reason, dead_at FROM ` + t.dead + ` ORDER BY dead_at DESC, id LIMIT $1`
+	} else {
+		query = `SELECT id::text, message_type, destination, coalesce(ordering_key, ''), attempts,
+    coalesce(last_error, ''), '', parked_at FROM ` + t.outbox + `
+WHERE parked_at IS NOT NULL ORDER BY lane NULLS LAST, ordering_key, id LIMIT $1`
+	}
+	rows, err := db.QueryContext(ctx, query, *limit)
+	if err != nil {
+		return fmt.Errorf("list %s rows: %w", what, err)
+	}
+	defer rows.Close()
+	var list []stuckRow
+	for rows.Next() {
+		var r stuckRow
+		if err := rows.Scan(&r.ID, &r.Type, &r.Destination, &r.Key, &r.Attempts, &r.LastError, &r.Reason, &r.Since); err != nil {
+			return fmt.Errorf("list %s rows: %w", what, err)
+		}
+		r.Since = r.Since.UTC()
+		list = append(list, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list %s rows: %w", what, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, r := range list {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(stdout, "no %s rows in outbox %s\n", what, describe(opts))
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	if what == "dead" {
+		fmt.Fprintln(tw, "ID\tTYPE\tDESTINATION\tKEY\tATTEMPTS\tDEAD AT\tREASON\tLAST ERROR")
+	} else {
+		fmt.Fprintln(tw, "ID\tTYPE\tDESTINATION\tKEY\tATTEMPTS\tPARKED AT\tLAST ERROR")
+	}
+	for _, r := range list {
+		key := r.Key
+		if key == "" {
+			key = "-"
+		}
+		if what == "dead" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Type, r.Destination, key, r.Attempts,
+				r.Since.Format(time.RFC3339), oneLine(r.Reason), oneLine(r.LastError))
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Type, r.Destination, key, r.Attempts,
+				r.Since.Format(time.RFC3339), oneLine(r.LastError))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(list) == *limit {
+		fmt.Fprintf(stdout, "(first %d rows; raise --limit for more)\n", *limit)
+	}
+	return nil
+}
