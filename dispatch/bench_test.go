@@ -297,7 +297,7 @@ func benchRecoveryDrain(b *testing.B, workers int) {
 	for b.Loop() {
 		bu := setup(b, dispatch.DirectOptions{})
 		fillBacklog(b, bu, backlogRows)
-		r := bu.recovery(b, dispatch.RecoveryOptions{PollInterval: 10 * time.Millisecond, Workers: workers})
+		r := bu.recovery(b, dispatch.RecoveryOptions{PollInterval: 10 * time.Millisecond, Workers: workers, MinAge: time.Nanosecond})
 		start := time.Now()
 		must(b, r.Start(context.Background()))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

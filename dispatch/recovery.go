@@ -23,6 +23,7 @@ const (
 	RecoveryPollIntervalDefault  = time.Second
 	RecoveryLeaseDurationDefault = 30 * time.Second
 	RecoveryWorkersDefault       = 2
+	RecoveryMinAgeDefault        = time.Second
 	RecoveryWorkersMax           = 16
 	// RecoveryLeaseName names the lease row that lets one recovery instance per
 	// outbox work at a time.
@@ -46,6 +47,12 @@ type RecoveryOptions struct {
 	// instance takes over after it expires. It is renewed every third of it.
 	// Default: 30s.
 	LeaseDuration time.Duration
+	// MinAge leaves rows younger than it to direct dispatch, which sends them
+	// within milliseconds of their commit; recovery takes a row only once it is
+	// that old (rows scheduled for later are taken as soon as they are due).
+	// After [Recovery.Wake] (a direct dispatcher's overflow), the next pass
+	// takes rows of any age, since direct dispatch dropped them. Default: 1s.
+	MinAge time.Duration
 	// Workers is how many goroutines claim and send concurrently while this
 	// instance holds the lease, each on its own pinned connection; 1 to 16.
 	// Two keep the database busy while the other sends. Default: 2.
@@ -67,6 +74,7 @@ func LoadRecoveryOptions(src Source) (RecoveryOptions, error) {
 	l.duration("ClaimDuration", &o.ClaimDuration)
 	l.duration("LeaseDuration", &o.LeaseDuration)
 	l.int("Workers", &o.Workers)
+	l.duration("MinAge", &o.MinAge)
 	if l.err != nil {
 		return RecoveryOptions{}, l.err
 	}
@@ -84,6 +92,8 @@ func (o RecoveryOptions) Validate() error {
 		return fmt.Errorf("%w: ClaimDuration must be at least 1ms, got %s", ErrInvalidOptions, o.ClaimDuration)
 	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < 10*time.Millisecond:
 		return fmt.Errorf("%w: LeaseDuration must be at least 10ms, got %s", ErrInvalidOptions, o.LeaseDuration)
+	case o.MinAge < 0:
+		return fmt.Errorf("%w: MinAge must not be negative, got %s", ErrInvalidOptions, o.MinAge)
 	case o.Workers < 0 || o.Workers > RecoveryWorkersMax:
 		return fmt.Errorf("%w: Workers must be 1 to %d, got %d", ErrInvalidOptions, RecoveryWorkersMax, o.Workers)
 	}
@@ -105,6 +115,9 @@ func (o RecoveryOptions) withDefaults() RecoveryOptions {
 	}
 	if o.Workers == 0 {
 		o.Workers = RecoveryWorkersDefault
+	}
+	if o.MinAge == 0 {
+		o.MinAge = RecoveryMinAgeDefault
 	}
 	if o.Owner == "" {
 		host, _ := os.Hostname()
@@ -136,6 +149,7 @@ type Recovery struct {
 	stats      counters
 	lease      store.Lease
 	holding    atomic.Bool
+	urgentTill atomic.Int64 // after a Wake, until this Unix nano time rows of any age are taken
 	wakeAll    broadcast
 
 	loop loop
@@ -176,8 +190,12 @@ func (r *Recovery) Options() RecoveryOptions { return r.opts }
 // Stats returns the worker's counters.
 func (r *Recovery) Stats() Stats { return r.stats.snapshot() }
 
-// Wake makes a waiting worker scan now. It never blocks.
-func (r *Recovery) Wake() { r.wakeAll.notify() }
+// Wake makes a waiting worker scan now, taking rows of any age for the next
+// MinAge (after which every row is old enough anyway). It never blocks.
+func (r *Recovery) Wake() {
+	r.urgentTill.Store(time.Now().Add(r.opts.MinAge).UnixNano())
+	r.wakeAll.notify()
+}
 
 // Start starts the worker; it runs until [Recovery.Stop] or until ctx ends.
 func (r *Recovery) Start(ctx context.Context) error {
@@ -215,7 +233,7 @@ func (r *Recovery) holdLease(ctx context.Context) {
 	var renewedAt time.Time
 	for ctx.Err() == nil && !r.loop.quitting() {
 		if r.holding.Load() && time.Since(renewedAt) < r.opts.LeaseDuration/3 {
-			r.sleep(ctx, r.opts.LeaseDuration/3-time.Since(renewedAt), false)
+			r.sleep(ctx, r.opts.LeaseDuration/3-time.Since(renewedAt), nil)
 			continue
 		}
 		at := time.Now()
@@ -231,7 +249,7 @@ func (r *Recovery) holdLease(ctx context.Context) {
 			}
 			continue
 		}
-		r.sleep(ctx, r.opts.PollInterval, false)
+		r.sleep(ctx, r.opts.PollInterval, nil)
 	}
 }
 
@@ -266,15 +284,17 @@ func (r *Recovery) drain(ctx context.Context, d *drainer) {
 		cancel()
 	}()
 	for ctx.Err() == nil && !r.loop.quitting() {
+		// Taken before the pass, so that a Wake during it is not missed.
+		wake := r.wakeAll.wait()
 		if !r.holding.Load() {
-			r.sleep(ctx, r.opts.PollInterval, true)
+			r.sleep(ctx, r.opts.PollInterval, wake)
 			continue
 		}
 		progress, err := r.batch(ctx, d)
 		if err != nil {
 			d.conn.broken()
 			r.logError("dispatch: recovery batch", err)
-			r.sleep(ctx, r.opts.PollInterval, true)
+			r.sleep(ctx, r.opts.PollInterval, wake)
 			continue
 		}
 		if !progress {
@@ -282,7 +302,7 @@ func (r *Recovery) drain(ctx context.Context, d *drainer) {
 				d.cursor = uuid.Nil // one pass from the start before waiting
 				continue
 			}
-			r.sleep(ctx, r.opts.PollInterval, true)
+			r.sleep(ctx, r.opts.PollInterval, wake)
 		}
 	}
 }
@@ -293,14 +313,10 @@ func (r *Recovery) logError(msg string, err error) {
 	}
 }
 
-// sleep waits for d, ctx's end or, when wakeable, a [Recovery.Wake].
-func (r *Recovery) sleep(ctx context.Context, d time.Duration, wakeable bool) {
+// sleep waits for d, ctx's end, Stop, or wake (nil: no wake-up).
+func (r *Recovery) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	var wake <-chan struct{}
-	if wakeable {
-		wake = r.wakeAll.wait()
-	}
 	select {
 	case <-ctx.Done():
 	case <-r.loop.quit:
@@ -343,7 +359,11 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, error) {
 	now := time.Now()
 	claim := store.NewClaim(now, r.opts.ClaimDuration)
 	r.stats.scans.Add(1)
-	d.buf, err = st.ClaimNextUnordered(ctx, d.buf, d.cursor, r.opts.BatchSize, claim, now)
+	createdBefore := now.Add(-r.opts.MinAge)
+	if now.UnixNano() < r.urgentTill.Load() {
+		createdBefore = now
+	}
+	d.buf, err = st.ClaimNextUnordered(ctx, d.buf, d.cursor, r.opts.BatchSize, claim, now, createdBefore)
 	if err != nil || len(d.buf) == 0 {
 		return false, err
 	}

@@ -233,7 +233,7 @@ func TestRecoverySendsRowsOfACrashedDispatcher(t *testing.T) {
 	if ok, err := b.store.Claim(context.Background(), rows[0].ID, store.Claim{Token: uuid.New(), Until: claimedUntil}, time.Now()); !ok || err != nil {
 		t.Fatalf("claim = %v, %v", ok, err)
 	}
-	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond})
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
 	must(t, r.Start(context.Background()))
 	b.waitSent(t, 1)
 	if got := b.mem.All()[0].ID; got != rows[1].ID {
@@ -247,5 +247,21 @@ func TestRecoverySendsRowsOfACrashedDispatcher(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := b.mem.Len(); n != 2 {
 		t.Errorf("sent %d messages, want each of the 2 exactly once", n)
+	}
+}
+
+// TestRecoveryLeavesFreshRowsToDirectDispatch: rows younger than MinAge are
+// direct dispatch's; recovery takes them only once they are that old.
+func TestRecoveryLeavesFreshRowsToDirectDispatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: 700 * time.Millisecond})
+	must(t, r.Start(context.Background()))
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}))
+	b.waitSent(t, 1)
+	if took := time.Since(start); took < 600*time.Millisecond {
+		t.Errorf("recovery took a row %s after its commit, before MinAge", took)
 	}
 }

@@ -50,7 +50,10 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 // ClaimNextUnordered claims, in one statement, up to limit eligible unordered
 // rows with ids after the cursor, in id order, skipping rows others are
 // claiming at this moment, and returns them appended to dst[:0] in id order.
-func (s *Store) ClaimNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, c Claim, now time.Time) ([]Row, error) {
+// Rows created after createdBefore are left alone unless they were scheduled
+// for later than their creation: those are the rows direct dispatch is still
+// expected to send. A zero createdBefore takes every row.
+func (s *Store) ClaimNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, c Claim, now, createdBefore time.Time) ([]Row, error) {
 	now = pgTime(now)
 	if err := c.validate(now); err != nil {
 		return dst[:0], err
@@ -58,7 +61,10 @@ func (s *Store) ClaimNextUnordered(ctx context.Context, dst []Row, after uuid.UU
 	if limit <= 0 {
 		return dst[:0], fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.claimNext, after, limit, c.Token, pgTime(c.Until), now)
+	if createdBefore.IsZero() {
+		createdBefore = now
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.claimNext, after, limit, c.Token, pgTime(c.Until), now, pgTime(createdBefore))
 	if err != nil {
 		return dst[:0], wrap(ctx, "claim next", err)
 	}

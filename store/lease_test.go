@@ -72,11 +72,11 @@ func TestClaimNextUnorderedAndRelease(t *testing.T) {
 			t.Fatal("claim failed")
 		}
 		c := store.Claim{Token: uuid.New(), Until: b.t0.Add(time.Minute)}
-		got, err := b.store.ClaimNextUnordered(ctx, nil, uuid.Nil, 2, c, b.t0)
+		got, err := b.store.ClaimNextUnordered(ctx, nil, uuid.Nil, 2, c, b.t0, time.Time{})
 		if err != nil || !slices.Equal(ids(got), []uuid.UUID{want[0], want[2]}) {
 			t.Fatalf("first page = %v, %v; want %v (skipping the held row)", ids(got), err, []uuid.UUID{want[0], want[2]})
 		}
-		got, err = b.store.ClaimNextUnordered(ctx, got, want[2], 10, c, b.t0)
+		got, err = b.store.ClaimNextUnordered(ctx, got, want[2], 10, c, b.t0, time.Time{})
 		if err != nil || !slices.Equal(ids(got), want[3:]) {
 			t.Fatalf("after the cursor = %v, %v; want %v (no future or ordered rows)", ids(got), err, want[3:])
 		}

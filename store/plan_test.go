@@ -57,7 +57,7 @@ func TestWorkerSessionsAvoidFrozenPlans(t *testing.T) {
 		{"completeBatch", s.q.completeBatch, ids + ", " + id + ", " + now},
 		{"fail", s.q.fail, id + ", " + id + ", 'e', " + now},
 		{"failBatch", s.q.failBatch, ids + ", " + text + ", " + id + ", " + now},
-		{"claimNext", s.q.claimNext, id + ", 1000, " + id + ", " + now + ", " + now},
+		{"claimNext", s.q.claimNext, id + ", 1000, " + id + ", " + now + ", " + now + ", " + now},
 		{"releaseBatch", s.q.releaseBatch, ids + ", " + id + ", " + now},
 	}
 	for _, conn := range []*sql.Conn{tuned, plain} {

@@ -79,6 +79,7 @@ RETURNING id`,
 WHERE id = ANY(ARRAY(
     SELECT id FROM ` + n.outbox + `
     WHERE lane IS NULL AND id > $1 AND ` + elig("$5") + `
+      AND (created_at <= $6 OR deliver_at > created_at)
     ORDER BY id LIMIT $2
     FOR UPDATE SKIP LOCKED))
 RETURNING ` + rowColumns,
