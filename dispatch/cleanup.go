@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -116,10 +115,7 @@ func (o CleanupOptions) withDefaults() CleanupOptions {
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = CleanupLeaseDurationDefault
 	}
-	if o.Owner == "" {
-		host, _ := os.Hostname()
-		o.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
-	}
+	o.Owner = ownerOrDefault(o.Owner)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -3,8 +3,20 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 )
+
+// ownerOrDefault describes a leased worker instance for operators reading the
+// leases table: the given owner, or host name and process id.
+func ownerOrDefault(owner string) string {
+	if owner != "" {
+		return owner
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}
 
 // loop is the lifecycle shared by workers with one background goroutine: a
 // first Start runs it, later Starts fail, Stop ends it and waits within its

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,10 +118,7 @@ func (o RecoveryOptions) withDefaults() RecoveryOptions {
 	if o.MinAge == 0 {
 		o.MinAge = RecoveryMinAgeDefault
 	}
-	if o.Owner == "" {
-		host, _ := os.Hostname()
-		o.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
-	}
+	o.Owner = ownerOrDefault(o.Owner)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -139,8 +135,9 @@ func (o RecoveryOptions) withDefaults() RecoveryOptions {
 // While it holds the lease, Workers goroutines each scan due rows in id order
 // with an exclusive cursor, claim up to BatchSize of them per statement
 // (concurrent claims skip each other's rows), send them grouped by (transport,
-// destination) with the same protocol as [Direct], and delete them fenced. A scan that finds nothing waits
-// PollInterval, or less when [Recovery.Wake] is called.
+// destination) with the same protocol as [Direct], and delete them fenced. A
+// scan that finds nothing waits PollInterval, or less when [Recovery.Wake] is
+// called. Rows younger than MinAge are left to direct dispatch.
 type Recovery struct {
 	db         *sql.DB
 	opts       RecoveryOptions
