@@ -284,8 +284,8 @@ func fillBacklog(b *testing.B, bu *bundle, n int) {
 }
 
 // BenchmarkRecoveryDrain drains a 200,000-row backlog through recovery to the
-// in-memory transport (claim 1,000 rows, send, delete, per batch); msgs/s is
-// the drain rate. BenchmarkPlainDrain is the database's own limit: one
+// in-memory transport with the default batch size (claim, send, delete per
+// batch) and 1 or 2 workers; msgs/s is the drain rate. BenchmarkPlainDrain is the database's own limit: one
 // statement deleting 1,000 rows at a time, sending nothing.
 func BenchmarkRecoveryDrain(b *testing.B) {
 	for _, workers := range []int{1, 2} {

