@@ -66,6 +66,23 @@ func reason(err error, value string) string {
 
 // open opens --database-url with pgx's database/sql driver and checks that
 // the server answers, within connectTimeout.
+// connect parses a command's flags, validates the outbox options and opens
+// the database: the start of every command that reads an outbox.
+func (f *outboxFlags) connect(ctx context.Context, fs *flag.FlagSet, args []string) (store.Options, *sql.DB, error) {
+	if err := parse(fs, args); err != nil {
+		return store.Options{}, nil, err
+	}
+	opts, err := f.options()
+	if err != nil {
+		return store.Options{}, nil, err
+	}
+	db, err := f.open(ctx)
+	if err != nil {
+		return store.Options{}, nil, err
+	}
+	return opts, db, nil
+}
+
 func (f *outboxFlags) open(ctx context.Context) (*sql.DB, error) {
 	url := f.databaseURL
 	if url == "" {
@@ -135,14 +152,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("migrate", "Creates or upgrades the tables of an outbox, applying the steps it lacks in one transaction.",
 		"relayer migrate --database-url postgres://app@db:5432/app --schema messaging", stderr)
 	f.register(fs, true)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	opts, err := f.options()
-	if err != nil {
-		return err
-	}
-	db, err := f.open(ctx)
+	opts, db, err := f.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -281,14 +291,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.register(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON (one object per refresh with --watch)")
 	watch := fs.Bool("watch", false, "refresh every second until Ctrl-C")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	opts, err := f.options()
-	if err != nil {
-		return err
-	}
-	db, err := f.open(ctx)
+	opts, db, err := f.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -394,14 +397,7 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"relayer lanes --database-url postgres://app@db:5432/app --schema messaging", stderr)
 	f.register(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	opts, err := f.options()
-	if err != nil {
-		return err
-	}
-	db, err := f.open(ctx)
+	opts, db, err := f.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
