@@ -3,8 +3,6 @@ package enlist_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/relayer-go/relayer"
@@ -22,8 +20,7 @@ type sqlEntry struct {
 }
 
 type sqlTx struct {
-	tx        *enlist.Tx
-	savepoint *atomic.Int64
+	tx *enlist.Tx
 }
 
 func (e sqlEntry) Begin(ctx context.Context) (enlisttest.Tx, error) {
@@ -31,12 +28,12 @@ func (e sqlEntry) Begin(ctx context.Context) (enlisttest.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sqlTx{tx: tx, savepoint: new(atomic.Int64)}, nil
+	return sqlTx{tx: tx}, nil
 }
 
 func (e sqlEntry) RunInTx(ctx context.Context, fn func(context.Context, enlisttest.Tx) error) error {
 	return e.w.RunInTx(ctx, e.db, nil, func(tx *enlist.Tx) error {
-		return fn(ctx, sqlTx{tx: tx, savepoint: new(atomic.Int64)})
+		return fn(ctx, sqlTx{tx: tx})
 	})
 }
 
@@ -53,18 +50,7 @@ func (t sqlTx) Publish(ctx context.Context, msgs ...relayer.Outgoing) error {
 }
 
 func (t sqlTx) Nested(ctx context.Context, fn func(context.Context, enlisttest.Tx) error) error {
-	sp := fmt.Sprintf("sp_%d", t.savepoint.Add(1))
-	if _, err := t.tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
-		return err
-	}
-	if err := fn(ctx, t); err != nil {
-		if _, rerr := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
-			return rerr
-		}
-		return err
-	}
-	_, err := t.tx.ExecContext(ctx, "RELEASE SAVEPOINT "+sp)
-	return err
+	return enlisttest.Savepoint(ctx, t.tx, func(ctx context.Context) error { return fn(ctx, t) })
 }
 
 func (t sqlTx) Commit() error   { return t.tx.Commit() }

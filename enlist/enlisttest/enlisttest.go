@@ -7,6 +7,8 @@ package enlisttest
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/relayer-go/relayer"
@@ -43,4 +45,29 @@ type Adapter struct {
 	// Driver is the database/sql driver the adapter uses: "pgx" or "postgres".
 	// Default: "pgx".
 	Driver string
+}
+
+// Execer runs a statement in a transaction.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+var savepoints atomic.Int64
+
+// Savepoint implements [Tx.Nested] for data layers without savepoint support
+// of their own: it runs fn inside SAVEPOINT on tx, rolling back to it when fn
+// returns an error and releasing it otherwise.
+func Savepoint(ctx context.Context, tx Execer, fn func(ctx context.Context) error) error {
+	sp := fmt.Sprintf("enlisttest_sp_%d", savepoints.Add(1))
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+sp)
+	return err
 }

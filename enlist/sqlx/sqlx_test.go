@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jmoiron/sqlx"
@@ -26,17 +25,16 @@ type entry struct {
 
 type tx struct {
 	tx *relayersqlx.Tx
-	sp *atomic.Int64
 }
 
 func (e entry) Begin(ctx context.Context) (enlisttest.Tx, error) {
 	t, err := e.w.Beginx(ctx, e.db, nil)
-	return tx{tx: t, sp: new(atomic.Int64)}, err
+	return tx{tx: t}, err
 }
 
 func (e entry) RunInTx(ctx context.Context, fn func(context.Context, enlisttest.Tx) error) error {
 	return e.w.RunInTx(ctx, e.db, nil, func(t *relayersqlx.Tx) error {
-		return fn(ctx, tx{tx: t, sp: new(atomic.Int64)})
+		return fn(ctx, tx{tx: t})
 	})
 }
 
@@ -51,18 +49,7 @@ func (t tx) Publish(ctx context.Context, msgs ...relayer.Outgoing) error {
 }
 
 func (t tx) Nested(ctx context.Context, fn func(context.Context, enlisttest.Tx) error) error {
-	sp := fmt.Sprintf("sp_%d", t.sp.Add(1))
-	if _, err := t.tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
-		return err
-	}
-	if err := fn(ctx, t); err != nil {
-		if _, rerr := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
-			return rerr
-		}
-		return err
-	}
-	_, err := t.tx.ExecContext(ctx, "RELEASE SAVEPOINT "+sp)
-	return err
+	return enlisttest.Savepoint(ctx, t.tx, func(ctx context.Context) error { return fn(ctx, t) })
 }
 
 func (t tx) Commit() error   { return t.tx.Commit() }
