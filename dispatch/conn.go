@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"strconv"
+	"time"
 
 	"github.com/relayer-go/relayer/store"
 )
@@ -18,11 +20,27 @@ type workerConn struct {
 	base *store.Store
 	conn *sql.Conn
 	st   *store.Store
+	// idleTx, when positive, is the session's
+	// idle_in_transaction_session_timeout: workers that keep a transaction open
+	// across a send set it a little above their send deadline, so that the
+	// server rolls back the transaction of a worker that stopped responding and
+	// its rows can be taken again.
+	idleTx time.Duration
 }
 
 func newWorkerConn(db *sql.DB, base *store.Store) *workerConn {
 	return &workerConn{db: db, base: base}
 }
+
+// newTakingConn is a worker connection for takes held across sends of at most
+// sendFor (see store.TakeIDs).
+func newTakingConn(db *sql.DB, base *store.Store, sendFor time.Duration) *workerConn {
+	return &workerConn{db: db, base: base, idleTx: sendFor + idleTxMargin}
+}
+
+// idleTxMargin is how long past its send deadline a worker's transaction may
+// stay idle before the server ends it: room to record the outcome and commit.
+const idleTxMargin = 5 * time.Second
 
 // store returns the store bound to the pinned connection, pinning one first.
 func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
@@ -36,6 +54,13 @@ func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
 	if err := store.TuneWorkerConn(ctx, conn); err != nil {
 		discard(conn)
 		return nil, err
+	}
+	if w.idleTx > 0 {
+		ms := strconv.FormatInt(w.idleTx.Milliseconds(), 10)
+		if _, err := conn.ExecContext(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, false)`, ms); err != nil {
+			discard(conn)
+			return nil, err
+		}
 	}
 	st, err := w.base.With(conn)
 	if err != nil {

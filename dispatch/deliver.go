@@ -3,6 +3,7 @@ package dispatch
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,16 +25,16 @@ type Stats struct {
 	Deleted uint64
 	// Failed counts messages whose send failed and whose failure was recorded.
 	Failed uint64
-	// ShortDeletes counts groups whose delete removed fewer rows than were sent.
-	ShortDeletes uint64
 	// Expired counts groups not sent because their claim had expired by the time
-	// the database answered.
+	// the database answered, or whose send was abandoned at the claim's expiry;
+	// their rows stay for another try.
 	Expired uint64
 	// SkippedGroups counts groups skipped without claiming (unregistered
 	// transport, capability lookup failure, nonpositive MaxBatchSize).
 	SkippedGroups uint64
-	// CompletionFailures counts groups sent but not deleted because the delete
-	// failed; their claims expire and recovery sends them again.
+	// CompletionFailures counts takes whose commit (or the write-back of their
+	// unsent rows) failed after a successful send: they roll back, and their
+	// rows are sent again.
 	CompletionFailures uint64
 	// LeftForRecovery counts committed rows the dispatcher was told about but did
 	// not take (full queue, stopped) or dropped at a hard stop.
@@ -44,13 +45,13 @@ type Stats struct {
 }
 
 type counters struct {
-	sent, deleted, failed, shortDeletes, expired, skipped, completionFailures, left, scans atomic.Uint64
+	sent, deleted, failed, expired, skipped, completionFailures, left, scans atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Sent: c.sent.Load(), Deleted: c.deleted.Load(), Failed: c.failed.Load(),
-		ShortDeletes: c.shortDeletes.Load(), Expired: c.expired.Load(), SkippedGroups: c.skipped.Load(),
+		Expired: c.expired.Load(), SkippedGroups: c.skipped.Load(),
 		CompletionFailures: c.completionFailures.Load(), LeftForRecovery: c.left.Load(), Scans: c.scans.Load(),
 	}
 }
@@ -89,7 +90,8 @@ type sender struct {
 	logger     *slog.Logger
 	stats      *counters
 	ids        []uuid.UUID
-	claimed    []uuid.UUID
+	taken      []store.Taken
+	attempts   []int
 	// tainted is set when a transport call was abandoned and may still read
 	// the messages it was given: their owner must not reuse that memory.
 	tainted bool
@@ -134,112 +136,155 @@ func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
 	return nil
 }
 
-// deliverChunk claims notified rows by id and sends the ones it claimed. The
-// claim returns ids only: the notification already holds each row's stored
-// bytes, so they are not read back.
+// deliverChunk takes notified rows by id and sends the ones it took. The take
+// returns ids and attempts only: the notification already holds each row's
+// stored bytes, so they are not read back.
 func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, e endpoint, msgs []*relayer.Message) error {
-	st, err := conn.store(ctx)
+	now := time.Now()
+	t, err := s.begin(ctx, conn, now)
 	if err != nil {
-		return fmt.Errorf("pin connection: %w", err)
+		return err
 	}
 	s.ids = s.ids[:0]
 	for _, m := range msgs {
 		s.ids = append(s.ids, m.ID)
 	}
-	now := time.Now()
-	claim := store.NewClaim(now, s.claimFor)
-	s.claimed, err = st.ClaimIDs(ctx, s.claimed, s.ids, claim, now)
-	if err != nil {
+	s.taken, err = t.st.TakeIDs(ctx, s.taken, s.ids, now)
+	if err != nil || len(s.taken) == 0 {
+		// Nothing taken: sent by someone else, not yet due, or gone with a
+		// savepoint.
+		t.tx.Rollback()
 		return err
 	}
-	if len(s.claimed) == 0 {
-		return nil // sent by someone else, not yet due, or gone with a savepoint
-	}
-	if len(s.claimed) < len(msgs) {
+	s.attempts = s.attempts[:0]
+	if len(s.taken) < len(msgs) {
 		keep := msgs[:0:0]
 		for _, m := range msgs {
-			if _, found := slices.BinarySearchFunc(s.claimed, m.ID, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }); found {
+			if i, found := slices.BinarySearchFunc(s.taken, m.ID, func(a store.Taken, id uuid.UUID) int { return bytes.Compare(a.ID[:], id[:]) }); found {
 				keep = append(keep, m)
+				s.attempts = append(s.attempts, s.taken[i].Attempts)
 			}
 		}
 		msgs = keep
+	} else {
+		for _, m := range msgs {
+			i, _ := slices.BinarySearchFunc(s.taken, m.ID, func(a store.Taken, id uuid.UUID) int { return bytes.Compare(a.ID[:], id[:]) })
+			s.attempts = append(s.attempts, s.taken[i].Attempts)
+		}
 	}
-	abandoned, err := s.sendClaimed(ctx, st, e, tr, msgs, claim)
-	s.tainted = s.tainted || abandoned
-	return err
+	s.tainted = s.sendTaken(ctx, t, e, tr, msgs, s.attempts) || s.tainted
+	return s.finish(ctx, t)
 }
 
-// sendClaimed sends msgs, all claimed with claim, and settles the outcome. It
-// reports abandoned when a transport call was abandoned and may still read the
+// take is one transaction of taken rows (see store.TakeIDs): its DELETEs hold
+// the rows until it commits, which makes the sent rows' removal durable;
+// rows not sent are written back first.
+type take struct {
+	tx *sql.Tx
+	st *store.Store
+	// until is the claim's expiry: no send starts after it, and a send still
+	// running at it is abandoned.
+	until   time.Time
+	sent    int
+	failed  int
+	restore []store.Row
+}
+
+// begin opens a take on the pinned connection, with a claim that lasts the
+// claim duration from now.
+func (s *sender) begin(ctx context.Context, conn *workerConn, now time.Time) (*take, error) {
+	tx, st, err := conn.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	return &take{tx: tx, st: st, until: now.Add(s.claimFor)}, nil
+}
+
+// keep writes msgs back unchanged when the take commits.
+func (t *take) keep(msgs []*relayer.Message, attempts []int) {
+	for i, m := range msgs {
+		t.restore = append(t.restore, store.Row{Message: *m, Attempts: attempts[i]})
+	}
+}
+
+// sendTaken sends msgs, all taken by t, with attempts[i] the failed attempts
+// already recorded on msgs[i], and notes the outcome on t. It reports
+// abandoned when a transport call was abandoned and may still read the
 // messages: the caller must not reuse their memory.
-func (s *sender) sendClaimed(ctx context.Context, st *store.Store, e endpoint, tr relayer.Transport, msgs []*relayer.Message, claim store.Claim) (abandoned bool, err error) {
-	if !time.Now().Before(claim.Until) {
+func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.Transport, msgs []*relayer.Message, attempts []int) (abandoned bool) {
+	if !time.Now().Before(t.until) {
 		s.stats.expired.Add(1)
 		s.logger.Warn("dispatch: claim expired before sending; not sending",
 			slog.String("transport", e.transport), slog.String("destination", e.destination), slog.Int("rows", len(msgs)))
-		return false, nil
+		t.keep(msgs, attempts)
+		return false
 	}
-	sendErr := send(ctx, tr, msgs, claim.Until)
-	return errors.Is(sendErr, errAbandoned), s.settle(ctx, st, e, msgs, claim.Token, sendErr)
-}
-
-// settle records the outcome of a send: deletes what the broker accepted and
-// records the failures, both fenced by the claim token.
-func (s *sender) settle(ctx context.Context, st *store.Store, g endpoint, msgs []*relayer.Message, token uuid.UUID, sendErr error) error {
-	var accepted []uuid.UUID
-	var failures []store.Failure
+	sendErr := send(ctx, tr, msgs, t.until)
 	var batchErr *relayer.BatchError
 	switch {
 	case sendErr == nil:
-		accepted = make([]uuid.UUID, len(msgs))
-		for i, m := range msgs {
-			accepted[i] = m.ID
-		}
+		t.sent += len(msgs)
+		s.stats.sent.Add(uint64(len(msgs)))
+		return false
+	case errors.Is(sendErr, errAbandoned):
+		// The broker may or may not have the messages: keep the rows with their
+		// attempts untouched, as a claim that expired would.
+		s.stats.expired.Add(1)
+		s.logger.Warn("dispatch: send abandoned at the claim deadline or shutdown; rows kept and sent again later",
+			slog.String("transport", e.transport), slog.String("destination", e.destination),
+			slog.Int("rows", len(msgs)), slog.String("error", sendErr.Error()))
+		t.keep(msgs, attempts)
+		return true
 	case errors.As(sendErr, &batchErr) && len(batchErr.Errs) == len(msgs):
+		failed, first := 0, ""
 		for i, m := range msgs {
 			if err := batchErr.Errs[i]; err != nil {
-				failures = append(failures, store.Failure{ID: m.ID, Error: err.Error()})
-			} else {
-				accepted = append(accepted, m.ID)
+				t.restore = append(t.restore, store.Row{Message: *m, Attempts: attempts[i] + 1, LastError: err.Error()})
+				if failed == 0 {
+					first = err.Error()
+				}
+				failed++
 			}
 		}
+		t.sent += len(msgs) - failed
+		t.failed += failed
+		s.stats.sent.Add(uint64(len(msgs) - failed))
+		s.logFailure(e, failed, first)
 	default:
-		failures = make([]store.Failure, len(msgs))
 		for i, m := range msgs {
-			failures[i] = store.Failure{ID: m.ID, Error: sendErr.Error()}
+			t.restore = append(t.restore, store.Row{Message: *m, Attempts: attempts[i] + 1, LastError: sendErr.Error()})
 		}
+		t.failed += len(msgs)
+		s.logFailure(e, len(msgs), sendErr.Error())
 	}
-	s.stats.sent.Add(uint64(len(accepted)))
-	if len(accepted) > 0 {
-		n, err := st.CompleteBatch(ctx, accepted, token, time.Now())
-		if err != nil {
+	return false
+}
+
+func (s *sender) logFailure(e endpoint, rows int, firstErr string) {
+	s.logger.Warn("dispatch: send failed; attempts recorded and rows released",
+		slog.String("transport", e.transport), slog.String("destination", e.destination),
+		slog.Int("rows", rows), slog.String("error", firstErr))
+}
+
+// finish writes back the rows t did not send and commits, which removes the
+// sent rows for good. If either fails, the take rolls back: every row is back
+// as it was, attempts untouched, and the sent ones will be sent again.
+func (s *sender) finish(ctx context.Context, t *take) error {
+	err := t.st.Restore(ctx, t.restore)
+	if err == nil {
+		err = t.tx.Commit()
+	}
+	if err != nil {
+		t.tx.Rollback()
+		if t.sent > 0 {
 			s.stats.completionFailures.Add(1)
-			s.logger.Error("dispatch: completion failed after a successful send; claims left to expire, the rows will be sent again",
-				slog.String("transport", g.transport), slog.String("destination", g.destination),
-				slog.Int("rows", len(accepted)), slog.String("error", err.Error()))
-			return err
+			s.logger.Error("dispatch: completion failed after a successful send; rolled back, the rows will be sent again",
+				slog.Int("sent", t.sent), slog.Int("rows", t.sent+len(t.restore)), slog.String("error", err.Error()))
 		}
-		s.stats.deleted.Add(uint64(n))
-		if n < int64(len(accepted)) {
-			s.stats.shortDeletes.Add(1)
-			s.logger.Warn("dispatch: deleted fewer rows than were sent; their claims expired and they may be delivered again",
-				slog.String("transport", g.transport), slog.String("destination", g.destination),
-				slog.Int("sent", len(accepted)), slog.Int64("deleted", n))
-		}
+		return err
 	}
-	if len(failures) > 0 {
-		n, err := st.FailBatch(ctx, failures, token, time.Now())
-		if err != nil {
-			s.logger.Error("dispatch: recording a failed send failed; claims left to expire",
-				slog.String("transport", g.transport), slog.String("destination", g.destination),
-				slog.Int("rows", len(failures)), slog.String("error", err.Error()))
-			return err
-		}
-		s.stats.failed.Add(uint64(n))
-		s.logger.Warn("dispatch: send failed; attempts recorded and claims released",
-			slog.String("transport", g.transport), slog.String("destination", g.destination),
-			slog.Int("rows", len(failures)), slog.Int64("recorded", n), slog.String("error", failures[0].Error))
-	}
+	s.stats.deleted.Add(uint64(t.sent))
+	s.stats.failed.Add(uint64(t.failed))
 	return nil
 }
 

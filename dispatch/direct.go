@@ -34,12 +34,15 @@ type DirectOptions struct {
 	// QueueCapacity bounds the commit notifications waiting to be dispatched
 	// (not the rows in them). Default: 256.
 	QueueCapacity int
-	// BatchSize bounds the rows claimed and sent together, further bounded by
+	// BatchSize bounds the rows taken and sent together, further bounded by
 	// each endpoint's MaxBatchSize. 1 to 10,000. Default: 100.
 	BatchSize int
-	// ClaimDuration is how long a claim holds rows; sends that take longer are
-	// abandoned, and the rows are sent again by recovery. Choose it longer than
-	// a send plus the database's latency. Default: 30s.
+	// ClaimDuration is how long a claim holds rows: a send still running then
+	// is abandoned and its rows are written back for recovery. The claim's
+	// transaction stays open while the send runs, and the server ends it 5s
+	// after ClaimDuration if the worker stops responding. Choose it longer than
+	// a send plus the database's latency, and short enough that a transaction
+	// open that long does not hold back vacuum noticeably. Default: 30s.
 	ClaimDuration time.Duration
 	// Logger receives the dispatcher's logs. Default: slog.Default().
 	Logger *slog.Logger
@@ -99,11 +102,13 @@ func (o DirectOptions) withDefaults() DirectOptions {
 
 // Direct sends unordered messages right after their transaction commits. It is
 // an enlist.CommitListener: pass it as the writer's Listener. Each commit
-// notification is grouped by (transport, destination); each group is claimed
-// with one fenced UPDATE, sent with one SendBatch (or Send for one row), and
-// deleted with one fenced DELETE. Rows it does not send (ordered rows, rows not
-// yet due, rows it could not claim, notifications it could not queue) stay in
-// the table for the ordered dispatcher and recovery.
+// notification is grouped by (transport, destination); each group is taken in
+// a transaction with one DELETE whose row locks are the claim, sent with one
+// SendBatch (or Send for one row), and the transaction commits once the broker
+// accepted (writing back what it refused, with the failure recorded). Rows it
+// does not send (ordered rows, rows not yet due, rows locked or claimed by
+// others, notifications it could not queue) stay in the table for the ordered
+// dispatcher and recovery. See the package documentation for the protocol.
 //
 // It runs one worker goroutine between [Direct.Start] and [Direct.Stop], on
 // one connection pinned from db.
@@ -311,7 +316,7 @@ func (d *Direct) closeQueue() {
 const gatherRows = 1000
 
 func (d *Direct) run(ctx context.Context) {
-	conn := newWorkerConn(d.db, d.store)
+	conn := newTakingConn(d.db, d.store, d.opts.ClaimDuration)
 	defer close(d.done)
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

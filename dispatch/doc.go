@@ -7,21 +7,30 @@
 // transaction's rows reach its bounded queue without the commit waiting for a
 // broker, and its worker then, per (transport, destination):
 //
-//  1. claims the rows with one fenced UPDATE that skips rows claimed by anyone
-//     else, rows not yet due and rows no longer in the table (a savepoint that
-//     rolled back, a row another dispatcher already sent);
-//  2. sends only the rows the claim returned — with SendBatch, or Send for one
+//  1. opens a transaction and claims the rows with one DELETE (a take, see
+//     store.TakeIDs) that skips rows locked by anyone else, rows held by a
+//     live claim, rows not yet due and rows no longer in the table (a
+//     savepoint that rolled back, a row another dispatcher already sent); the
+//     transaction's row locks are the claim;
+//  2. sends only the rows the take returned — with SendBatch, or Send for one
 //     row — in chunks bounded by BatchSize and the endpoint's MaxBatchSize,
 //     exactly as stored: id, body, headers and creation trace context;
-//  3. deletes what the broker accepted with one fenced DELETE that checks every
-//     row's token and live claim, or records the failure (attempts, last error)
-//     and releases the claim.
+//  3. writes back the rows the broker refused, with attempts and last error
+//     recorded, and commits, which removes the accepted rows for good.
 //
-// A claim bounds its send: a transport call still running at the claim's
-// expiry is abandoned, since another worker may take the row from then on.
+// A claim bounds its send: a transport call still running at ClaimDuration is
+// abandoned and its rows are written back untouched. The claim's transaction
+// stays open during the send; the worker's session ends it on the server
+// (idle_in_transaction_session_timeout) a few seconds past that deadline, so a
+// worker that stops responding never holds rows. A crash or a failed commit
+// rolls back: every row is in the table again at once, and will be sent again.
 // Delivery is at least once: a crash between the broker's acceptance and the
-// delete, a partial batch failure or a send that outlives its claim can deliver
-// a message again.
+// commit, a failed commit, or a send abandoned at its deadline can deliver a
+// message again.
+//
+// Taking rows by DELETE in the claiming transaction is about half the database
+// work of claiming them with an UPDATE and deleting them after the send: one
+// statement per batch and no second version of each row.
 //
 // Rows direct dispatch does not send stay in the table: ordered rows (the
 // ordered dispatcher's), rows scheduled for later, rows of groups skipped for a
@@ -38,9 +47,10 @@
 // # Recovery
 //
 // [Recovery] delivers the unordered rows direct dispatch did not: rows it could
-// not queue or claim, rows whose send failed, rows of a process that died, rows
+// not queue or take, rows whose send failed, rows of a process that died, rows
 // written without a direct dispatcher, and scheduled rows once due. One instance
-// per outbox works at a time, under a lease.
+// per outbox works at a time, under a lease; it takes, sends and commits rows
+// with the same protocol as direct dispatch, thousands per statement.
 //
 // # Connections
 //

@@ -134,12 +134,16 @@ func (o RecoveryOptions) withDefaults() RecoveryOptions {
 //
 // One instance per outbox works at a time, holding a lease in the leases table
 // (renewed from its own goroutine); others wait and take over when it expires.
-// While it holds the lease, Workers goroutines each scan due rows in id order
-// with an exclusive cursor, claim up to BatchSize of them per statement
-// (concurrent claims skip each other's rows), send them grouped by (transport,
-// destination) with the same protocol as [Direct], and delete them fenced. A
-// scan that finds nothing waits PollInterval, or less when [Recovery.Wake] is
-// called. Rows younger than MinAge are left to direct dispatch.
+// While it holds the lease, Workers goroutines take due rows in id order, up
+// to BatchSize per statement, each take starting after the last row the
+// previous one took (one shared cursor; the takes run one at a time while the
+// sends and commits of the others go on). They send them grouped by
+// (transport, destination) with the same protocol as [Direct]: the take's
+// transaction deletes the rows and commits once the broker has them, and
+// writes back the ones it could not send. A pass that finds nothing starts
+// again from the beginning once, then waits PollInterval, or less when
+// [Recovery.Wake] is called. Rows younger than MinAge are left to direct
+// dispatch.
 type Recovery struct {
 	db         *sql.DB
 	opts       RecoveryOptions
@@ -148,6 +152,11 @@ type Recovery struct {
 	stats      counters
 	lease      store.Lease
 	holding    atomic.Bool
+	// scanMu serializes the drainers' takes and guards cursor, the last id
+	// taken: concurrent takes from one cursor would each walk over the rows the
+	// other has locked.
+	scanMu     sync.Mutex
+	cursor     uuid.UUID
 	urgentTill atomic.Int64 // after a Wake, until this Unix nano time rows of any age are taken
 	wakeAll    broadcast
 
@@ -252,19 +261,17 @@ func (r *Recovery) holdLease(ctx context.Context) {
 	}
 }
 
-// drainer is one of the goroutines that claim and send while the lease is
-// held, each on its own pinned connection and with its own cursor; concurrent
-// claims skip each other's rows.
+// drainer is one of the goroutines that take and send while the lease is
+// held, each on its own pinned connection.
 type drainer struct {
 	conn   *workerConn
 	sender *sender
 	buf    []store.Row
-	cursor uuid.UUID
 }
 
 func (r *Recovery) newDrainer() *drainer {
 	return &drainer{
-		conn: newWorkerConn(r.db, r.store),
+		conn: newTakingConn(r.db, r.store, r.opts.ClaimDuration),
 		sender: &sender{
 			transports: r.transports,
 			caps:       newCapCache(CapabilityCacheSize),
@@ -289,18 +296,14 @@ func (r *Recovery) drain(ctx context.Context, d *drainer) {
 			r.sleep(ctx, r.opts.PollInterval, wake)
 			continue
 		}
-		progress, err := r.batch(ctx, d)
+		progress, from, err := r.batch(ctx, d)
 		if err != nil {
 			d.conn.broken()
 			r.logError("dispatch: recovery batch", err)
 			r.sleep(ctx, r.opts.PollInterval, wake)
 			continue
 		}
-		if !progress {
-			if d.cursor != uuid.Nil {
-				d.cursor = uuid.Nil // one pass from the start before waiting
-				continue
-			}
+		if !progress && !r.rewind(from) {
 			r.sleep(ctx, r.opts.PollInterval, wake)
 		}
 	}
@@ -348,58 +351,75 @@ func (b *broadcast) notify() {
 	}
 }
 
-// batch claims the next rows after the drainer's cursor, sends them and
-// settles them. It reports whether it found any rows.
-func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, error) {
-	st, err := d.conn.store(ctx)
-	if err != nil {
-		return false, err
+// rewind moves the shared cursor back to the beginning after a take from
+// cursor from found nothing, and reports whether the caller should take again
+// at once: a pass from the beginning has not been made yet, or another drainer
+// moved the cursor meanwhile.
+func (r *Recovery) rewind(from uuid.UUID) bool {
+	if from == uuid.Nil {
+		return false
 	}
+	r.scanMu.Lock()
+	defer r.scanMu.Unlock()
+	if r.cursor == from {
+		r.cursor = uuid.Nil
+	}
+	return true
+}
+
+// batch takes the next rows after the shared cursor, sends them and commits
+// the outcome. It reports whether it found any rows, and the cursor it took
+// from.
+func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, error) {
 	now := time.Now()
-	claim := store.NewClaim(now, r.opts.ClaimDuration)
+	t, err := d.sender.begin(ctx, d.conn, now)
+	if err != nil {
+		return false, uuid.Nil, err
+	}
 	r.stats.scans.Add(1)
 	createdBefore := now.Add(-r.opts.MinAge)
 	if now.UnixNano() < r.urgentTill.Load() {
 		createdBefore = now
 	}
-	d.buf, err = st.ClaimNextUnordered(ctx, d.buf, d.cursor, r.opts.BatchSize, claim, now, createdBefore)
-	if err != nil || len(d.buf) == 0 {
-		return false, err
+	r.scanMu.Lock()
+	from := r.cursor
+	d.buf, err = t.st.TakeNextUnordered(ctx, d.buf, from, r.opts.BatchSize, now, createdBefore)
+	if err == nil && len(d.buf) > 0 {
+		r.cursor = d.buf[len(d.buf)-1].ID
 	}
-	d.cursor = d.buf[len(d.buf)-1].ID
+	r.scanMu.Unlock()
+	if err != nil || len(d.buf) == 0 {
+		t.tx.Rollback()
+		return false, from, err
+	}
 	reuse := true
 	for _, g := range groupStored(d.buf) {
-		tr, size, ok := d.sender.resolve(ctx, g.endpoint, len(g.rows))
-		if !ok {
-			ids := make([]uuid.UUID, len(g.rows))
-			for i := range g.rows {
-				ids[i] = g.rows[i].ID
-			}
-			if _, err := st.ReleaseBatch(ctx, ids, claim.Token, time.Now()); err != nil {
-				d.buf = nil
-				return true, err
-			}
-			continue
-		}
 		msgs := make([]*relayer.Message, len(g.rows))
+		attempts := make([]int, len(g.rows))
 		for i := range g.rows {
 			msgs[i] = &g.rows[i].Message
+			attempts[i] = g.rows[i].Attempts
+		}
+		tr, size, ok := d.sender.resolve(ctx, g.endpoint, len(g.rows))
+		if !ok {
+			t.keep(msgs, attempts) // released untouched, like a skipped direct group
+			continue
 		}
 		for start := 0; start < len(msgs); start += size {
-			abandoned, err := d.sender.sendClaimed(ctx, st, g.endpoint, tr, msgs[start:min(start+size, len(msgs))], claim)
-			if abandoned {
+			end := min(start+size, len(msgs))
+			if d.sender.sendTaken(ctx, t, g.endpoint, tr, msgs[start:end], attempts[start:end]) {
 				reuse = false
-			}
-			if err != nil {
-				d.buf = nil
-				return true, err
 			}
 		}
 	}
 	if !reuse {
 		d.buf = nil // an abandoned send may still read them
 	}
-	return true, nil
+	if err := d.sender.finish(ctx, t); err != nil {
+		d.buf = nil
+		return true, from, err
+	}
+	return true, from, nil
 }
 
 // storedGroup is the claimed rows of one endpoint.

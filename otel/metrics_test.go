@@ -222,7 +222,7 @@ func TestObserveWorker(t *testing.T) {
 	mb := setupMeter(t)
 	meter := mb.mp.Meter("test")
 	direct, recovery := &fakeWorker{}, &fakeWorker{}
-	direct.set(dispatch.Stats{Sent: 10, Deleted: 9, Failed: 2, ShortDeletes: 1, Expired: 3, SkippedGroups: 4,
+	direct.set(dispatch.Stats{Sent: 10, Deleted: 9, Failed: 2, Expired: 3, SkippedGroups: 4,
 		CompletionFailures: 5, LeftForRecovery: 6})
 	recovery.set(dispatch.Stats{Sent: 100, Expired: 7})
 	regDirect, err := relayerotel.ObserveWorker(meter, direct, "direct")
@@ -236,7 +236,7 @@ func TestObserveWorker(t *testing.T) {
 	rm := mb.mustCollect(t)
 	want := map[string]int64{
 		"relayer.dispatch.sent": 10, "relayer.dispatch.deleted": 9, "relayer.dispatch.failed": 2,
-		"relayer.dispatch.short_deletes": 1, "relayer.dispatch.claims_expired": 3,
+		"relayer.dispatch.claims_expired": 3,
 		"relayer.dispatch.skipped_groups": 4, "relayer.dispatch.completion_failures": 5,
 		"relayer.dispatch.left_for_recovery": 6,
 	}

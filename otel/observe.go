@@ -138,13 +138,11 @@ var workerCounters = []counter[dispatch.Stats]{
 		read: func(s dispatch.Stats) uint64 { return s.Deleted }},
 	{name: "relayer.dispatch.failed", unit: "{message}", desc: "Failed sends recorded on their rows.",
 		read: func(s dispatch.Stats) uint64 { return s.Failed }},
-	{name: "relayer.dispatch.short_deletes", unit: "{group}", desc: "Groups whose delete removed fewer rows than were sent, a duplicate risk.",
-		read: func(s dispatch.Stats) uint64 { return s.ShortDeletes }},
-	{name: "relayer.dispatch.claims_expired", unit: "{group}", desc: "Groups not sent because their claim expired first.",
+	{name: "relayer.dispatch.claims_expired", unit: "{group}", desc: "Groups not sent, or whose send was abandoned, because their claim expired first.",
 		read: func(s dispatch.Stats) uint64 { return s.Expired }},
 	{name: "relayer.dispatch.skipped_groups", unit: "{group}", desc: "Groups skipped without a claim: unknown transport, failed capability lookup.",
 		read: func(s dispatch.Stats) uint64 { return s.SkippedGroups }},
-	{name: "relayer.dispatch.completion_failures", unit: "{group}", desc: "Groups sent but not deleted; they will be sent again.",
+	{name: "relayer.dispatch.completion_failures", unit: "{batch}", desc: "Batches sent but not deleted; they will be sent again.",
 		read: func(s dispatch.Stats) uint64 { return s.CompletionFailures }},
 	{name: "relayer.dispatch.left_for_recovery", unit: "{message}", desc: "Committed rows left for recovery to send.",
 		read: func(s dispatch.Stats) uint64 { return s.LeftForRecovery }},
@@ -172,7 +170,7 @@ var cleanupCounters = []counter[dispatch.CleanupStats]{
 // ObserveWorker registers observable counters that read w.Stats() at each
 // collection, each data point carrying relayer.worker = name (for example
 // "direct", "ordered" or "recovery"; required): relayer.dispatch.sent,
-// .deleted, .failed, .short_deletes, .claims_expired (dispatch.Stats.Expired),
+// .deleted, .failed, .claims_expired (dispatch.Stats.Expired),
 // .skipped_groups, .completion_failures, .left_for_recovery and .scans.
 //
 // The counters are cumulative since w was made. Register each worker value

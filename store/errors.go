@@ -21,6 +21,10 @@ var (
 	// ErrInvalidMessage is returned by [Store.Insert] for a message that cannot be
 	// stored; nothing of the batch is written.
 	ErrInvalidMessage = errors.New("store: invalid message")
+	// ErrNeedsTransaction is returned by the take methods ([Store.TakeIDs],
+	// [Store.TakeNextUnordered]) on a store not bound to a *sql.Tx: outside a
+	// transaction their DELETE would commit before the rows were sent.
+	ErrNeedsTransaction = errors.New("store: must run inside a transaction")
 	// ErrCorruptRow is returned when a stored row cannot be read back, such as a
 	// headers column that is not in the binary header format. The error is a
 	// *[RowError] naming the row.

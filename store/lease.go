@@ -52,7 +52,7 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 // claiming at this moment, and returns them appended to dst[:0] in id order.
 // Rows created after createdBefore are left alone unless they were scheduled
 // for later than their creation: those are the rows direct dispatch is still
-// expected to send. A zero createdBefore takes every row.
+// expected to send. A zero createdBefore means now.
 func (s *Store) ClaimNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, c Claim, now, createdBefore time.Time) ([]Row, error) {
 	now = pgTime(now)
 	if err := c.validate(now); err != nil {

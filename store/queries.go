@@ -22,6 +22,9 @@ type queries struct {
 	insertOne     string
 	claimNext     string
 	releaseBatch  string
+	takeIDs       string
+	takeNext      string
+	restore       string
 	acquireLease  string
 	releaseLease  string
 
@@ -83,6 +86,28 @@ WHERE id = ANY(ARRAY(
     ORDER BY id LIMIT $2
     FOR UPDATE SKIP LOCKED))
 RETURNING ` + rowColumns,
+		// Takes delete inside the caller's transaction (see take.go). The inner
+		// SELECT skips rows other transactions lock; ANY(ARRAY(...)) keeps the
+		// DELETE a primary-key probe in every plan.
+		takeIDs: `DELETE FROM ` + n.outbox + `
+WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + n.outbox + `
+    WHERE id = ANY($1::text::uuid[]) AND lane IS NULL AND ` + elig("$2") + `
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, attempts`,
+		takeNext: `DELETE FROM ` + n.outbox + `
+WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + n.outbox + `
+    WHERE lane IS NULL AND id > $1 AND ` + elig("$3") + `
+      AND (created_at <= $4 OR deliver_at > created_at)
+    ORDER BY id LIMIT $2
+    FOR UPDATE SKIP LOCKED))
+RETURNING ` + rowColumns,
+		restore: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
+    ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error)
+SELECT * FROM unnest($1::text::uuid[], $2::text::text[], $3::text::text[], $4::text::text[], $5::text::bytea[],
+    $6::text::bytea[], $7::text::text[], $8::text::integer[], $9::text::timestamptz[], $10::text::timestamptz[],
+    $11::text::text[], $12::text::text[], $13::text::integer[], $14::text::text[])`,
 		releaseBatch: `UPDATE ` + n.outbox + ` SET claim_token = NULL, claimed_until = NULL
 WHERE id = ANY($1::text::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
 		// Leases run on the database clock, so that workers with skewed clocks

@@ -40,11 +40,13 @@ func TuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 
 // UntuneWorkerConn restores the settings [TuneWorkerConn] changed to the
 // session's defaults, so that the connection can serve other users of the pool.
+// It also resets idle_in_transaction_session_timeout, which workers that hold a
+// transaction across a send set to end it on the server if they stop responding.
 func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 	if conn == nil {
 		return ErrNilDB
 	}
-	for _, setting := range []string{"plan_cache_mode", "synchronous_commit"} {
+	for _, setting := range []string{"plan_cache_mode", "synchronous_commit", "idle_in_transaction_session_timeout"} {
 		if _, err := conn.ExecContext(ctx, "RESET "+setting); err != nil {
 			return wrap(ctx, fmt.Sprintf("reset %s", setting), err)
 		}

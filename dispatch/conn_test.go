@@ -1,0 +1,41 @@
+package dispatch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+// A taking worker's session ends transactions left idle a little past its send
+// deadline, and the connection goes back to the pool with the setting reset.
+func TestTakingConnBoundsIdleTransactions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Open(t, "pgx")
+	db.SetMaxOpenConns(1) // the pool hands the same connection back
+	st, err := store.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newTakingConn(db, st, 2*time.Second)
+	if _, err := w.store(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var setting string
+	if err := w.conn.QueryRowContext(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if want := "7s"; setting != want {
+		t.Errorf("worker session: idle_in_transaction_session_timeout = %s, want %s (send deadline + %s)", setting, want, idleTxMargin)
+	}
+	w.release(ctx)
+	if err := db.QueryRowContext(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if setting != "0" {
+		t.Errorf("after release: idle_in_transaction_session_timeout = %s, want the default 0", setting)
+	}
+}

@@ -1,0 +1,150 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/headers"
+)
+
+// Taking rows.
+//
+// A take deletes eligible unordered rows inside the caller's transaction and
+// returns them. The transaction's row locks are the claim: concurrent takes and
+// claims skip locked rows, so no two workers hold one row; the caller sends what
+// it took, writes back with [Store.Restore] the rows it could not send, and
+// commits. A crash or a rollback before the commit returns every row as it was,
+// and a commit that fails after a send means the rows are sent again, which
+// at-least-once delivery allows.
+//
+// One statement per batch and no second version of each row make a take about
+// half the database work of a claim (an UPDATE) followed by a fenced DELETE.
+// The price is a transaction open while the caller sends: keep the send bounded
+// (dispatch bounds it by its claim duration and sets the session's
+// idle_in_transaction_session_timeout a little above it, so that the server
+// ends a transaction whose worker stopped responding).
+
+// Taken is a row a take removed: its id and the failed attempts recorded on it.
+type Taken struct {
+	ID       uuid.UUID
+	Attempts int
+}
+
+// TakeIDs deletes those of ids that are eligible at now (due, not parked, not
+// held by a live claim), unordered, and not locked by another transaction, and
+// returns them appended to dst[:0] in id order. The store must be bound to a
+// transaction ([Store.With] on a *sql.Tx): the rows are gone only when it
+// commits. Otherwise (a *sql.DB, a *sql.Conn, any other DBTX, or an unbound
+// store) it returns [ErrNeedsTransaction] and deletes nothing.
+func (s *Store) TakeIDs(ctx context.Context, dst []Taken, ids []uuid.UUID, now time.Time) ([]Taken, error) {
+	dst = dst[:0]
+	if _, ok := s.db.(*sql.Tx); !ok {
+		return dst, fmt.Errorf("%w: take by id", ErrNeedsTransaction)
+	}
+	if len(ids) == 0 {
+		return dst, nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.takeIDs, uuidArray(ids), pgTime(now))
+	if err != nil {
+		return dst, wrap(ctx, "take by id", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t Taken
+		if err := rows.Scan(&t.ID, &t.Attempts); err != nil {
+			return dst[:0], wrap(ctx, "take by id", err)
+		}
+		dst = append(dst, t)
+	}
+	if err := rows.Err(); err != nil {
+		return dst[:0], wrap(ctx, "take by id", err)
+	}
+	sortTaken(dst)
+	return dst, nil
+}
+
+// TakeNextUnordered deletes, in one statement, up to limit eligible unordered
+// rows with ids after the cursor, in id order, skipping rows locked by other
+// transactions, and returns them appended to dst[:0] in id order. Rows created
+// after createdBefore are left alone unless they were scheduled for later than
+// their creation (see [Store.ClaimNextUnordered]); a zero createdBefore means
+// now. Like [Store.TakeIDs] it needs a store bound to a transaction.
+func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time) ([]Row, error) {
+	dst = dst[:0]
+	if _, ok := s.db.(*sql.Tx); !ok {
+		return dst, fmt.Errorf("%w: take next", ErrNeedsTransaction)
+	}
+	if limit <= 0 {
+		return dst, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	}
+	now = pgTime(now)
+	if createdBefore.IsZero() {
+		createdBefore = now
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.takeNext, after, limit, now, pgTime(createdBefore))
+	if err != nil {
+		return dst, wrap(ctx, "take next", err)
+	}
+	dst, err = scanRows(ctx, "take next", rows, dst)
+	if err != nil {
+		return dst, err
+	}
+	sortByID(dst)
+	return dst, nil
+}
+
+// Restore writes rows back in one statement, exactly as given: content,
+// Attempts and LastError, unclaimed and not parked. It is how a worker records
+// the rows it took but did not send (with Attempts raised and LastError set for
+// a failed send, unchanged for a send it never started) before committing the
+// take. It validates every row first and writes nothing when one is invalid.
+func (s *Store) Restore(ctx context.Context, rows []Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var ids, types, transports, dests, bodies, hdrs, keys, lanes, created, deliver, parents, states, attempts, errs arrayLiteral
+	var hbuf []byte
+	for i := range rows {
+		r := &rows[i]
+		m := &r.Message
+		if err := validateMessage(m); err != nil {
+			return fmt.Errorf("%w: row %d (id %s): %w", ErrInvalidMessage, i, m.ID, err)
+		}
+		if r.Attempts < 0 {
+			return fmt.Errorf("%w: row %d (id %s): negative Attempts %d", ErrInvalidMessage, i, m.ID, r.Attempts)
+		}
+		var err error
+		if hbuf, err = headers.Append(hbuf[:0], m.Headers); err != nil {
+			return fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
+		}
+		ids.uuid(m.ID)
+		types.text(m.Type, false)
+		transports.text(m.Transport, false)
+		dests.text(m.Destination, false)
+		bodies.bytea(m.Body)
+		hdrs.bytea(hbuf)
+		keys.text(m.Key, m.Key == "")
+		lanes.int(m.Lane, !m.Ordered)
+		created.time(m.CreatedAt, false)
+		deliver.time(m.DeliverAt, m.DeliverAt.IsZero())
+		parents.text(m.TraceParent, m.TraceParent == "")
+		states.text(m.TraceState, m.TraceState == "")
+		attempts.int(r.Attempts, false)
+		errs.text(cleanText(r.LastError), r.LastError == "")
+	}
+	_, err := s.db.ExecContext(ctx, s.q.restore,
+		ids.String(), types.String(), transports.String(), dests.String(), bodies.String(), hdrs.String(),
+		keys.String(), lanes.String(), created.String(), deliver.String(), parents.String(), states.String(),
+		attempts.String(), errs.String())
+	return wrap(ctx, "restore", err)
+}
+
+func sortTaken(ts []Taken) {
+	slices.SortFunc(ts, func(a, b Taken) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+}
