@@ -95,7 +95,20 @@ type sender struct {
 	// tainted is set when a transport call was abandoned and may still read
 	// the messages it was given: their owner must not reuse that memory.
 	tainted bool
+	// chain, when set, ends each take with COMMIT AND CHAIN instead of COMMIT,
+	// so that the next take's transaction is already open when the next rows
+	// arrive: one round trip fewer per chunk, and less latency. The open
+	// transaction has run no statement yet, so it holds no snapshot and no
+	// transaction id, and keeps nothing from vacuum. Its owner ends it with
+	// endChain when it has nothing to do.
+	chain bool
+	// open is the transaction the last COMMIT AND CHAIN began, or nil.
+	open *take
 }
+
+// chainIdle is how long a direct worker keeps a chained transaction open while
+// no rows arrive; then it ends it, so that idle workers show as idle.
+const chainIdle = time.Second
 
 // resolve returns the transport of an endpoint and the largest chunk to send
 // to it. When the transport is not registered or its capabilities cannot be
@@ -141,7 +154,7 @@ func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
 // stored bytes, so they are not read back.
 func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, e endpoint, msgs []*relayer.Message) error {
 	now := time.Now()
-	t, err := s.begin(ctx, conn, now)
+	t, err := s.start(ctx, conn, now)
 	if err != nil {
 		return err
 	}
@@ -150,11 +163,19 @@ func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.
 		s.ids = append(s.ids, m.ID)
 	}
 	s.taken, err = t.st.TakeIDs(ctx, s.taken, s.ids, now)
-	if err != nil || len(s.taken) == 0 {
-		// Nothing taken: sent by someone else, not yet due, or gone with a
-		// savepoint.
+	if err != nil {
 		t.tx.Rollback()
 		return err
+	}
+	if len(s.taken) == 0 {
+		// Nothing taken: sent by someone else, not yet due, or gone with a
+		// savepoint. The transaction changed nothing and serves the next take.
+		if s.chain {
+			s.open = t
+		} else {
+			t.tx.Rollback()
+		}
+		return nil
 	}
 	s.attempts = s.attempts[:0]
 	if len(s.taken) < len(msgs) {
@@ -198,6 +219,25 @@ func (s *sender) begin(ctx context.Context, conn *workerConn, now time.Time) (*t
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	return &take{tx: tx, st: st, until: now.Add(s.claimFor)}, nil
+}
+
+// start returns the chained transaction if one is open, or begins one.
+func (s *sender) start(ctx context.Context, conn *workerConn, now time.Time) (*take, error) {
+	if t := s.open; t != nil {
+		s.open = nil
+		t.until = now.Add(s.claimFor)
+		return t, nil
+	}
+	return s.begin(ctx, conn, now)
+}
+
+// endChain rolls back the chained transaction, if one is open. It has run no
+// statement, so nothing is lost.
+func (s *sender) endChain() {
+	if s.open != nil {
+		s.open.tx.Rollback()
+		s.open = nil
+	}
 }
 
 // keep writes msgs back unchanged when the take commits.
@@ -272,7 +312,13 @@ func (s *sender) logFailure(e endpoint, rows int, firstErr string) {
 func (s *sender) finish(ctx context.Context, t *take) error {
 	err := t.st.Restore(ctx, t.restore)
 	if err == nil {
-		err = t.tx.Commit()
+		if s.chain {
+			// A failed COMMIT AND CHAIN ends the transaction on the server like a
+			// failed COMMIT; the Rollback below then only closes the *sql.Tx.
+			_, err = t.tx.ExecContext(ctx, "COMMIT AND CHAIN")
+		} else {
+			err = t.tx.Commit()
+		}
 	}
 	if err != nil {
 		t.tx.Rollback()
@@ -285,6 +331,9 @@ func (s *sender) finish(ctx context.Context, t *take) error {
 	}
 	s.stats.deleted.Add(uint64(t.sent))
 	s.stats.failed.Add(uint64(t.failed))
+	if s.chain {
+		s.open = &take{tx: t.tx, st: t.st}
+	}
 	return nil
 }
 

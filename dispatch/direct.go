@@ -160,6 +160,7 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 		claimFor:   opts.ClaimDuration,
 		logger:     opts.Logger,
 		stats:      &d.stats,
+		chain:      true,
 	}
 	return d, nil
 }
@@ -319,23 +320,36 @@ func (d *Direct) run(ctx context.Context) {
 	conn := newTakingConn(d.db, d.store, d.opts.ClaimDuration)
 	defer close(d.done)
 	defer func() {
+		d.sender.endChain()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		conn.release(rctx)
 		cancel()
 	}()
 	defer d.abandonQueued()
+	idle := time.NewTimer(chainIdle)
+	defer idle.Stop()
 	var rows []relayer.Message
 	for {
+		var batch []relayer.Message
+		var ok bool
+		var idleC <-chan time.Time // armed only while a chained transaction is open
+		if d.sender.open != nil {
+			idle.Reset(chainIdle)
+			idleC = idle.C
+		}
 		select {
 		case <-ctx.Done():
 			d.closeQueue()
 			return
-		case batch, ok := <-d.queue:
+		case <-idleC:
+			d.sender.endChain()
+			continue
+		case batch, ok = <-d.queue:
 			if !ok {
 				return
 			}
-			rows = append(rows[:0], batch...)
 		}
+		rows = append(rows[:0], batch...)
 	gather:
 		for len(rows) < gatherRows {
 			select {
