@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -61,8 +62,13 @@ type bundle struct {
 
 func setup(t testing.TB, opts dispatch.DirectOptions) *bundle {
 	t.Helper()
+	return setupOn(t, testdb.Open(t, "pgx"), opts)
+}
+
+// setupOn is setup on a database handle of the caller's.
+func setupOn(t testing.TB, db *sql.DB, opts dispatch.DirectOptions) *bundle {
+	t.Helper()
 	ctx := context.Background()
-	db := testdb.Open(t, "pgx")
 	schema := testdb.NewSchema(t)
 	sopts := store.Options{Schema: schema, TablePrefix: "ob_"}
 	if _, err := store.Migrate(ctx, db, sopts); err != nil {
@@ -411,6 +417,54 @@ func TestCompletionFailureRollsBackTheTake(t *testing.T) {
 	}
 	if !strings.Contains(b.logs.String(), "completion failed after a successful send") {
 		t.Errorf("no distinct completion-failure log in:\n%s", b.logs)
+	}
+}
+
+// The direct worker chains its take transactions (COMMIT AND CHAIN) on both
+// drivers, and ends the chain once idle, so that an idle worker's session is
+// not left idle in a transaction.
+func TestChainedTakesEndWhenIdle(t *testing.T) {
+	t.Parallel()
+	for _, driver := range testdb.Drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			app := "relayer_chain_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+			u, err := url.Parse(testdb.URL(t))
+			must(t, err)
+			q := u.Query()
+			q.Set("application_name", app)
+			u.RawQuery = q.Encode()
+			db, err := sql.Open(driver, u.String())
+			must(t, err)
+			t.Cleanup(func() { db.Close() })
+			b := setupOn(t, db, dispatch.DirectOptions{})
+			b.start(t)
+			for i := range 5 {
+				b.publish(t, relayer.NewOutgoing(Placed{i}), relayer.NewOutgoing(Billed{i}))
+				b.waitSent(t, 2*(i+1))
+			}
+			b.waitRows(t, 0)
+			idleInTx := func() int {
+				var n int
+				must(t, db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+					WHERE application_name = $1 AND state = 'idle in transaction'`, app).Scan(&n))
+				return n
+			}
+			if n := idleInTx(); n != 1 {
+				t.Errorf("right after sending: %d sessions idle in a transaction, want the worker's chained one", n)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for idleInTx() != 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if n := idleInTx(); n != 0 {
+				t.Errorf("%d sessions still idle in a transaction after the worker went idle", n)
+			}
+			// The next rows begin a new transaction.
+			b.publish(t, relayer.NewOutgoing(Placed{9}))
+			b.waitSent(t, 11)
+			b.waitRows(t, 0)
+		})
 	}
 }
 
