@@ -91,7 +91,7 @@ type sender struct {
 	stats      *counters
 	ids        []uuid.UUID
 	taken      []store.Taken
-	attempts   []int
+	prior      []store.Taken
 	// tainted is set when a transport call was abandoned and may still read
 	// the messages it was given: their owner must not reuse that memory.
 	tainted bool
@@ -150,7 +150,7 @@ func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
 }
 
 // deliverChunk takes notified rows by id and sends the ones it took. The take
-// returns ids and attempts only: the notification already holds each row's
+// returns ids and recorded failures only: the notification already holds each row's
 // stored bytes, so they are not read back.
 func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, e endpoint, msgs []*relayer.Message) error {
 	now := time.Now()
@@ -177,23 +177,16 @@ func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.
 		}
 		return nil
 	}
-	s.attempts = s.attempts[:0]
-	if len(s.taken) < len(msgs) {
-		keep := msgs[:0:0]
-		for _, m := range msgs {
-			if i, found := slices.BinarySearchFunc(s.taken, m.ID, func(a store.Taken, id uuid.UUID) int { return bytes.Compare(a.ID[:], id[:]) }); found {
-				keep = append(keep, m)
-				s.attempts = append(s.attempts, s.taken[i].Attempts)
-			}
-		}
-		msgs = keep
-	} else {
-		for _, m := range msgs {
-			i, _ := slices.BinarySearchFunc(s.taken, m.ID, func(a store.Taken, id uuid.UUID) int { return bytes.Compare(a.ID[:], id[:]) })
-			s.attempts = append(s.attempts, s.taken[i].Attempts)
+	// Line the taken rows up with msgs, dropping the messages not taken.
+	s.prior = s.prior[:0]
+	keep := msgs[:0:0]
+	for _, m := range msgs {
+		if i, found := slices.BinarySearchFunc(s.taken, m.ID, func(a store.Taken, id uuid.UUID) int { return bytes.Compare(a.ID[:], id[:]) }); found {
+			keep = append(keep, m)
+			s.prior = append(s.prior, s.taken[i])
 		}
 	}
-	s.tainted = s.sendTaken(ctx, t, e, tr, msgs, s.attempts) || s.tainted
+	s.tainted = s.sendTaken(ctx, t, e, tr, keep, s.prior) || s.tainted
 	return s.finish(ctx, t)
 }
 
@@ -241,22 +234,22 @@ func (s *sender) endChain() {
 }
 
 // keep writes msgs back unchanged when the take commits.
-func (t *take) keep(msgs []*relayer.Message, attempts []int) {
+func (t *take) keep(msgs []*relayer.Message, prior []store.Taken) {
 	for i, m := range msgs {
-		t.restore = append(t.restore, store.Row{Message: *m, Attempts: attempts[i]})
+		t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts, LastError: prior[i].LastError})
 	}
 }
 
-// sendTaken sends msgs, all taken by t, with attempts[i] the failed attempts
-// already recorded on msgs[i], and notes the outcome on t. It reports
+// sendTaken sends msgs, all taken by t, with prior[i] the failures already
+// recorded on msgs[i], and notes the outcome on t. It reports
 // abandoned when a transport call was abandoned and may still read the
 // messages: the caller must not reuse their memory.
-func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.Transport, msgs []*relayer.Message, attempts []int) (abandoned bool) {
+func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.Transport, msgs []*relayer.Message, prior []store.Taken) (abandoned bool) {
 	if !time.Now().Before(t.until) {
 		s.stats.expired.Add(1)
 		s.logger.Warn("dispatch: claim expired before sending; not sending",
 			slog.String("transport", e.transport), slog.String("destination", e.destination), slog.Int("rows", len(msgs)))
-		t.keep(msgs, attempts)
+		t.keep(msgs, prior)
 		return false
 	}
 	sendErr := send(ctx, tr, msgs, t.until)
@@ -273,13 +266,13 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		s.logger.Warn("dispatch: send abandoned at the claim deadline or shutdown; rows kept and sent again later",
 			slog.String("transport", e.transport), slog.String("destination", e.destination),
 			slog.Int("rows", len(msgs)), slog.String("error", sendErr.Error()))
-		t.keep(msgs, attempts)
+		t.keep(msgs, prior)
 		return true
 	case errors.As(sendErr, &batchErr) && len(batchErr.Errs) == len(msgs):
 		failed, first := 0, ""
 		for i, m := range msgs {
 			if err := batchErr.Errs[i]; err != nil {
-				t.restore = append(t.restore, store.Row{Message: *m, Attempts: attempts[i] + 1, LastError: err.Error()})
+				t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + 1, LastError: err.Error()})
 				if failed == 0 {
 					first = err.Error()
 				}
@@ -292,7 +285,7 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		s.logFailure(e, failed, first)
 	default:
 		for i, m := range msgs {
-			t.restore = append(t.restore, store.Row{Message: *m, Attempts: attempts[i] + 1, LastError: sendErr.Error()})
+			t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + 1, LastError: sendErr.Error()})
 		}
 		t.failed += len(msgs)
 		s.logFailure(e, len(msgs), sendErr.Error())

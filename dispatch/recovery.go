@@ -395,19 +395,19 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 	reuse := true
 	for _, g := range groupStored(d.buf) {
 		msgs := make([]*relayer.Message, len(g.rows))
-		attempts := make([]int, len(g.rows))
+		prior := make([]store.Taken, len(g.rows))
 		for i := range g.rows {
 			msgs[i] = &g.rows[i].Message
-			attempts[i] = g.rows[i].Attempts
+			prior[i] = store.Taken{ID: g.rows[i].ID, Attempts: g.rows[i].Attempts, LastError: g.rows[i].LastError}
 		}
 		tr, size, ok := d.sender.resolve(ctx, g.endpoint, len(g.rows))
 		if !ok {
-			t.keep(msgs, attempts) // released untouched, like a skipped direct group
+			t.keep(msgs, prior) // released untouched, like a skipped direct group
 			continue
 		}
 		for start := 0; start < len(msgs); start += size {
 			end := min(start+size, len(msgs))
-			if d.sender.sendTaken(ctx, t, g.endpoint, tr, msgs[start:end], attempts[start:end]) {
+			if d.sender.sendTaken(ctx, t, g.endpoint, tr, msgs[start:end], prior[start:end]) {
 				reuse = false
 			}
 		}

@@ -30,14 +30,23 @@ func (b *bundle) recovery(t testing.TB, opts dispatch.RecoveryOptions) *dispatch
 	return r
 }
 
-// enlistOnly publishes without any dispatcher, as a process without one would.
-func (b *bundle) enlistOnly(t testing.TB, msgs ...relayer.Outgoing) {
+// enlistOnly publishes without any dispatcher, as a process without one would,
+// and returns the messages' ids.
+func (b *bundle) enlistOnly(t testing.TB, msgs ...relayer.Outgoing) []uuid.UUID {
 	t.Helper()
+	ids := make([]uuid.UUID, len(msgs))
+	for i := range msgs {
+		if msgs[i].ID == uuid.Nil {
+			msgs[i].ID = uuid.Must(relayer.NewID())
+		}
+		ids[i] = msgs[i].ID
+	}
 	w, err := enlist.NewWriter(b.outbox, enlist.Options{})
 	must(t, err)
 	must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
 		return tx.PublishAll(context.Background(), msgs...)
 	}))
+	return ids
 }
 
 func (b *bundle) leaseOwner(t *testing.T) string {
@@ -146,26 +155,31 @@ func TestRecoveryRecordsFailuresAndReleasesUnroutableRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
 	b.mem.FailWith(func(*relayer.Message) error { return errors.New("broker down") })
-	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Lost{2}))
+	ids := b.enlistOnly(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Lost{2}))
+	// The unroutable row carries failures from earlier tries: releasing it must
+	// keep them as they are.
+	_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET attempts = 2, last_error = 'earlier' WHERE id = $1`, ids[1])
+	must(t, err)
 	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 30 * time.Millisecond})
 	must(t, r.Start(context.Background()))
 	deadline := time.Now().Add(10 * time.Second)
 	var rows []rawRow
 	for time.Now().Before(deadline) {
 		rows = b.rows(t)
-		if len(rows) == 2 && max(rows[0].attempts, rows[1].attempts) >= 2 {
+		if len(rows) == 2 && rows[0].attempts >= 2 && r.Stats().Scans >= 4 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for _, r := range rows {
-		lost := !r.lastErr.Valid
-		switch {
-		case lost && r.attempts != 0:
-			t.Errorf("unroutable row charged %d attempts", r.attempts)
-		case !lost && (r.attempts < 2 || r.lastErr.String != "broker down"):
-			t.Errorf("failing row: attempts %d, error %q; want retries recorded", r.attempts, r.lastErr.String)
-		}
+	if len(rows) != 2 || rows[0].id != ids[0] || rows[1].id != ids[1] {
+		t.Fatalf("rows = %+v, want both", rows)
+	}
+	if rows[0].attempts < 2 || rows[0].lastErr.String != "broker down" {
+		t.Errorf("failing row: attempts %d, error %q; want retries recorded", rows[0].attempts, rows[0].lastErr.String)
+	}
+	if rows[1].attempts != 2 || rows[1].lastErr.String != "earlier" || rows[1].claimed {
+		t.Errorf("unroutable row: attempts %d, error %q, claimed %v; want its earlier failures kept and no claim",
+			rows[1].attempts, rows[1].lastErr.String, rows[1].claimed)
 	}
 	b.mem.FailWith(nil)
 	b.waitSent(t, 1)

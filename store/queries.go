@@ -94,7 +94,7 @@ WHERE id = ANY(ARRAY(
     SELECT id FROM ` + n.outbox + `
     WHERE id = ANY($1::text::uuid[]) AND lane IS NULL AND ` + elig("$2") + `
     FOR UPDATE SKIP LOCKED))
-RETURNING id, attempts`,
+RETURNING id, attempts, last_error`,
 		takeNext: `DELETE FROM ` + n.outbox + `
 WHERE id = ANY(ARRAY(
     SELECT id FROM ` + n.outbox + `

@@ -30,15 +30,17 @@ import (
 // idle_in_transaction_session_timeout a little above it, so that the server
 // ends a transaction whose worker stopped responding).
 
-// Taken is a row a take removed: its id and the failed attempts recorded on it.
+// Taken is a row a take removed, without its content: its id and the
+// failures recorded on it, which [Store.Restore] needs to write it back.
 type Taken struct {
-	ID       uuid.UUID
-	Attempts int
+	ID        uuid.UUID
+	Attempts  int
+	LastError string
 }
 
 // TakeIDs deletes those of ids that are eligible at now (due, not parked, not
 // held by a live claim), unordered, and not locked by another transaction, and
-// returns them appended to dst[:0] in id order. The store must be bound to a
+// returns them (id, attempts, last error) appended to dst[:0] in id order. The store must be bound to a
 // transaction ([Store.With] on a *sql.Tx): the rows are gone only when it
 // commits. Otherwise (a *sql.DB, a *sql.Conn, any other DBTX, or an unbound
 // store) it returns [ErrNeedsTransaction] and deletes nothing.
@@ -57,9 +59,11 @@ func (s *Store) TakeIDs(ctx context.Context, dst []Taken, ids []uuid.UUID, now t
 	defer rows.Close()
 	for rows.Next() {
 		var t Taken
-		if err := rows.Scan(&t.ID, &t.Attempts); err != nil {
+		var lastErr sql.NullString
+		if err := rows.Scan(&t.ID, &t.Attempts, &lastErr); err != nil {
 			return dst[:0], wrap(ctx, "take by id", err)
 		}
+		t.LastError = lastErr.String
 		dst = append(dst, t)
 	}
 	if err := rows.Err(); err != nil {

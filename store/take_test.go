@@ -114,9 +114,10 @@ func TestTakeIDsTakesOnlyEligibleUnorderedRows(t *testing.T) {
 		request = append(request, free1.ID, newID(t))
 		takenSet := sortedIDs(free1, free2, free3, dueNow, expired)
 		attempts := map[uuid.UUID]int{free2.ID: 3, expired.ID: 2}
+		lastErrors := map[uuid.UUID]string{free2.ID: "earlier"}
 		var want []store.Taken
 		for _, id := range takenSet {
-			want = append(want, store.Taken{ID: id, Attempts: attempts[id]})
+			want = append(want, store.Taken{ID: id, Attempts: attempts[id], LastError: lastErrors[id]})
 		}
 
 		for _, commit := range []bool{false, true} {
