@@ -27,9 +27,11 @@ const producers = 8
 // finished. Compare with BenchmarkPlainSQLLoop in the same run.
 func BenchmarkDirectThroughput(b *testing.B) {
 	for _, perTx := range []int{1, 10, 100} {
-		b.Run(fmt.Sprintf("perTx=%d", perTx), func(b *testing.B) {
-			benchThroughput(b, perTx, true)
-		})
+		for _, workers := range []int{1, 2} {
+			b.Run(fmt.Sprintf("perTx=%d/workers=%d", perTx, workers), func(b *testing.B) {
+				benchThroughput(b, perTx, workers)
+			})
+		}
 	}
 }
 
@@ -81,13 +83,16 @@ func produce(b *testing.B, bu *bundle, w *enlist.Writer, perTx int) {
 func BenchmarkPlainSQLLoop(b *testing.B) {
 	for _, perTx := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("perTx=%d", perTx), func(b *testing.B) {
-			benchThroughput(b, perTx, false)
+			benchThroughput(b, perTx, 0)
 		})
 	}
 }
 
-func benchThroughput(b *testing.B, perTx int, direct bool) {
-	bu := setup(b, dispatch.DirectOptions{QueueCapacity: 4096})
+// benchThroughput runs direct dispatch with the given number of workers, or
+// the plain delete loop when workers is 0.
+func benchThroughput(b *testing.B, perTx, workers int) {
+	direct := workers > 0
+	bu := setup(b, dispatch.DirectOptions{QueueCapacity: 4096, Workers: max(workers, 1)})
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var consumer sync.WaitGroup
@@ -213,12 +218,18 @@ func (s *stampCommits) Committed(rows []relayer.Message) error {
 // BenchmarkDirectLatency commits single-message transactions at a steady
 // 2,000 messages per second (four producers, one commit every 2 ms each) and
 // reports the time from each commit's return to the message's acceptance by
-// the transport, as p50 and p99.
+// the transport, as p50 and p99, with one and two workers.
 func BenchmarkDirectLatency(b *testing.B) {
+	for _, workers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { benchLatency(b, workers) })
+	}
+}
+
+func benchLatency(b *testing.B, workers int) {
 	bu := setup(b, dispatch.DirectOptions{})
 	tr := &stamped{Transport: bu.mem, seen: make(map[uuid.UUID]time.Time)}
 	bu.outbox.Transports = map[string]relayer.Transport{"mem": tr}
-	d, err := dispatch.NewDirect(bu.db, bu.outbox, dispatch.DirectOptions{})
+	d, err := dispatch.NewDirect(bu.db, bu.outbox, dispatch.DirectOptions{Workers: workers})
 	must(b, err)
 	stamps := &stampCommits{Direct: d, at: make(map[uuid.UUID]time.Time)}
 	w, err := enlist.NewWriter(bu.outbox, enlist.Options{Listener: stamps})

@@ -3,12 +3,13 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/relayer-go/relayer"
 )
 
 // CapabilityCacheSize is how many (transport, destination) capability lookups a
-// worker keeps.
+// dispatcher keeps (its workers share them).
 const CapabilityCacheSize = 256
 
 type endpoint struct {
@@ -18,9 +19,11 @@ type endpoint struct {
 
 // capCache keeps successful capability lookups, evicting the oldest inserted
 // entry when full; hits do not change the eviction order, and failures are
-// never kept, so a failing destination is asked again next time. It is not
-// safe for concurrent use.
+// never kept, so a failing destination is asked again next time. It is safe
+// for concurrent use; a lookup holds the lock, so that workers sharing the
+// cache ask a transport once per miss.
 type capCache struct {
+	mu      sync.Mutex
 	entries map[endpoint]relayer.Capabilities
 	order   []endpoint // insertion order, oldest first; a ring of len size
 	next    int        // where the next insertion goes once full
@@ -41,6 +44,8 @@ func (c *capCache) get(ctx context.Context, e endpoint, tr relayer.Transport) (r
 // rejects are returned as its error and not cached, so that a destination can
 // become acceptable later without a restart.
 func (c *capCache) getChecked(ctx context.Context, e endpoint, tr relayer.Transport, check func(relayer.Capabilities) error) (relayer.Capabilities, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if caps, ok := c.entries[e]; ok {
 		return caps, nil
 	}
@@ -71,9 +76,15 @@ func (c *capCache) put(e endpoint, caps relayer.Capabilities) {
 	c.entries[e] = caps
 }
 
-func (c *capCache) len() int { return len(c.entries) }
+func (c *capCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
 
 func (c *capCache) has(e endpoint) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	_, ok := c.entries[e]
 	return ok
 }
