@@ -130,8 +130,8 @@ func (o DirectOptions) withDefaults() DirectOptions {
 // It runs Workers goroutines between [Direct.Start] and [Direct.Stop], each on
 // one connection pinned from db.
 type Direct struct {
-	db     *sql.DB
-	opts   DirectOptions
+	db      *sql.DB
+	opts    DirectOptions
 	store   *store.Store
 	senders []*sender
 	stats   counters
