@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"strconv"
 	"time"
 
 	"github.com/relayer-go/relayer/store"
@@ -38,6 +37,10 @@ func newTakingConn(db *sql.DB, base *store.Store, sendFor time.Duration) *worker
 	return &workerConn{db: db, base: base, idleTx: sendFor + idleTxMargin}
 }
 
+// genericTakePlans selects generic plans for taking connections (see
+// store.TuneTakingConn); benchmarks turn it off to compare.
+var genericTakePlans = true
+
 // idleTxMargin is how long past its send deadline a worker's transaction may
 // stay idle before the server ends it: room to record the outcome and commit.
 const idleTxMargin = 5 * time.Second
@@ -56,8 +59,7 @@ func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
 		return nil, err
 	}
 	if w.idleTx > 0 {
-		ms := strconv.FormatInt(w.idleTx.Milliseconds(), 10)
-		if _, err := conn.ExecContext(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, false)`, ms); err != nil {
+		if err := store.TuneTakingConn(ctx, conn, w.idleTx, genericTakePlans); err != nil {
 			discard(conn)
 			return nil, err
 		}

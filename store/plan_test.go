@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -150,4 +152,77 @@ func explain(t *testing.T, conn *sql.Conn, name, args string) string {
 		plan = append(plan, line)
 	}
 	return strings.Join(plan, "\n")
+}
+
+// TestTakingSessionsPlanWithIndexes checks the statements a taking session runs
+// ([TuneTakingConn] with generic plans): their generic plans, made while the
+// outbox was empty and analyzed, still reach rows through an index once the
+// table is full, and the session keeps using them (no planning per take).
+func TestTakingSessionsPlanWithIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Open(t, "pgx")
+	opts := Options{Schema: testdb.NewSchema(t), TablePrefix: "plan_"}
+	if _, err := Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE `+newNames(s.opts).outbox); err != nil {
+		t.Fatal(err)
+	}
+	taking := pinnedConn(t, db)
+	if err := TuneWorkerConn(ctx, taking); err != nil {
+		t.Fatal(err)
+	}
+	if err := TuneTakingConn(ctx, taking, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		id  = `'0190a000-0000-7000-8000-000000000000'`
+		ids = `'{0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000001}'`
+		now = `'2030-01-01T00:00:00Z'`
+	)
+	statements := []struct{ name, sql, args string }{
+		{"takeIDs", s.q.takeIDs, ids + ", " + now},
+		{"takeNext", s.q.takeNext, id + ", 1000, " + now + ", " + now},
+	}
+	for _, st := range statements {
+		exec(t, taking, `PREPARE `+st.name+` AS `+st.sql)
+		for range 8 {
+			exec(t, taking, `EXECUTE `+st.name+`(`+st.args+`)`)
+		}
+	}
+	msgs := make([]relayer.Message, 4000)
+	for i := range msgs {
+		msgs[i] = relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "t", Transport: "x", Destination: "d", Body: make([]byte, 200)}
+	}
+	if err := s.Insert(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range statements {
+		plan := explain(t, taking, st.name, st.args)
+		if strings.Contains(plan, "2030-01-01 00:00:00") {
+			t.Errorf("%s on a taking session was planned for its values, not generically:\n%s", st.name, plan)
+		}
+		if strings.Contains(plan, "Seq Scan on plan_outbox") {
+			t.Errorf("%s on a taking session scans the outbox:\n%s", st.name, plan)
+		}
+	}
+	if err := UntuneWorkerConn(ctx, taking); err != nil {
+		t.Fatal(err)
+	}
+	var mode, seq, idle string
+	if err := taking.QueryRowContext(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'),
+		current_setting('idle_in_transaction_session_timeout')`).Scan(&mode, &seq, &idle); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "auto" || seq != "on" || idle != "0" {
+		t.Errorf("after UntuneWorkerConn: plan_cache_mode %s, enable_seqscan %s, idle_in_transaction_session_timeout %s; want the defaults", mode, seq, idle)
+	}
+	if err := TuneTakingConn(ctx, taking, time.Microsecond, true); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("TuneTakingConn with a 1µs timeout = %v, want ErrInvalidArgument", err)
+	}
 }

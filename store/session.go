@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"time"
 )
 
 // Worker sessions.
@@ -40,16 +42,47 @@ func TuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 
 // UntuneWorkerConn restores the settings [TuneWorkerConn] changed to the
 // session's defaults, so that the connection can serve other users of the pool.
-// It also resets idle_in_transaction_session_timeout, which workers that hold a
-// transaction across a send set to end it on the server if they stop responding.
+// It also resets what [TuneTakingConn] sets.
 func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 	if conn == nil {
 		return ErrNilDB
 	}
-	for _, setting := range []string{"plan_cache_mode", "synchronous_commit", "idle_in_transaction_session_timeout"} {
+	for _, setting := range []string{"plan_cache_mode", "synchronous_commit", "idle_in_transaction_session_timeout", "enable_seqscan"} {
 		if _, err := conn.ExecContext(ctx, "RESET "+setting); err != nil {
 			return wrap(ctx, fmt.Sprintf("reset %s", setting), err)
 		}
+	}
+	return nil
+}
+
+// TuneTakingConn adds to [TuneWorkerConn] the settings of a session that takes
+// rows ([Store.TakeIDs], [Store.TakeNextUnordered]) and holds the take's
+// transaction across a send:
+//
+//   - idle_in_transaction_session_timeout = idleTx, so that the server ends the
+//     transaction of a worker that stopped responding and its rows return;
+//   - with generic, generic plans (plan_cache_mode = force_generic_plan) and
+//     enable_seqscan = off. A take of a few rows spends about as long being
+//     planned as being executed, and a direct dispatcher runs hundreds a
+//     second; a cached generic plan skips the planning. With sequential scans
+//     off, even a plan made while the outbox was empty reaches rows through an
+//     index (TestTakingSessionsPlanWithIndexes checks both takes; the
+//     write-back, [Store.Restore], is an INSERT). Run nothing else on such a
+//     session.
+func TuneTakingConn(ctx context.Context, conn *sql.Conn, idleTx time.Duration, generic bool) error {
+	if conn == nil {
+		return ErrNilDB
+	}
+	if idleTx < time.Millisecond {
+		return fmt.Errorf("%w: idle transaction timeout %s is under 1ms", ErrInvalidArgument, idleTx)
+	}
+	ms := strconv.FormatInt(idleTx.Milliseconds(), 10)
+	q := `SELECT set_config('idle_in_transaction_session_timeout', $1, false)`
+	if generic {
+		q += `, set_config('plan_cache_mode', 'force_generic_plan', false), set_config('enable_seqscan', 'off', false)`
+	}
+	if _, err := conn.ExecContext(ctx, q, ms); err != nil {
+		return wrap(ctx, "tune taking connection", err)
 	}
 	return nil
 }
