@@ -361,7 +361,12 @@ func fillBacklog(b *testing.B, bu *bundle, n int) {
 // statement deleting 1,000 rows at a time, sending nothing.
 func BenchmarkRecoveryDrain(b *testing.B) {
 	for _, workers := range []int{1, 2} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { benchRecoveryDrain(b, workers) })
+		for _, plans := range []string{"generic", "custom"} {
+			b.Run(fmt.Sprintf("workers=%d/plans=%s", workers, plans), func(b *testing.B) {
+				defer dispatch.SetGenericTakePlans(dispatch.SetGenericTakePlans(plans == "generic"))
+				benchRecoveryDrain(b, workers)
+			})
+		}
 	}
 }
 
