@@ -26,39 +26,57 @@ func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
 	if len(msgs) == 1 {
 		return s.insertOne(ctx, &msgs[0])
 	}
-	var ids, types, transports, dests, bodies, hdrs, keys, lanes, created, deliver, parents, states arrayLiteral
-	var hbuf []byte
+	var cols columnArrays
 	now := time.Now()
 	for i := range msgs {
 		m := &msgs[i]
 		if err := validateMessage(m); err != nil {
 			return fmt.Errorf("%w: message %d (id %s): %w", ErrInvalidMessage, i, m.ID, err)
 		}
-		var err error
-		if hbuf, err = headers.Append(hbuf[:0], m.Headers); err != nil {
+		created := m.CreatedAt
+		if created.IsZero() {
+			created = now
+		}
+		if err := cols.add(m, created); err != nil {
 			return fmt.Errorf("%w: message %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
 		}
-		ids.uuid(m.ID)
-		types.text(m.Type, false)
-		transports.text(m.Transport, false)
-		dests.text(m.Destination, false)
-		bodies.bytea(m.Body)
-		hdrs.bytea(hbuf)
-		keys.text(m.Key, m.Key == "")
-		lanes.int(m.Lane, !m.Ordered)
-		if m.CreatedAt.IsZero() {
-			created.time(now, false)
-		} else {
-			created.time(m.CreatedAt, false)
-		}
-		deliver.time(m.DeliverAt, m.DeliverAt.IsZero())
-		parents.text(m.TraceParent, m.TraceParent == "")
-		states.text(m.TraceState, m.TraceState == "")
 	}
-	_, err := s.db.ExecContext(ctx, s.q.insert,
-		ids.String(), types.String(), transports.String(), dests.String(), bodies.String(), hdrs.String(),
-		keys.String(), lanes.String(), created.String(), deliver.String(), parents.String(), states.String())
+	_, err := s.db.ExecContext(ctx, s.q.insert, cols.args()...)
 	return wrap(ctx, "insert", err)
+}
+
+// columnArrays holds one array literal per stored column of a multi-row
+// insert, in the order of the insert statements' parameters.
+type columnArrays struct {
+	ids, types, transports, dests, bodies, hdrs, keys, lanes, created, deliver, parents, states arrayLiteral
+	hbuf []byte
+}
+
+// add appends m's columns, with created as its creation time. It fails only
+// for headers that cannot be encoded.
+func (c *columnArrays) add(m *relayer.Message, created time.Time) error {
+	var err error
+	if c.hbuf, err = headers.Append(c.hbuf[:0], m.Headers); err != nil {
+		return err
+	}
+	c.ids.uuid(m.ID)
+	c.types.text(m.Type, false)
+	c.transports.text(m.Transport, false)
+	c.dests.text(m.Destination, false)
+	c.bodies.bytea(m.Body)
+	c.hdrs.bytea(c.hbuf)
+	c.keys.text(m.Key, m.Key == "")
+	c.lanes.int(m.Lane, !m.Ordered)
+	c.created.time(created, false)
+	c.deliver.time(m.DeliverAt, m.DeliverAt.IsZero())
+	c.parents.text(m.TraceParent, m.TraceParent == "")
+	c.states.text(m.TraceState, m.TraceState == "")
+	return nil
+}
+
+func (c *columnArrays) args() []any {
+	return []any{c.ids.String(), c.types.String(), c.transports.String(), c.dests.String(), c.bodies.String(), c.hdrs.String(),
+		c.keys.String(), c.lanes.String(), c.created.String(), c.deliver.String(), c.parents.String(), c.states.String()}
 }
 
 func (s *Store) insertOne(ctx context.Context, m *relayer.Message) error {

@@ -24,18 +24,7 @@ import (
 func TestWorkerSessionsAvoidFrozenPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.Open(t, "pgx")
-	opts := Options{Schema: testdb.NewSchema(t), TablePrefix: "plan_"}
-	if _, err := Migrate(ctx, db, opts); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(db, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `ANALYZE `+newNames(s.opts).outbox); err != nil {
-		t.Fatal(err)
-	}
+	db, s := emptyAnalyzedOutbox(t)
 	tuned := pinnedConn(t, db)
 	if err := TuneWorkerConn(ctx, tuned); err != nil {
 		t.Fatal(err)
@@ -116,6 +105,27 @@ func TestWorkerSessionsAvoidFrozenPlans(t *testing.T) {
 	}
 }
 
+// emptyAnalyzedOutbox makes an outbox (table prefix plan_) and analyzes it
+// while it is empty, the state in which PostgreSQL makes the plans that go
+// wrong once the table fills.
+func emptyAnalyzedOutbox(t *testing.T) (*sql.DB, *Store) {
+	t.Helper()
+	ctx := context.Background()
+	db := testdb.Open(t, "pgx")
+	opts := Options{Schema: testdb.NewSchema(t), TablePrefix: "plan_"}
+	if _, err := Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE `+newNames(s.opts).outbox); err != nil {
+		t.Fatal(err)
+	}
+	return db, s
+}
+
 func pinnedConn(t *testing.T, db *sql.DB) *sql.Conn {
 	t.Helper()
 	conn, err := db.Conn(context.Background())
@@ -161,18 +171,7 @@ func explain(t *testing.T, conn *sql.Conn, name, args string) string {
 func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.Open(t, "pgx")
-	opts := Options{Schema: testdb.NewSchema(t), TablePrefix: "plan_"}
-	if _, err := Migrate(ctx, db, opts); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(db, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `ANALYZE `+newNames(s.opts).outbox); err != nil {
-		t.Fatal(err)
-	}
+	db, s := emptyAnalyzedOutbox(t)
 	taking := pinnedConn(t, db)
 	if err := TuneWorkerConn(ctx, taking); err != nil {
 		t.Fatal(err)

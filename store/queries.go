@@ -45,6 +45,18 @@ const eligible = `parked_at IS NULL
 
 func buildQueries(n names) *queries {
 	elig := func(now string) string { return strings.ReplaceAll(eligible, "$now", now) }
+	// nextUnordered selects and locks the ids of up to $2 eligible unordered
+	// rows after the cursor $1, in id order, skipping rows other transactions
+	// lock. Rows created after createdBefore are left to direct dispatch,
+	// unless they were scheduled for later than their creation.
+	nextUnordered := func(now, createdBefore string) string {
+		return `
+    SELECT id FROM ` + n.outbox + `
+    WHERE lane IS NULL AND id > $1 AND ` + elig(now) + `
+      AND (created_at <= ` + createdBefore + ` OR deliver_at > created_at)
+    ORDER BY id LIMIT $2
+    FOR UPDATE SKIP LOCKED`
+	}
 	return &queries{
 		// lane IS NOT NULL is implied by lane = $1; it is spelled out so that the
 		// partial index's predicate matches in every plan, generic ones included.
@@ -79,12 +91,7 @@ RETURNING id`,
 		// Recovery's claim: the next due unordered rows after a cursor, in id
 		// order, skipping rows other workers are claiming right now.
 		claimNext: `UPDATE ` + n.outbox + ` SET claim_token = $3, claimed_until = $4
-WHERE id = ANY(ARRAY(
-    SELECT id FROM ` + n.outbox + `
-    WHERE lane IS NULL AND id > $1 AND ` + elig("$5") + `
-      AND (created_at <= $6 OR deliver_at > created_at)
-    ORDER BY id LIMIT $2
-    FOR UPDATE SKIP LOCKED))
+WHERE id = ANY(ARRAY(` + nextUnordered("$5", "$6") + `))
 RETURNING ` + rowColumns,
 		// Takes delete inside the caller's transaction (see take.go). The inner
 		// SELECT skips rows other transactions lock; ANY(ARRAY(...)) keeps the
@@ -96,12 +103,7 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, attempts, last_error`,
 		takeNext: `DELETE FROM ` + n.outbox + `
-WHERE id = ANY(ARRAY(
-    SELECT id FROM ` + n.outbox + `
-    WHERE lane IS NULL AND id > $1 AND ` + elig("$3") + `
-      AND (created_at <= $4 OR deliver_at > created_at)
-    ORDER BY id LIMIT $2
-    FOR UPDATE SKIP LOCKED))
+WHERE id = ANY(ARRAY(` + nextUnordered("$3", "$4") + `))
 RETURNING ` + rowColumns,
 		restore: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
     ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error)

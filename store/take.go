@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/relayer-go/relayer/headers"
 )
 
 // Taking rows.
@@ -112,8 +110,8 @@ func (s *Store) Restore(ctx context.Context, rows []Row) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	var ids, types, transports, dests, bodies, hdrs, keys, lanes, created, deliver, parents, states, attempts, errs arrayLiteral
-	var hbuf []byte
+	var cols columnArrays
+	var attempts, errs arrayLiteral
 	for i := range rows {
 		r := &rows[i]
 		m := &r.Message
@@ -123,29 +121,13 @@ func (s *Store) Restore(ctx context.Context, rows []Row) error {
 		if r.Attempts < 0 {
 			return fmt.Errorf("%w: row %d (id %s): negative Attempts %d", ErrInvalidMessage, i, m.ID, r.Attempts)
 		}
-		var err error
-		if hbuf, err = headers.Append(hbuf[:0], m.Headers); err != nil {
+		if err := cols.add(m, m.CreatedAt); err != nil {
 			return fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
 		}
-		ids.uuid(m.ID)
-		types.text(m.Type, false)
-		transports.text(m.Transport, false)
-		dests.text(m.Destination, false)
-		bodies.bytea(m.Body)
-		hdrs.bytea(hbuf)
-		keys.text(m.Key, m.Key == "")
-		lanes.int(m.Lane, !m.Ordered)
-		created.time(m.CreatedAt, false)
-		deliver.time(m.DeliverAt, m.DeliverAt.IsZero())
-		parents.text(m.TraceParent, m.TraceParent == "")
-		states.text(m.TraceState, m.TraceState == "")
 		attempts.int(r.Attempts, false)
 		errs.text(cleanText(r.LastError), r.LastError == "")
 	}
-	_, err := s.db.ExecContext(ctx, s.q.restore,
-		ids.String(), types.String(), transports.String(), dests.String(), bodies.String(), hdrs.String(),
-		keys.String(), lanes.String(), created.String(), deliver.String(), parents.String(), states.String(),
-		attempts.String(), errs.String())
+	_, err := s.db.ExecContext(ctx, s.q.restore, append(cols.args(), attempts.String(), errs.String())...)
 	return wrap(ctx, "restore", err)
 }
 
