@@ -49,7 +49,7 @@ func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
 // insert, in the order of the insert statements' parameters.
 type columnArrays struct {
 	ids, types, transports, dests, bodies, hdrs, keys, lanes, created, deliver, parents, states arrayLiteral
-	hbuf []byte
+	hbuf                                                                                        []byte
 }
 
 // add appends m's columns, with created as its creation time. It fails only
