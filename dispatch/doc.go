@@ -55,8 +55,14 @@
 // # Connections
 //
 // Each worker pins one connection from the application's *sql.DB for as long
-// as it runs, and runs its statements with custom plans and asynchronous
-// commit (see store.TuneWorkerConn). Size the pool for it.
+// as it runs (direct dispatch: one per worker; recovery: one per drainer; an
+// ordered worker: one), with asynchronous commit (store.TuneWorkerConn);
+// leases and heartbeats borrow pooled connections briefly. Size the pool for
+// them. Ordered workers and cleanup plan every statement for its
+// values (custom plans). Direct dispatch and recovery run only takes on their
+// connections and keep generic plans with sequential scans off
+// (store.TuneTakingConn): no planning per take, and index scans even for a
+// plan made while the outbox was empty.
 //
 // # Configuration
 //
