@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -179,9 +180,10 @@ const rowColumns = `id, message_type, transport, destination, body, headers, ord
 
 func scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row, error) {
 	defer rows.Close()
+	var sc rowScratch
 	for rows.Next() {
 		dst = append(dst, Row{})
-		if err := scanRow(rows, &dst[len(dst)-1]); err != nil {
+		if err := sc.scan(rows, &dst[len(dst)-1]); err != nil {
 			return dst[:0], wrap(ctx, op, err)
 		}
 	}
@@ -192,41 +194,75 @@ func scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row,
 	return dst, nil
 }
 
-func scanRow(rows *sql.Rows, r *Row) error {
-	var (
-		rawHeaders              []byte
-		key, lastErr            sql.NullString
-		traceParent, traceSt    sql.NullString
-		lane                    sql.NullInt32
-		deliverAt, claimedUntil sql.NullTime
-	)
+// rowScratch is what scanning a batch of rows reuses from row to row: the
+// destinations of the nullable and raw columns (whose addresses, passed to
+// Scan, would otherwise move to the heap for every row), the destination list,
+// and an arena that holds the bodies of many rows in one allocation.
+type rowScratch struct {
+	rawBody, rawHeaders     sql.RawBytes
+	key, lastErr            sql.NullString
+	traceParent, traceSt    sql.NullString
+	lane                    sql.NullInt32
+	deliverAt, claimedUntil sql.NullTime
+	dest                    []any
+	arena                   []byte
+}
+
+// arenaChunk is the size of the blocks row bodies are copied into.
+const arenaChunk = 64 << 10
+
+// keep copies b into the arena and returns the copy, its capacity clipped so
+// that appending to it never overwrites the next row's bytes.
+func (sc *rowScratch) keep(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte{} // an empty body is a body, not a missing one
+	}
+	if len(b) > arenaChunk/4 {
+		return bytes.Clone(b)
+	}
+	if cap(sc.arena)-len(sc.arena) < len(b) {
+		sc.arena = make([]byte, 0, arenaChunk)
+	}
+	start := len(sc.arena)
+	sc.arena = append(sc.arena, b...)
+	return sc.arena[start:len(sc.arena):len(sc.arena)]
+}
+
+func (sc *rowScratch) scan(rows *sql.Rows, r *Row) error {
 	m := &r.Message
-	if err := rows.Scan(&m.ID, &m.Type, &m.Transport, &m.Destination, &m.Body, &rawHeaders,
-		&key, &lane, &m.CreatedAt, &deliverAt, &r.Attempts, &lastErr, &traceParent, &traceSt, &claimedUntil); err != nil {
+	sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, &sc.rawBody, &sc.rawHeaders,
+		&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, &r.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil)
+	if err := rows.Scan(sc.dest...); err != nil {
 		return err
 	}
-	hs, err := headers.Decode(rawHeaders, nil)
+	hs, err := headers.Decode(sc.rawHeaders, nil)
 	if err != nil {
 		return &RowError{ID: m.ID, Column: "headers", Err: err}
 	}
+	if len(hs) > 0 {
+		// Decoded values alias their input, and raw bytes are only valid
+		// until the next row: decode a copy that stays.
+		if hs, err = headers.Decode(sc.keep(sc.rawHeaders), hs[:0]); err != nil {
+			return &RowError{ID: m.ID, Column: "headers", Err: err}
+		}
+	}
 	m.Headers = hs
-	m.Key = key.String
-	m.Ordered = lane.Valid
-	m.Lane = int(lane.Int32)
+	m.Body = sc.keep(sc.rawBody)
+	m.Key = sc.key.String
+	m.Ordered = sc.lane.Valid
+	m.Lane = int(sc.lane.Int32)
 	m.CreatedAt = m.CreatedAt.UTC()
-	if deliverAt.Valid {
-		m.DeliverAt = deliverAt.Time.UTC()
+	m.DeliverAt = time.Time{}
+	if sc.deliverAt.Valid {
+		m.DeliverAt = sc.deliverAt.Time.UTC()
 	}
-	r.LastError = lastErr.String
+	r.LastError = sc.lastErr.String
 	r.ClaimedUntil = time.Time{}
-	if claimedUntil.Valid {
-		r.ClaimedUntil = claimedUntil.Time.UTC()
+	if sc.claimedUntil.Valid {
+		r.ClaimedUntil = sc.claimedUntil.Time.UTC()
 	}
-	m.TraceParent = traceParent.String
-	m.TraceState = traceSt.String
-	if m.Body == nil {
-		m.Body = []byte{}
-	}
+	m.TraceParent = sc.traceParent.String
+	m.TraceState = sc.traceSt.String
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -214,4 +215,31 @@ func TestIdentifierLengths(t *testing.T) {
 	if n != want {
 		t.Errorf("found %d relations named with the long prefix, want %d (tables, indexes and primary keys)", n, want)
 	}
+}
+
+// Rows read together share allocations for their bodies and headers; each
+// row's slices must still be its own: appending to one never changes another.
+func TestRowsReadTogetherDoNotOverlap(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		var msgs []relayer.Message
+		for i := range 3 {
+			m := b.unordered(t)
+			m.Body = []byte(fmt.Sprintf("body-%d", i))
+			m.Headers = []headers.Header{{Name: "n", Value: []byte(fmt.Sprintf("v%d", i))}}
+			msgs = append(msgs, m)
+		}
+		b.insert(t, msgs...)
+		rows := b.readUnordered(t, b.t0)
+		if len(rows) != 3 {
+			t.Fatalf("read %d rows", len(rows))
+		}
+		_ = append(rows[0].Body, "XXXXXXXX"...)
+		_ = append(rows[0].Headers[0].Value, "XXXXXXXX"...)
+		for i, r := range rows {
+			if string(r.Body) != fmt.Sprintf("body-%d", i) || string(r.Headers[0].Value) != fmt.Sprintf("v%d", i) {
+				t.Errorf("row %d: body %q, header %q", i, r.Body, r.Headers[0].Value)
+			}
+		}
+	})
 }
