@@ -420,6 +420,66 @@ func TestCompletionFailureRollsBackTheTake(t *testing.T) {
 	}
 }
 
+// openNamed opens the test database with the driver and an application name
+// of its own, so that a test can find its sessions in pg_stat_activity.
+func openNamed(t *testing.T, driver string) (*sql.DB, string) {
+	t.Helper()
+	app := "relayer_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	u, err := url.Parse(testdb.URL(t))
+	must(t, err)
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	db, err := sql.Open(driver, u.String())
+	must(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db, app
+}
+
+// A worker whose session dies while it sends (a crash, a network cut, or the
+// server ending a transaction idle past the claim) loses its take: the rows
+// are back in the table untouched, the outcome is a completion failure, and
+// the worker carries on with a new connection.
+func TestTakeRollsBackWhenTheSessionDies(t *testing.T) {
+	t.Parallel()
+	db, app := openNamed(t, "pgx")
+	b := setupOn(t, db, dispatch.DirectOptions{ClaimDuration: time.Minute})
+	release := b.mem.Block(false)
+	defer release()
+	b.start(t)
+	ids := b.publish(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Placed{2}))
+	// The worker has taken the rows and waits on the broker, its transaction
+	// open: end that session from outside.
+	killed := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for killed == 0 && time.Now().Before(deadline) {
+		must(t, b.db.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'idle in transaction' AND query LIKE 'DELETE FROM%'
+			  AND pid <> pg_backend_pid()`, app).Scan(&killed))
+		time.Sleep(10 * time.Millisecond)
+	}
+	if killed != 1 {
+		t.Fatalf("terminated %d sessions idle in a transaction, want the worker's", killed)
+	}
+	release()
+	b.waitSent(t, 2)
+	deadline = time.Now().Add(10 * time.Second)
+	for b.direct.Stats().CompletionFailures == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := b.direct.Stats(); st.CompletionFailures != 1 || st.Deleted != 0 {
+		t.Errorf("stats = %+v, want one completion failure and nothing deleted", st)
+	}
+	rows := b.rows(t)
+	if len(rows) != 2 || rows[0].id != ids[0] || rows[1].id != ids[1] || rows[0].attempts != 0 || rows[1].attempts != 0 {
+		t.Fatalf("rows after the session died = %+v, want both back untouched", rows)
+	}
+	// The worker goes on with a new connection.
+	b.publish(t, relayer.NewOutgoing(Placed{3}))
+	b.waitSent(t, 3)
+	b.waitRows(t, 2)
+}
+
 // The direct worker chains its take transactions (COMMIT AND CHAIN) on both
 // drivers, and ends the chain once idle, so that an idle worker's session is
 // not left idle in a transaction.
@@ -428,15 +488,7 @@ func TestChainedTakesEndWhenIdle(t *testing.T) {
 	for _, driver := range testdb.Drivers {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
-			app := "relayer_chain_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-			u, err := url.Parse(testdb.URL(t))
-			must(t, err)
-			q := u.Query()
-			q.Set("application_name", app)
-			u.RawQuery = q.Encode()
-			db, err := sql.Open(driver, u.String())
-			must(t, err)
-			t.Cleanup(func() { db.Close() })
+			db, app := openNamed(t, driver)
 			b := setupOn(t, db, dispatch.DirectOptions{})
 			b.start(t)
 			for i := range 5 {
