@@ -20,8 +20,8 @@ type endpoint struct {
 // capCache keeps successful capability lookups, evicting the oldest inserted
 // entry when full; hits do not change the eviction order, and failures are
 // never kept, so a failing destination is asked again next time. It is safe
-// for concurrent use; a lookup holds the lock, so that workers sharing the
-// cache ask a transport once per miss.
+// for concurrent use; workers that miss the same endpoint at once may each ask
+// the transport.
 type capCache struct {
 	mu      sync.Mutex
 	entries map[endpoint]relayer.Capabilities
@@ -45,10 +45,13 @@ func (c *capCache) get(ctx context.Context, e endpoint, tr relayer.Transport) (r
 // become acceptable later without a restart.
 func (c *capCache) getChecked(ctx context.Context, e endpoint, tr relayer.Transport, check func(relayer.Capabilities) error) (relayer.Capabilities, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if caps, ok := c.entries[e]; ok {
+	caps, ok := c.entries[e]
+	c.mu.Unlock()
+	if ok {
 		return caps, nil
 	}
+	// The lookup runs without the lock: a slow broker must not hold up
+	// workers whose endpoints are cached.
 	caps, err := tr.Capabilities(ctx, e.destination)
 	if err != nil {
 		return relayer.Capabilities{}, fmt.Errorf("capabilities of %s/%s: %w", e.transport, e.destination, err)
@@ -61,7 +64,11 @@ func (c *capCache) getChecked(ctx context.Context, e endpoint, tr relayer.Transp
 			return relayer.Capabilities{}, fmt.Errorf("capabilities of %s/%s: %w", e.transport, e.destination, err)
 		}
 	}
-	c.put(e, caps)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[e]; !ok { // another worker may have put it meanwhile
+		c.put(e, caps)
+	}
 	return caps, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/transport/memory"
 )
@@ -54,5 +56,20 @@ func TestCapCacheEvictsOldestInsertedAndNeverCachesFailures(t *testing.T) {
 	}
 	if big.len() != CapabilityCacheSize || big.has(e("9")) || !big.has(e("10")) {
 		t.Errorf("cache of %d holds %d entries", CapabilityCacheSize, big.len())
+	}
+}
+
+func TestLastOfEachIDKeepsTheCommittedCopy(t *testing.T) {
+	t.Parallel()
+	a, b := uuid.New(), uuid.New()
+	rows := []relayer.Message{{ID: a, Type: "rolled back"}, {ID: b, Type: "b"}, {ID: a, Type: "committed"}}
+	var seen map[uuid.UUID]int
+	got := lastOfEachID(rows, &seen)
+	if len(got) != 2 || got[0].ID != b || got[1].ID != a || got[1].Type != "committed" {
+		t.Errorf("lastOfEachID = %+v, want b, then a's last copy", got)
+	}
+	unique := []relayer.Message{{ID: a}, {ID: b}}
+	if got := lastOfEachID(unique, &seen); len(got) != 2 || got[0].ID != a || got[1].ID != b {
+		t.Errorf("lastOfEachID of unique rows = %+v", got)
 	}
 }

@@ -104,6 +104,8 @@ type sender struct {
 	chain bool
 	// open is the transaction the last COMMIT AND CHAIN began, or nil.
 	open *take
+	// seen is the direct worker's scratch map for lastOfEachID.
+	seen map[uuid.UUID]int
 }
 
 // chainIdle is how long a direct worker keeps a chained transaction open while
@@ -307,7 +309,11 @@ func (s *sender) finish(ctx context.Context, t *take) error {
 	if err == nil {
 		if s.chain {
 			// A failed COMMIT AND CHAIN ends the transaction on the server like a
-			// failed COMMIT; the Rollback below then only closes the *sql.Tx.
+			// failed COMMIT; the Rollback below then only closes the *sql.Tx,
+			// and the caller drops the connection. (Issued in a transaction
+			// that already failed, it would report no error: every failed
+			// statement of a take therefore ends it at once, never reaching
+			// here.)
 			_, err = t.tx.ExecContext(ctx, "COMMIT AND CHAIN")
 		} else {
 			err = t.tx.Commit()

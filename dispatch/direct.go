@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
 )
@@ -40,11 +42,14 @@ type DirectOptions struct {
 	// each endpoint's MaxBatchSize. 1 to 10,000. Default: 100.
 	BatchSize int
 	// ClaimDuration is how long a claim holds rows: a send still running then
-	// is abandoned and its rows are written back for recovery. The claim's
-	// transaction stays open while the send runs, and the server ends it 5s
-	// after ClaimDuration if the worker stops responding. Choose it longer than
-	// a send plus the database's latency, and short enough that a transaction
-	// open that long does not hold back vacuum noticeably. Default: 30s.
+	// is abandoned and its rows are written back for recovery. The claim is
+	// the take's transaction, open while the send runs; the server ends it 5s
+	// after ClaimDuration if the worker stops responding. That transaction has
+	// a transaction id, so while a send lasts, VACUUM anywhere in the database
+	// cannot remove rows deleted after the take began: a broker that answers
+	// slowly for long holds back vacuum. Choose ClaimDuration longer than a
+	// send plus the database's latency, and give transports timeouts well
+	// below it. Default: 30s.
 	ClaimDuration time.Duration
 	// Workers is how many goroutines take and send, each on its own pinned
 	// connection, from one shared queue; 1 to 16. One makes the fewest and
@@ -405,6 +410,7 @@ func (d *Direct) work(ctx context.Context, s *sender) {
 }
 
 func (d *Direct) dispatch(ctx context.Context, s *sender, conn *workerConn, rows []relayer.Message) {
+	rows = lastOfEachID(rows, &s.seen)
 	for _, g := range groupRows(rows) {
 		if ctx.Err() != nil {
 			return
@@ -418,6 +424,35 @@ func (d *Direct) dispatch(ctx context.Context, s *sender, conn *workerConn, rows
 			}
 		}
 	}
+}
+
+// lastOfEachID keeps, of rows sharing an id, only the last, in place and in
+// order. A notification can hold a row that a rolled-back savepoint removed,
+// and the transaction may have published the same id again after it: the
+// last copy is the one that committed. seen is scratch space kept between
+// calls.
+func lastOfEachID(rows []relayer.Message, seen *map[uuid.UUID]int) []relayer.Message {
+	if len(rows) < 2 {
+		return rows
+	}
+	if *seen == nil {
+		*seen = make(map[uuid.UUID]int, len(rows))
+	}
+	m := *seen
+	clear(m)
+	for i := range rows {
+		m[rows[i].ID] = i
+	}
+	if len(m) == len(rows) {
+		return rows
+	}
+	kept := rows[:0]
+	for i := range rows {
+		if m[rows[i].ID] == i {
+			kept = append(kept, rows[i])
+		}
+	}
+	return kept
 }
 
 // abandonQueued counts the notifications still queued at a hard stop.

@@ -159,8 +159,10 @@ type Recovery struct {
 	// scanMu serializes the drainers' takes and guards cursor, the last id
 	// taken: concurrent takes from one cursor would each walk over the rows the
 	// other has locked.
-	scanMu     sync.Mutex
-	cursor     uuid.UUID
+	scanMu sync.Mutex
+	cursor uuid.UUID
+	// passStart is when the last pass from the beginning started.
+	passStart  time.Time
 	urgentTill atomic.Int64 // after a Wake, until this Unix nano time rows of any age are taken
 	wakeAll    broadcast
 
@@ -216,8 +218,8 @@ func (r *Recovery) Start(ctx context.Context) error {
 
 // Stop lets the batches in flight finish, then releases the lease so that
 // another instance can start at once. If ctx ends first, the batches are
-// cancelled: their rows stay claimed until the claims expire and are sent
-// again then. Stop is idempotent.
+// cancelled: their takes roll back, and their rows are in the table again at
+// once, to be sent again. Stop is idempotent.
 func (r *Recovery) Stop(ctx context.Context) error { return r.loop.stop(ctx) }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
@@ -355,19 +357,26 @@ func (b *broadcast) notify() {
 	}
 }
 
-// rewind moves the shared cursor back to the beginning after a take from
-// cursor from found nothing, and reports whether the caller should take again
-// at once: a pass from the beginning has not been made yet, or another drainer
-// moved the cursor meanwhile.
+// rewind is called after a take from cursor from found nothing. It reports
+// whether the caller should take again at once: another drainer moved the
+// cursor meanwhile, or the last pass from the beginning started at least
+// PollInterval ago, in which case it moves the cursor back to the beginning. Rows behind the cursor are
+// rows written back (failed sends, unroutable rows) and rows that committed
+// late; going back for them at most once per PollInterval keeps a failing row
+// from being retried in a busy loop.
 func (r *Recovery) rewind(from uuid.UUID) bool {
 	if from == uuid.Nil {
 		return false
 	}
 	r.scanMu.Lock()
 	defer r.scanMu.Unlock()
-	if r.cursor == from {
-		r.cursor = uuid.Nil
+	if r.cursor != from {
+		return true
 	}
+	if time.Since(r.passStart) < r.opts.PollInterval {
+		return false // the cursor stays, so that every drainer waits
+	}
+	r.cursor = uuid.Nil
 	return true
 }
 
@@ -387,6 +396,9 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 	}
 	r.scanMu.Lock()
 	from := r.cursor
+	if from == uuid.Nil {
+		r.passStart = now
+	}
 	d.buf, err = t.st.TakeNextUnordered(ctx, d.buf, from, r.opts.BatchSize, now, createdBefore)
 	if err == nil && len(d.buf) > 0 {
 		r.cursor = d.buf[len(d.buf)-1].ID

@@ -279,3 +279,56 @@ func TestRecoveryLeavesFreshRowsToDirectDispatch(t *testing.T) {
 		t.Errorf("recovery took a row %s after its commit, before MinAge", took)
 	}
 }
+
+// A row another writer stored with content this library would refuse (here an
+// empty transport) is skipped and written back as it was; the rows taken with
+// it are sent once and deleted, not rolled back and sent again on every pass.
+func TestRecoverySendsTheRowsTakenWithAForeignRowOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	var msgs []relayer.Outgoing
+	for i := range 10 {
+		msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
+	}
+	b.enlistOnly(t, msgs...)
+	foreign := uuid.Must(relayer.NewID())
+	_, err := b.db.Exec(`INSERT INTO "`+b.schema+`".ob_outbox (id, message_type, transport, destination, body, headers)
+		SELECT $1, 'x', '', 'd', '\x00', headers FROM "`+b.schema+`".ob_outbox LIMIT 1`, foreign)
+	must(t, err)
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
+	must(t, r.Start(context.Background()))
+	b.waitSent(t, 10)
+	rows := b.waitRows(t, 1)
+	time.Sleep(300 * time.Millisecond) // a few more passes
+	if n := b.mem.Len(); n != 10 {
+		t.Errorf("the broker received %d messages, want the 10 good rows once", n)
+	}
+	rows = b.rows(t)
+	if len(rows) != 1 || rows[0].id != foreign || rows[0].attempts != 0 || rows[0].claimed {
+		t.Errorf("rows = %+v, want the foreign row back untouched", rows)
+	}
+	if st := r.Stats(); st.CompletionFailures != 0 || st.Deleted != 10 {
+		t.Errorf("stats = %+v, want 10 deleted and no completion failure", st)
+	}
+}
+
+// Rows whose sends fail are tried again once per PollInterval, not in a busy
+// loop.
+func TestRecoveryRetriesFailingRowsOncePerPoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.mem.FailWith(func(*relayer.Message) error { return errors.New("broker down") })
+	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}))
+	const poll = 200 * time.Millisecond
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: poll, MinAge: time.Nanosecond})
+	must(t, r.Start(context.Background()))
+	time.Sleep(5 * poll)
+	rows := b.rows(t)
+	if len(rows) != 1 || rows[0].attempts < 2 {
+		t.Fatalf("rows = %+v, want the failing row tried more than once", rows)
+	}
+	// One try per poll, give or take the first pass and scheduling.
+	if rows[0].attempts > 8 {
+		t.Errorf("the failing row was tried %d times in %s with a %s poll interval", rows[0].attempts, 5*poll, poll)
+	}
+}

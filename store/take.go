@@ -23,10 +23,17 @@ import (
 //
 // One statement per batch and no second version of each row make a take about
 // half the database work of a claim (an UPDATE) followed by a fenced DELETE.
-// The price is a transaction open while the caller sends: keep the send bounded
-// (dispatch bounds it by its claim duration and sets the session's
+// The price is a transaction open while the caller sends. It holds a
+// transaction id, so for as long as the send lasts VACUUM cannot remove rows
+// deleted anywhere in the database after it began: keep sends short and
+// bounded (dispatch bounds them by its claim duration and sets the session's
 // idle_in_transaction_session_timeout a little above it, so that the server
 // ends a transaction whose worker stopped responding).
+//
+// After any failed statement or commit, roll back and discard the
+// transaction: a COMMIT AND CHAIN in a transaction that already failed reports
+// no error, and after a failed commit a *sql.Tx runs further statements
+// outside any transaction.
 
 // Taken is a row a take removed, without its content: its id and the
 // failures recorded on it, which [Store.Restore] needs to write it back.
@@ -102,10 +109,17 @@ func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUI
 }
 
 // Restore writes rows back in one statement, exactly as given: content,
-// Attempts and LastError, unclaimed and not parked. It is how a worker records
-// the rows it took but did not send (with Attempts raised and LastError set for
-// a failed send, unchanged for a send it never started) before committing the
-// take. It validates every row first and writes nothing when one is invalid.
+// Attempts and LastError (made storable), unclaimed and not parked. It is how
+// a worker records the rows it took but did not send (with Attempts raised and
+// LastError set for a failed send, unchanged for a send it never started)
+// before committing the take.
+//
+// Unlike [Store.Insert] it does not validate the content: the rows come from
+// the table, possibly written by another writer, and a take whose write-back
+// failed would roll back and send its other rows again on every pass. The
+// table's own constraints still apply; a row that breaks one (an id still in
+// the table, an ordered row without a key) fails the statement, which writes
+// nothing.
 func (s *Store) Restore(ctx context.Context, rows []Row) error {
 	if len(rows) == 0 {
 		return nil
@@ -114,15 +128,8 @@ func (s *Store) Restore(ctx context.Context, rows []Row) error {
 	var attempts, errs arrayLiteral
 	for i := range rows {
 		r := &rows[i]
-		m := &r.Message
-		if err := validateMessage(m); err != nil {
-			return fmt.Errorf("%w: row %d (id %s): %w", ErrInvalidMessage, i, m.ID, err)
-		}
-		if r.Attempts < 0 {
-			return fmt.Errorf("%w: row %d (id %s): negative Attempts %d", ErrInvalidMessage, i, m.ID, r.Attempts)
-		}
-		if err := cols.add(m, m.CreatedAt); err != nil {
-			return fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
+		if err := cols.add(&r.Message, r.CreatedAt); err != nil {
+			return fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, r.ID, err)
 		}
 		attempts.int(r.Attempts, false)
 		errs.text(cleanText(r.LastError), r.LastError == "")
