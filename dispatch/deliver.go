@@ -39,13 +39,17 @@ type Stats struct {
 	// LeftForRecovery counts committed rows the dispatcher was told about but did
 	// not take (full queue, stopped) or dropped at a hard stop.
 	LeftForRecovery uint64
-	// Scans counts recovery claim statements and ordered lane probes: the
+	// Scans counts recovery take statements and ordered lane probes: the
 	// worker's runs over the outbox.
 	Scans uint64
+	// CorruptRows counts rows recovery took but could not send because their
+	// stored headers do not decode; they are written back unchanged and
+	// logged, each time a pass meets them.
+	CorruptRows uint64
 }
 
 type counters struct {
-	sent, deleted, failed, expired, skipped, completionFailures, left, scans atomic.Uint64
+	sent, deleted, failed, expired, skipped, completionFailures, left, scans, corrupt atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -53,6 +57,7 @@ func (c *counters) snapshot() Stats {
 		Sent: c.sent.Load(), Deleted: c.deleted.Load(), Failed: c.failed.Load(),
 		Expired: c.expired.Load(), SkippedGroups: c.skipped.Load(),
 		CompletionFailures: c.completionFailures.Load(), LeftForRecovery: c.left.Load(), Scans: c.scans.Load(),
+		CorruptRows: c.corrupt.Load(),
 	}
 }
 

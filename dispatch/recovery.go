@@ -409,7 +409,8 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 		return false, from, err
 	}
 	reuse := true
-	for _, g := range groupStored(d.buf) {
+	rows := r.setAsideCorrupt(t, d.buf)
+	for _, g := range groupStored(rows) {
 		msgs := make([]*relayer.Message, len(g.rows))
 		prior := make([]store.Taken, len(g.rows))
 		for i := range g.rows {
@@ -436,6 +437,23 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 		return true, from, err
 	}
 	return true, from, nil
+}
+
+// setAsideCorrupt writes back, unchanged, the taken rows whose headers do not
+// decode, logs them, and returns the others, compacted in place.
+func (r *Recovery) setAsideCorrupt(t *take, rows []store.Row) []store.Row {
+	good := rows[:0]
+	for i := range rows {
+		if rows[i].Corrupt == nil {
+			good = append(good, rows[i])
+			continue
+		}
+		t.restore = append(t.restore, rows[i]) // a copy, with the stored header bytes
+		r.stats.corrupt.Add(1)
+		r.opts.Logger.Error("dispatch: row with corrupt headers left in the table; it cannot be sent",
+			slog.String("id", rows[i].ID.String()), slog.String("error", rows[i].Corrupt.Error()))
+	}
+	return good
 }
 
 // storedGroup is the claimed rows of one endpoint.

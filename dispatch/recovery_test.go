@@ -332,3 +332,36 @@ func TestRecoveryRetriesFailingRowsOncePerPoll(t *testing.T) {
 		t.Errorf("the failing row was tried %d times in %s with a %s poll interval", rows[0].attempts, 5*poll, poll)
 	}
 }
+
+// A row whose stored headers do not decode cannot be sent; recovery writes it
+// back unchanged, says so, and sends the rows taken with it once.
+func TestRecoveryLeavesACorruptRowAndSendsTheOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	var msgs []relayer.Outgoing
+	for i := range 10 {
+		msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
+	}
+	ids := b.enlistOnly(t, msgs...)
+	_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET headers = '\x0200000000000000' WHERE id = $1`, ids[4])
+	must(t, err)
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
+	must(t, r.Start(context.Background()))
+	b.waitSent(t, 9)
+	rows := b.waitRows(t, 1)
+	time.Sleep(200 * time.Millisecond) // a few more passes
+	if n := b.mem.Len(); n != 9 {
+		t.Errorf("the broker received %d messages, want the 9 good rows once", n)
+	}
+	var stored []byte
+	must(t, b.db.QueryRow(`SELECT headers FROM "`+b.schema+`".ob_outbox WHERE id = $1`, ids[4]).Scan(&stored))
+	if rows[0].id != ids[4] || rows[0].attempts != 0 || string(stored) != "\x02\x00\x00\x00\x00\x00\x00\x00" {
+		t.Errorf("corrupt row after recovery: %+v, headers %x; want it back unchanged", rows[0], stored)
+	}
+	if st := r.Stats(); st.CorruptRows == 0 || st.Deleted != 9 || st.CompletionFailures != 0 {
+		t.Errorf("stats = %+v, want corrupt rows counted, 9 deleted", st)
+	}
+	if !strings.Contains(b.logs.String(), "corrupt headers") || !strings.Contains(b.logs.String(), ids[4].String()) {
+		t.Errorf("no error naming the corrupt row in:\n%s", b.logs)
+	}
+}

@@ -148,6 +148,8 @@ var workerCounters = []counter[dispatch.Stats]{
 		read: func(s dispatch.Stats) uint64 { return s.LeftForRecovery }},
 	{name: "relayer.dispatch.scans", unit: "{scan}", desc: "Scans of the outbox by recovery and ordered workers.",
 		read: func(s dispatch.Stats) uint64 { return s.Scans }},
+	{name: "relayer.dispatch.corrupt_rows", unit: "{row}", desc: "Rows recovery could not send because their stored headers do not decode.",
+		read: func(s dispatch.Stats) uint64 { return s.CorruptRows }},
 }
 
 var cleanupCounters = []counter[dispatch.CleanupStats]{
@@ -171,7 +173,8 @@ var cleanupCounters = []counter[dispatch.CleanupStats]{
 // collection, each data point carrying relayer.worker = name (for example
 // "direct", "ordered" or "recovery"; required): relayer.dispatch.sent,
 // .deleted, .failed, .claims_expired (dispatch.Stats.Expired),
-// .skipped_groups, .completion_failures, .left_for_recovery and .scans.
+// .skipped_groups, .completion_failures, .left_for_recovery, .scans and
+// .corrupt_rows.
 //
 // The counters are cumulative since w was made. Register each worker value
 // once, and unregister it when the worker is replaced: a new worker starts

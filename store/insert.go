@@ -55,9 +55,19 @@ type columnArrays struct {
 // add appends m's columns, with created as its creation time. It fails only
 // for headers that cannot be encoded.
 func (c *columnArrays) add(m *relayer.Message, created time.Time) error {
-	var err error
-	if c.hbuf, err = headers.Append(c.hbuf[:0], m.Headers); err != nil {
-		return err
+	return c.addRaw(m, created, nil)
+}
+
+// addRaw is add with the stored header bytes, written as they are instead of
+// encoding m.Headers when not nil.
+func (c *columnArrays) addRaw(m *relayer.Message, created time.Time, rawHeaders []byte) error {
+	if rawHeaders != nil {
+		c.hbuf = append(c.hbuf[:0], rawHeaders...)
+	} else {
+		var err error
+		if c.hbuf, err = headers.Append(c.hbuf[:0], m.Headers); err != nil {
+			return err
+		}
 	}
 	c.ids.uuid(m.ID)
 	c.types.text(m.Type, false)

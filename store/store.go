@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -98,6 +99,13 @@ type Row struct {
 	ClaimedUntil time.Time
 	// LastError is the error of the last failed delivery, or "".
 	LastError string
+	// Corrupt is set only by [Store.TakeNextUnordered], on a row whose stored
+	// headers could not be decoded (a *[RowError] matching [ErrCorruptRow]):
+	// its Headers are nil, and [Store.Restore] writes the stored bytes back
+	// unchanged. Other reads fail instead.
+	Corrupt error
+	// rawHeaders holds a corrupt row's stored header bytes for Restore.
+	rawHeaders []byte
 }
 
 // ReadOptions bound a read.
@@ -179,12 +187,25 @@ const rowColumns = `id, message_type, transport, destination, body, headers, ord
     created_at, deliver_at, attempts, last_error, trace_parent, trace_state, claimed_until`
 
 func scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row, error) {
+	return scanRowsKeepingCorrupt(ctx, op, rows, dst, false)
+}
+
+// scanRowsKeepingCorrupt is scanRows that, when keepCorrupt is set, returns a
+// row whose headers do not decode marked Corrupt instead of failing: a take
+// must return every row it deleted.
+func scanRowsKeepingCorrupt(ctx context.Context, op string, rows *sql.Rows, dst []Row, keepCorrupt bool) ([]Row, error) {
 	defer rows.Close()
 	var sc rowScratch
 	for rows.Next() {
 		dst = append(dst, Row{})
-		if err := sc.scan(rows, &dst[len(dst)-1]); err != nil {
-			return dst[:0], wrap(ctx, op, err)
+		r := &dst[len(dst)-1]
+		if err := sc.scan(rows, r); err != nil {
+			var rowErr *RowError
+			if !keepCorrupt || !errors.As(err, &rowErr) {
+				return dst[:0], wrap(ctx, op, err)
+			}
+			r.Corrupt = err
+			r.rawHeaders = sc.keep(sc.rawHeaders)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -235,8 +256,10 @@ func (sc *rowScratch) scan(rows *sql.Rows, r *Row) error {
 	if err := rows.Scan(sc.dest...); err != nil {
 		return err
 	}
+	m.Body = sc.keep(sc.rawBody)
 	hs, err := headers.Decode(sc.rawHeaders, nil)
 	if err != nil {
+		sc.fill(r)
 		return &RowError{ID: m.ID, Column: "headers", Err: err}
 	}
 	if len(hs) > 0 {
@@ -247,7 +270,13 @@ func (sc *rowScratch) scan(rows *sql.Rows, r *Row) error {
 		}
 	}
 	m.Headers = hs
-	m.Body = sc.keep(sc.rawBody)
+	sc.fill(r)
+	return nil
+}
+
+// fill sets r's fields from the scanned nullable columns.
+func (sc *rowScratch) fill(r *Row) {
+	m := &r.Message
 	m.Key = sc.key.String
 	m.Ordered = sc.lane.Valid
 	m.Lane = int(sc.lane.Int32)
@@ -263,7 +292,6 @@ func (sc *rowScratch) scan(rows *sql.Rows, r *Row) error {
 	}
 	m.TraceParent = sc.traceParent.String
 	m.TraceState = sc.traceSt.String
-	return nil
 }
 
 // pgTime converts an instant to what PostgreSQL stores: UTC, microseconds. The

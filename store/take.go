@@ -100,7 +100,7 @@ func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUI
 	if err != nil {
 		return dst, wrap(ctx, "take next", err)
 	}
-	dst, err = scanRows(ctx, "take next", rows, dst)
+	dst, err = scanRowsKeepingCorrupt(ctx, "take next", rows, dst, true)
 	if err != nil {
 		return dst, err
 	}
@@ -128,7 +128,7 @@ func (s *Store) Restore(ctx context.Context, rows []Row) error {
 	var attempts, errs arrayLiteral
 	for i := range rows {
 		r := &rows[i]
-		if err := cols.add(&r.Message, r.CreatedAt); err != nil {
+		if err := cols.addRaw(&r.Message, r.CreatedAt, r.rawHeaders); err != nil {
 			return fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, r.ID, err)
 		}
 		attempts.int(r.Attempts, false)

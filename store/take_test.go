@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -570,6 +571,55 @@ func TestRestoreWritesRowsAsGiven(t *testing.T) {
 		want.Body = []byte{}
 		if diff := compareMessages(rows[0].Message, want); diff != "" || rows[0].Attempts != 5 || rows[0].LastError != "" {
 			t.Errorf("restored ordered row: %s; attempts %d, last error %q", diff, rows[0].Attempts, rows[0].LastError)
+		}
+	})
+}
+
+// A take returns every row it deleted: one whose headers do not decode comes
+// back marked Corrupt, not as an error, and Restore writes its stored bytes
+// back exactly.
+func TestTakeReturnsCorruptRowsForRestore(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		good, bad := b.unordered(t), b.unordered(t)
+		b.insert(t, good, bad)
+		raw, _ := hex.DecodeString("0200000000000000") // an unsupported version
+		b.exec(t, `UPDATE $outbox SET headers = $1 WHERE id = $2`, raw, bad.ID)
+		before := b.outboxRows(t)
+
+		tx, st := b.begin(t, nil)
+		rows, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 10, b.t0, time.Time{})
+		if err != nil || len(rows) != 2 {
+			t.Fatalf("TakeNextUnordered = %d rows, %v; want both", len(rows), err)
+		}
+		var restore []store.Row
+		for _, r := range rows {
+			switch r.ID {
+			case good.ID:
+				if r.Corrupt != nil {
+					t.Errorf("good row marked corrupt: %v", r.Corrupt)
+				}
+			case bad.ID:
+				var rowErr *store.RowError
+				if !errors.Is(r.Corrupt, headers.ErrUnsupportedVersion) || !errors.As(r.Corrupt, &rowErr) || rowErr.ID != bad.ID {
+					t.Errorf("corrupt row: Corrupt = %v, want a RowError for it", r.Corrupt)
+				}
+				restore = append(restore, r)
+			}
+		}
+		if err := st.Restore(ctx, restore); err != nil {
+			t.Fatalf("Restore of the corrupt row: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if after, want := b.outboxRows(t), without(before, good.ID); !maps.Equal(after, want) {
+			t.Errorf("after the take: %v, want the corrupt row back byte for byte", after)
+		}
+		// Other reads still fail on it.
+		if _, err := b.store.ReadUnordered(ctx, nil, store.ReadOptions{Now: b.t0, Limit: 10}); !errors.Is(err, store.ErrCorruptRow) {
+			t.Errorf("ReadUnordered over the corrupt row = %v, want ErrCorruptRow", err)
 		}
 	})
 }
