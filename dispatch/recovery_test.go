@@ -286,24 +286,13 @@ func TestRecoveryLeavesFreshRowsToDirectDispatch(t *testing.T) {
 func TestRecoverySendsTheRowsTakenWithAForeignRowOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	var msgs []relayer.Outgoing
-	for i := range 10 {
-		msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
-	}
-	b.enlistOnly(t, msgs...)
 	foreign := uuid.Must(relayer.NewID())
-	_, err := b.db.Exec(`INSERT INTO "`+b.schema+`".ob_outbox (id, message_type, transport, destination, body, headers)
-		SELECT $1, 'x', '', 'd', '\x00', headers FROM "`+b.schema+`".ob_outbox LIMIT 1`, foreign)
-	must(t, err)
-	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
-	must(t, r.Start(context.Background()))
-	b.waitSent(t, 10)
-	rows := b.waitRows(t, 1)
-	time.Sleep(300 * time.Millisecond) // a few more passes
-	if n := b.mem.Len(); n != 10 {
-		t.Errorf("the broker received %d messages, want the 10 good rows once", n)
-	}
-	rows = b.rows(t)
+	r, _ := b.recoverWithOneBadRow(t, func(ids []uuid.UUID) {
+		_, err := b.db.Exec(`INSERT INTO "`+b.schema+`".ob_outbox (id, message_type, transport, destination, body, headers)
+			SELECT $1, 'x', '', 'd', '\x00', headers FROM "`+b.schema+`".ob_outbox LIMIT 1`, foreign)
+		must(t, err)
+	}, 10)
+	rows := b.rows(t)
 	if len(rows) != 1 || rows[0].id != foreign || rows[0].attempts != 0 || rows[0].claimed {
 		t.Errorf("rows = %+v, want the foreign row back untouched", rows)
 	}
@@ -338,21 +327,11 @@ func TestRecoveryRetriesFailingRowsOncePerPoll(t *testing.T) {
 func TestRecoveryLeavesACorruptRowAndSendsTheOthers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	var msgs []relayer.Outgoing
-	for i := range 10 {
-		msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
-	}
-	ids := b.enlistOnly(t, msgs...)
-	_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET headers = '\x0200000000000000' WHERE id = $1`, ids[4])
-	must(t, err)
-	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
-	must(t, r.Start(context.Background()))
-	b.waitSent(t, 9)
-	rows := b.waitRows(t, 1)
-	time.Sleep(200 * time.Millisecond) // a few more passes
-	if n := b.mem.Len(); n != 9 {
-		t.Errorf("the broker received %d messages, want the 9 good rows once", n)
-	}
+	r, ids := b.recoverWithOneBadRow(t, func(ids []uuid.UUID) {
+		_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET headers = '\x0200000000000000' WHERE id = $1`, ids[4])
+		must(t, err)
+	}, 9)
+	rows := b.rows(t)
 	var stored []byte
 	must(t, b.db.QueryRow(`SELECT headers FROM "`+b.schema+`".ob_outbox WHERE id = $1`, ids[4]).Scan(&stored))
 	if rows[0].id != ids[4] || rows[0].attempts != 0 || string(stored) != "\x02\x00\x00\x00\x00\x00\x00\x00" {
@@ -364,4 +343,26 @@ func TestRecoveryLeavesACorruptRowAndSendsTheOthers(t *testing.T) {
 	if !strings.Contains(b.logs.String(), "corrupt headers") || !strings.Contains(b.logs.String(), ids[4].String()) {
 		t.Errorf("no error naming the corrupt row in:\n%s", b.logs)
 	}
+}
+
+// recoverWithOneBadRow publishes ten rows, lets spoil make one row unsendable,
+// runs recovery until the good rows (want of them) are sent and a few passes
+// more, and checks that the broker received each good row once.
+func (b *bundle) recoverWithOneBadRow(t *testing.T, spoil func(ids []uuid.UUID), want int) (*dispatch.Recovery, []uuid.UUID) {
+	t.Helper()
+	var msgs []relayer.Outgoing
+	for i := range 10 {
+		msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
+	}
+	ids := b.enlistOnly(t, msgs...)
+	spoil(ids)
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
+	must(t, r.Start(context.Background()))
+	b.waitSent(t, want)
+	b.waitRows(t, 1)
+	time.Sleep(300 * time.Millisecond) // a few more passes
+	if n := b.mem.Len(); n != want {
+		t.Errorf("the broker received %d messages, want the %d good rows once", n, want)
+	}
+	return r, ids
 }
