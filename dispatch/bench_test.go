@@ -364,15 +364,23 @@ func BenchmarkRecoveryDrain(b *testing.B) {
 		for _, plans := range []string{"generic", "custom"} {
 			b.Run(fmt.Sprintf("workers=%d/plans=%s", workers, plans), func(b *testing.B) {
 				defer dispatch.SetGenericTakePlans(dispatch.SetGenericTakePlans(plans == "generic"))
-				benchRecoveryDrain(b, workers)
+				benchRecoveryDrain(b, workers, 0)
 			})
 		}
 	}
+	// A broker that takes 5 ms per batch of up to 1,000 messages: what a
+	// second worker is for.
+	for _, workers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d/broker=5ms", workers), func(b *testing.B) {
+			benchRecoveryDrain(b, workers, 5*time.Millisecond)
+		})
+	}
 }
 
-func benchRecoveryDrain(b *testing.B, workers int) {
+func benchRecoveryDrain(b *testing.B, workers int, sendDelay time.Duration) {
 	for b.Loop() {
 		bu := setup(b, dispatch.DirectOptions{})
+		bu.mem.SetDelay(sendDelay)
 		fillBacklog(b, bu, backlogRows)
 		r := bu.recovery(b, dispatch.RecoveryOptions{PollInterval: 10 * time.Millisecond, Workers: workers, MinAge: time.Nanosecond})
 		start := time.Now()

@@ -58,8 +58,9 @@ type RecoveryOptions struct {
 	// Workers is how many goroutines take and send while this instance holds
 	// the lease, each on its own pinned connection; 1 to 16. Their takes run
 	// one at a time from a shared cursor, while the others send and commit:
-	// with a broker that takes milliseconds per batch, two keep the database
-	// busy during the sends. With the in-memory transport, one was as fast.
+	// with a broker taking 5 ms per 1,000-message batch, a 200,000-row backlog
+	// drained at 104–123k rows/s with two against 72–84k with one. With an
+	// instant (in-memory) transport one is faster: 143–193k against 107–134k.
 	// Default: 2.
 	Workers int
 	// Owner describes this instance in the lease row. Default: host name and
