@@ -145,10 +145,11 @@ func (o RecoveryOptions) withDefaults() RecoveryOptions {
 // sends and commits of the others go on). They send them grouped by
 // (transport, destination) with the same protocol as [Direct]: the take's
 // transaction deletes the rows and commits once the broker has them, and
-// writes back the ones it could not send. A pass that finds nothing starts
-// again from the beginning once, then waits PollInterval, or less when
-// [Recovery.Wake] is called. Rows younger than MinAge are left to direct
-// dispatch.
+// writes back the ones it could not send. When a take finds nothing, the
+// drainers go back to the beginning for rows behind the cursor (written back,
+// or committed late) at most once per PollInterval, and otherwise wait
+// PollInterval, or less when [Recovery.Wake] is called. Rows younger than
+// MinAge are left to direct dispatch.
 type Recovery struct {
 	db         *sql.DB
 	opts       RecoveryOptions
