@@ -71,7 +71,8 @@ func (s *Store) ReadLaneHead(ctx context.Context, dst []Row, lane, limit int) ([
 	return scanRows(ctx, "read lane head", rows, dst[:0])
 }
 
-// ClaimLaneRows claims ordered rows by id in one statement, those that are
+// ClaimLaneRows claims rows by id (ids read from one lane under its lock) in
+// one statement, those that are
 // eligible at now, and returns how many it claimed.
 func (s *Store) ClaimLaneRows(ctx context.Context, ids []uuid.UUID, c Claim, now time.Time) (int64, error) {
 	now = pgTime(now)

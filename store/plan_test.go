@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -224,4 +226,96 @@ func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 	if err := TuneTakingConn(ctx, taking, time.Microsecond, true); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("TuneTakingConn with a 1µs timeout = %v, want ErrInvalidArgument", err)
 	}
+}
+
+// TestHotStatementsProbeWhateverTheStatistics plans every statement a worker
+// runs after the outbox's statistics were taken at a bad moment (while it was
+// empty, or while it held only unordered rows) and the table then filled with
+// the other kind of row, unanalyzed. Statements that address rows by id must
+// stay primary-key probes and lane reads must follow the lane index: a plan
+// that walks the pending ordered rows per claim made ordered dispatch crawl.
+func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
+	t.Parallel()
+	for _, stats := range []string{"empty", "unordered only"} {
+		t.Run(stats, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, s := emptyAnalyzedOutbox(t)
+			outbox := newNames(s.opts).outbox
+			exec(t, pinnedConn(t, db), `ALTER TABLE `+outbox+` SET (autovacuum_enabled = false)`)
+			if stats == "unordered only" {
+				insertPlanRows(t, s, 20000, false)
+				exec(t, pinnedConn(t, db), `ANALYZE `+outbox)
+			}
+			ordered := insertPlanRows(t, s, 40000, true)
+			worker := pinnedConn(t, db)
+			if err := TuneWorkerConn(ctx, worker); err != nil {
+				t.Fatal(err)
+			}
+			var ids strings.Builder
+			ids.WriteString(`'{`)
+			for i, id := range ordered[:100] {
+				if i > 0 {
+					ids.WriteString(",")
+				}
+				ids.WriteString(id.String())
+			}
+			ids.WriteString(`}'`)
+			const (
+				id   = `'0190a000-0000-7000-8000-000000000000'`
+				now  = `'2030-01-01T00:00:00Z'`
+				text = `'{a,b}'`
+			)
+			pkey := s.opts.TablePrefix + "outbox_pkey"
+			laneIdx := s.opts.TablePrefix + "outbox_lane_pending_idx"
+			statements := []struct{ name, sql, args, index string }{
+				{"laneClaim", s.q.laneClaim, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
+				{"completeBatch", s.q.completeBatch, ids.String() + ", " + id + ", " + now, pkey},
+				{"releaseBatch", s.q.releaseBatch, ids.String() + ", " + id + ", " + now, pkey},
+				{"fail", s.q.fail, id + ", " + id + ", 'e', " + now, pkey},
+				{"claimIDs", s.q.claimIDs, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
+				{"takeIDs", s.q.takeIDs, ids.String() + ", " + now, pkey},
+				{"laneHead", s.q.laneHead, "3, 100", laneIdx},
+				{"readLane", s.q.readLane, "3, " + id + ", " + now + ", 100", laneIdx},
+				{"laneProbe", s.q.laneProbe, `'{0,1,2,3}', ` + id, laneIdx},
+			}
+			for _, st := range statements {
+				exec(t, worker, `PREPARE `+st.name+` AS `+st.sql)
+				plan := longArray.ReplaceAllString(explain(t, worker, st.name, st.args), "'{…}'")
+				if strings.Contains(plan, "Seq Scan on "+s.opts.TablePrefix+"outbox") {
+					t.Errorf("%s scans the outbox:\n%s", st.name, plan)
+				}
+				if !strings.Contains(plan, st.index) {
+					t.Errorf("%s does not use %s:\n%s", st.name, st.index, plan)
+				}
+				if st.index == pkey && strings.Contains(plan, laneIdx) {
+					t.Errorf("%s walks the lane index instead of probing ids:\n%s", st.name, plan)
+				}
+			}
+		})
+	}
+}
+
+// longArray matches the id arrays in a plan, shortened in failure reports.
+var longArray = regexp.MustCompile(`'\{[^}]{200,}\}'`)
+
+// insertPlanRows inserts n rows, ordered ones spread over 32 lanes, and
+// returns their ids in insertion order.
+func insertPlanRows(t *testing.T, s *Store, n int, ordered bool) []uuid.UUID {
+	t.Helper()
+	msgs := make([]relayer.Message, n)
+	ids := make([]uuid.UUID, n)
+	for i := range msgs {
+		ids[i] = uuid.Must(relayer.NewID())
+		msgs[i] = relayer.Message{ID: ids[i], Type: "t", Transport: "x", Destination: "d", Body: make([]byte, 20)}
+		if ordered {
+			msgs[i].Key, msgs[i].Ordered, msgs[i].Lane = "k"+strconv.Itoa(i%1000), true, i%32
+		}
+	}
+	for start := 0; start < n; start += 5000 {
+		if err := s.Insert(context.Background(), msgs[start:min(start+5000, n)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
 }

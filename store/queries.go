@@ -150,8 +150,12 @@ WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.parked_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM ` + n.outbox + ` AS p
       WHERE p.lane = o.lane AND p.ordering_key = o.ordering_key AND p.parked_at IS NOT NULL)
 ORDER BY o.id LIMIT $2`,
+		// No lane predicate here: the ids come from a lane read under the lane
+		// lock, and spelling out lane IS NOT NULL lets the planner pick the
+		// partial lane index with the ids as a filter whenever its statistics
+		// saw few ordered rows, walking every pending ordered row per claim.
 		laneClaim: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
-WHERE id = ANY($1::text::uuid[]) AND lane IS NOT NULL AND ` + elig("$4"),
+WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
 		releaseOwner: `DELETE FROM ` + n.leases + ` WHERE owner_token = $1`,
 		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at <= now()`,
 		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at > now() ORDER BY name`,
