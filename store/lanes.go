@@ -72,8 +72,8 @@ func (s *Store) ReadLaneHead(ctx context.Context, dst []Row, lane, limit int) ([
 }
 
 // ClaimLaneRows claims rows by id (ids read from one lane under its lock) in
-// one statement, those that are
-// eligible at now, and returns how many it claimed.
+// one statement, those that are eligible at now, and returns how many it
+// claimed.
 func (s *Store) ClaimLaneRows(ctx context.Context, ids []uuid.UUID, c Claim, now time.Time) (int64, error) {
 	now = pgTime(now)
 	if err := c.validate(now); err != nil {
