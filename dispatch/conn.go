@@ -25,6 +25,9 @@ type workerConn struct {
 	// server rolls back the transaction of a worker that stopped responding and
 	// its rows can be taken again.
 	idleTx time.Duration
+	// generic selects generic plans with sequential scans off (see
+	// store.TuneTakingConn), for sessions that run only takes.
+	generic bool
 }
 
 func newWorkerConn(db *sql.DB, base *store.Store) *workerConn {
@@ -34,7 +37,7 @@ func newWorkerConn(db *sql.DB, base *store.Store) *workerConn {
 // newTakingConn is a worker connection for takes held across sends of at most
 // sendFor (see store.TakeIDs).
 func newTakingConn(db *sql.DB, base *store.Store, sendFor time.Duration) *workerConn {
-	return &workerConn{db: db, base: base, idleTx: sendFor + idleTxMargin}
+	return &workerConn{db: db, base: base, idleTx: sendFor + idleTxMargin, generic: genericTakePlans}
 }
 
 // genericTakePlans selects generic plans for taking connections (see
@@ -59,7 +62,7 @@ func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
 		return nil, err
 	}
 	if w.idleTx > 0 {
-		if err := store.TuneTakingConn(ctx, conn, w.idleTx, genericTakePlans); err != nil {
+		if err := store.TuneTakingConn(ctx, conn, w.idleTx, w.generic); err != nil {
 			discard(conn)
 			return nil, err
 		}

@@ -23,6 +23,10 @@ const (
 	LaneLeaseDurationMin     = time.Second
 	LaneLeaseDurationMax     = time.Hour
 	OrderedPollDefault       = time.Second
+	// OrderedConcurrencyDefault and OrderedConcurrencyMax bound
+	// OrderedOptions.Concurrency.
+	OrderedConcurrencyDefault = 2
+	OrderedConcurrencyMax     = 64
 )
 
 // ErrDuplicateWorker is returned by [NewOrdered] when a dispatcher with the same
@@ -32,8 +36,9 @@ var ErrDuplicateWorker = errors.New("dispatch: ordered worker name already in us
 // OrderedOptions configure an [Ordered] dispatcher. The zero value of each field
 // means its default.
 type OrderedOptions struct {
-	// Lanes is the lane count, 1 to 65,536; it must equal the writers' count
-	// (relayer.Outbox.Lanes). Default: 32.
+	// Lanes is the lane count, 1 to 65,536. It must equal the writers' count,
+	// relayer.Outbox.Lanes, which is what leaving it zero gives; any other
+	// value is refused by [NewOrdered]. Default: the outbox's lane count.
 	Lanes int
 	// LeaseDuration is how long lane and membership leases last without
 	// renewal, 1s to 1h. A batch may take at most half of it, and stops
@@ -45,12 +50,19 @@ type OrderedOptions struct {
 	// BatchSize is the most rows one lane batch reads and sends, 1 to 10,000.
 	// Default: 100.
 	BatchSize int
+	// Concurrency is how many lanes the worker runs batches for at once, 1 to
+	// 64, each batch on a connection pinned from the pool for it (pinned on
+	// first use and kept until the worker stops; size the pool for them).
+	// Lanes are independent, so a lane whose head is slow to send holds only
+	// its own slot while the others go on; with Concurrency n, up to n-1 slow
+	// lanes leave the rest flowing. Default: 2.
+	Concurrency int
 	// Logger receives the worker's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
 
-// LoadOrderedOptions reads Lanes, LeaseDuration, PollInterval and BatchSize
-// from a configuration source.
+// LoadOrderedOptions reads Lanes, LeaseDuration, PollInterval, BatchSize and
+// Concurrency from a configuration source.
 func LoadOrderedOptions(src Source) (OrderedOptions, error) {
 	var o OrderedOptions
 	l := loader{src: src}
@@ -58,6 +70,7 @@ func LoadOrderedOptions(src Source) (OrderedOptions, error) {
 	l.duration("LeaseDuration", &o.LeaseDuration)
 	l.duration("PollInterval", &o.PollInterval)
 	l.int("BatchSize", &o.BatchSize)
+	l.int("Concurrency", &o.Concurrency)
 	if l.err != nil {
 		return OrderedOptions{}, l.err
 	}
@@ -76,6 +89,8 @@ func (o OrderedOptions) Validate() error {
 		return fmt.Errorf("%w: PollInterval must be positive and less than a third of LeaseDuration (%s), got %s", ErrInvalidOptions, d.LeaseDuration, d.PollInterval)
 	case d.BatchSize < 1 || d.BatchSize > BatchSizeMax:
 		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
+	case d.Concurrency < 1 || d.Concurrency > OrderedConcurrencyMax:
+		return fmt.Errorf("%w: Concurrency must be 1 to %d, got %d", ErrInvalidOptions, OrderedConcurrencyMax, o.Concurrency)
 	}
 	return nil
 }
@@ -96,6 +111,9 @@ func (o OrderedOptions) withDefaults() OrderedOptions {
 	if o.BatchSize == 0 {
 		o.BatchSize = BatchSizeDefault
 	}
+	if o.Concurrency == 0 {
+		o.Concurrency = OrderedConcurrencyDefault
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -115,7 +133,8 @@ var workerNames = struct {
 // database clock from its own goroutine, so slow sends never delay it. Live
 // members sorted by id divide the lanes by rank. The worker goroutine probes
 // its lanes with one read-only query per scan, and for each lane whose head is
-// ready runs one batch in a transaction on its pinned connection:
+// ready runs one batch, up to Concurrency lanes at once, each in a transaction
+// on a connection of its own:
 //
 //  1. take or renew the lane lease ("lane:<n>"): a conditional upsert that
 //     succeeds only if the lease is free, expired or already this instance's,
@@ -134,7 +153,16 @@ var workerNames = struct {
 //     database cannot confirm this, the transaction rolls back and the rows
 //     are sent again.
 //
-// The whole batch runs under a deadline of half the lease.
+// The whole batch runs under a deadline of half the lease. A send still
+// running at the deadline is cancelled, and the worker waits for the
+// transport to return before it ends the transaction: the lane row stays
+// locked, so no other owner sends the lane while a stale send may still reach
+// the broker. While it waits it keeps the transaction alive with a trivial
+// statement now and then; the session's idle_in_transaction_session_timeout
+// (half the lease plus a few seconds) ends the transaction only when the
+// worker itself stops answering, such as behind a network partition. A
+// transport that ignores cancellation and never returns therefore holds its
+// lane, and Stop, until it does: give transports their own timeouts.
 type Ordered struct {
 	name     string
 	instance string
@@ -145,11 +173,13 @@ type Ordered struct {
 	routes   *relayer.Routes
 	sender   *sender
 	stats    counters
+	clock    dbClock
 
 	assigned atomic.Pointer[[]int]
 	members  atomic.Int64
+	beyond   atomic.Int64 // pending rows in lanes past opts.Lanes, at the last heartbeat
 	wake     chan struct{}
-	quit     chan struct{} // closed by Stop: finish the batch in flight, then leave
+	quit     chan struct{} // closed by Stop: finish the batches in flight, then leave
 
 	mu      sync.Mutex
 	started bool
@@ -169,12 +199,22 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, name string, opts OrderedOpti
 	if name == "" {
 		return nil, fmt.Errorf("%w: the worker name is empty", ErrInvalidOptions)
 	}
+	writerLanes := outbox.Lanes
+	if writerLanes == 0 {
+		writerLanes = relayer.LanesDefault
+	}
+	if opts.Lanes == 0 {
+		opts.Lanes = writerLanes
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if outbox.Lanes != 0 && outbox.Lanes != opts.Lanes {
-		return nil, fmt.Errorf("%w: Lanes %d differs from the outbox's %d; writers and workers must agree", ErrInvalidOptions, opts.Lanes, outbox.Lanes)
+	if opts.Lanes != writerLanes {
+		// Writers hash keys into the outbox's lanes; a worker scanning fewer
+		// never sees some of them, one scanning more finds others empty.
+		return nil, fmt.Errorf("%w: Lanes %d differs from the outbox's %d (relayer.Outbox.Lanes, default %d); writers and workers must agree, so leave OrderedOptions.Lanes zero",
+			ErrInvalidOptions, opts.Lanes, writerLanes, relayer.LanesDefault)
 	}
 	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
 	if err != nil {
@@ -329,7 +369,8 @@ func (o *Ordered) leave() {
 	}
 }
 
-// heartbeat renews membership and recomputes this instance's lanes.
+// heartbeat renews membership, recomputes this instance's lanes, measures the
+// database clock, and looks for rows in lanes this worker never scans.
 func (o *Ordered) heartbeat(ctx context.Context) error {
 	member := store.Lease{Name: store.MemberLeaseName(o.instance), Owner: o.name, Token: o.token}
 	members, err := o.store.Heartbeat(ctx, member, o.opts.LeaseDuration)
@@ -343,8 +384,26 @@ func (o *Ordered) heartbeat(ctx context.Context) error {
 	lanes := laneShare(rank, len(members), o.opts.Lanes)
 	o.assigned.Store(&lanes)
 	o.members.Store(int64(len(members)))
+	if err := o.clock.sync(ctx, o.store); err != nil {
+		return err
+	}
+	beyond, err := o.store.RowsBeyondLanes(ctx, o.opts.Lanes)
+	if err != nil {
+		return err
+	}
+	o.beyond.Store(beyond)
+	if beyond > 0 {
+		o.opts.Logger.Error("dispatch: rows in lanes this worker never scans; a writer uses more lanes than the worker's Lanes",
+			slog.String("worker", o.name), slog.Int("lanes", o.opts.Lanes), slog.Int64("rows", beyond))
+	}
 	return nil
 }
+
+// RowsBeyondLanes returns how many pending rows (counted up to 10,000) the
+// last heartbeat found in lanes numbered Lanes or more. Such rows are never
+// delivered by this worker: their writers were configured with a different
+// lane count. Anything but zero is logged as an error at each heartbeat.
+func (o *Ordered) RowsBeyondLanes() int64 { return o.beyond.Load() }
 
 // heartbeats runs on its own goroutine and pooled connections, never behind a
 // slow send. When heartbeats fail for a whole lease, the instance gives up its
@@ -362,7 +421,10 @@ func (o *Ordered) heartbeats(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := o.heartbeat(ctx); err != nil {
+		hctx, cancel := context.WithTimeout(ctx, every)
+		err := o.heartbeat(hctx)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -391,55 +453,137 @@ func laneShare(rank, members, lanes int) []int {
 	return share
 }
 
+// laneSlot is one of the worker's Concurrency batch runners: the connection
+// its batches use and its row buffer.
+type laneSlot struct {
+	conn *workerConn
+	buf  []store.Row
+}
+
+// laneDone is what a batch goroutine reports.
+type laneDone struct {
+	slot     *laneSlot
+	lane     int
+	progress bool
+	err      error
+}
+
+func (o *Ordered) newSlot() *laneSlot {
+	// A batch may keep its transaction open until a late send returns, which
+	// it does with keep-alive statements; the timeout ends the transaction of
+	// a worker that stopped answering. Custom plans, since statistics of a
+	// queue table are often stale.
+	c := newWorkerConn(o.db, o.store)
+	c.idleTx = o.opts.LeaseDuration/2 + idleTxMargin
+	return &laneSlot{conn: c}
+}
+
 func (o *Ordered) run(ctx context.Context) {
-	conn := newWorkerConn(o.db, o.store)
+	slots := make([]*laneSlot, 0, o.opts.Concurrency)
+	free := make([]*laneSlot, 0, o.opts.Concurrency)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		conn.release(cctx)
-		cancel()
+		defer cancel()
+		for _, sl := range slots {
+			sl.conn.release(cctx)
+		}
 	}()
-	held := map[int]bool{} // lanes whose lease this instance took
-	var buf []store.Row
+	results := make(chan laneDone, o.opts.Concurrency)
+	running := map[int]bool{} // lanes with a batch in flight
+	held := map[int]bool{}    // lanes whose lease this instance took
+	// slot returns a free slot, making one when fewer than Concurrency exist.
+	slot := func() *laneSlot {
+		if n := len(free); n > 0 {
+			sl := free[n-1]
+			free = free[:n-1]
+			return sl
+		}
+		if len(slots) < o.opts.Concurrency {
+			sl := o.newSlot()
+			slots = append(slots, sl)
+			return sl
+		}
+		return nil
+	}
+	finished := func(r laneDone) bool {
+		delete(running, r.lane)
+		free = append(free, r.slot)
+		if r.err != nil {
+			r.slot.conn.broken()
+			o.logError("dispatch: ordered batch", r.err, slog.Int("lane", r.lane))
+			return false
+		}
+		if r.progress {
+			held[r.lane] = true
+		}
+		return r.progress
+	}
 	for ctx.Err() == nil && !o.quitting() {
-		lanes := *o.assigned.Load()
-		o.releaseSurplus(ctx, conn, held, lanes)
 		progress := false
-		st, err := conn.store(ctx)
-		var ready []int
-		if err == nil {
-			o.stats.scans.Add(1)
-			ready, err = st.ProbeLanes(ctx, lanes, o.token)
-		}
-		if err != nil {
-			conn.broken()
-			o.logError("dispatch: ordered probe", err)
-		}
-		for _, lane := range ready {
-			if ctx.Err() != nil || o.quitting() || !slices.Contains(*o.assigned.Load(), lane) {
-				continue // stopping, or the share changed during this scan
+		// The probe runs on a free slot's connection: there is none only
+		// when every slot is busy, and then there is nothing to start anyway.
+		if sl := slot(); sl != nil {
+			lanes := *o.assigned.Load()
+			// Bounded, so that a pool with no connection to spare stalls
+			// the scan instead of hanging it.
+			pctx, cancel := context.WithTimeout(ctx, o.opts.LeaseDuration/2)
+			o.releaseSurplus(pctx, sl.conn, held, running, lanes)
+			st, err := sl.conn.store(pctx)
+			var ready []int
+			if err == nil {
+				o.stats.scans.Add(1)
+				ready, err = st.ProbeLanes(pctx, lanes, o.token)
 			}
-			var p bool
-			buf, p, err = o.batch(ctx, conn, buf, lane)
+			cancel()
 			if err != nil {
-				conn.broken()
-				o.logError("dispatch: ordered batch", err, slog.Int("lane", lane))
-				continue
+				sl.conn.broken()
+				o.logError("dispatch: ordered probe", err)
 			}
-			if p {
-				held[lane] = true
-				progress = true
+			free = append(free, sl)
+			for _, lane := range ready {
+				if running[lane] || !slices.Contains(*o.assigned.Load(), lane) {
+					continue // in flight, or the share changed during this scan
+				}
+				sl := slot()
+				if sl == nil {
+					break
+				}
+				running[lane] = true
+				go func() {
+					var r laneDone
+					sl.buf, r.progress, r.err = o.batch(ctx, sl.conn, sl.buf, lane)
+					r.slot, r.lane = sl, lane
+					results <- r
+				}()
 			}
 		}
-		if !progress {
-			t := time.NewTimer(o.opts.PollInterval)
+		// Collect what has finished; rescan at once after progress, since a
+		// lane that moved may hold more.
+		for len(running) > 0 && !progress {
 			select {
-			case <-ctx.Done():
-			case <-o.quit:
-			case <-t.C:
-			case <-o.wake:
+			case r := <-results:
+				progress = finished(r) || progress
+				continue
+			default:
 			}
-			t.Stop()
+			break
 		}
+		if progress {
+			continue
+		}
+		t := time.NewTimer(o.opts.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-o.quit:
+		case <-t.C:
+		case <-o.wake:
+		case r := <-results:
+			finished(r)
+		}
+		t.Stop()
+	}
+	for len(running) > 0 {
+		finished(<-results)
 	}
 }
 
@@ -452,12 +596,12 @@ func (o *Ordered) quitting() bool {
 	}
 }
 
-// releaseSurplus gives up the leases of lanes that left this instance's share;
-// it runs between batches, so a lane is only released after its batch
+// releaseSurplus gives up the leases of lanes that left this instance's share
+// and have no batch in flight, so a lane is only released after its batch
 // committed.
-func (o *Ordered) releaseSurplus(ctx context.Context, conn *workerConn, held map[int]bool, share []int) {
+func (o *Ordered) releaseSurplus(ctx context.Context, conn *workerConn, held, running map[int]bool, share []int) {
 	for lane := range held {
-		if slices.Contains(share, lane) {
+		if running[lane] || slices.Contains(share, lane) {
 			continue
 		}
 		st, err := conn.store(ctx)
@@ -482,28 +626,44 @@ func (o *Ordered) logError(msg string, err error, attrs ...any) {
 
 // batch runs one lane batch in a transaction (see the type's documentation).
 // It reports progress when at least one row was sent and deleted, so that a
-// head that keeps failing backs off by PollInterval instead of spinning.
+// head that keeps failing backs off by PollInterval instead of spinning. Any
+// error leaves the transaction open: the caller drops the connection, which
+// rolls it back.
+//
+// The transaction is run with BEGIN and COMMIT statements on the pinned
+// connection rather than a *sql.Tx, whose context would roll it back the
+// moment the batch's deadline passes, releasing the lane row while a late
+// send may still reach the broker.
 func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, lane int) ([]store.Row, bool, error) {
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(ctx, start.Add(o.opts.LeaseDuration/2))
 	defer cancel()
 	admitUntil := start.Add(o.opts.LeaseDuration / 4)
 
-	tx, st, err := conn.begin(ctx)
+	st, err := conn.store(ctx)
 	if err != nil {
 		return buf, false, err
 	}
-	defer tx.Rollback() // after Commit, a no-op
+	if _, err := conn.conn.ExecContext(ctx, "BEGIN"); err != nil {
+		return buf, false, err
+	}
+	end := func(stmt string) error {
+		_, err := conn.conn.ExecContext(ctx, stmt)
+		return err
+	}
 	lease := store.Lease{Name: store.LaneLeaseName(lane), Owner: o.name, Token: o.token}
 	held, _, err := st.AcquireLease(ctx, lease, o.opts.LeaseDuration)
-	if err != nil || !held {
+	if err != nil {
 		return buf, false, err
+	}
+	if !held {
+		return buf, false, end("ROLLBACK")
 	}
 	buf, err = st.ReadLaneHead(ctx, buf, lane, o.opts.BatchSize)
 	if err != nil {
 		return buf, false, err
 	}
-	now := time.Now()
+	now := o.clock.now()
 	admitted := 0
 	for admitted < len(buf) {
 		r := &buf[admitted]
@@ -513,7 +673,7 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 		admitted++
 	}
 	if admitted == 0 {
-		return buf, false, nil
+		return buf, false, end("ROLLBACK")
 	}
 	rows := buf[:admitted]
 	ids := make([]uuid.UUID, admitted)
@@ -531,17 +691,24 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 
 	sent := 0
 	var failure *store.Failure
-	reuse := true
 	for i := range rows {
 		if i > 0 && time.Now().After(admitUntil) {
 			break // keep the rest of the deadline for committing the confirmed prefix
 		}
 		tr, err := o.resolve(ctx, &rows[i].Message)
 		if err == nil {
-			err = send(ctx, tr, []*relayer.Message{&rows[i].Message}, claim.Until)
-			if errors.Is(err, errAbandoned) {
-				reuse = false
-			}
+			err = o.sendHeld(ctx, conn, tr, &rows[i].Message)
+		}
+		if errors.Is(err, errLateSend) {
+			// Whether the broker has the row is unknown, and the deadline
+			// for recording anything has passed: roll back, attempts
+			// untouched; the lane row was held until the transport returned,
+			// so nothing of this lane was sent meanwhile.
+			o.stats.expired.Add(1)
+			o.opts.Logger.Warn("dispatch: ordered send returned after the batch deadline; the lane was held until then and its rows will be sent again",
+				slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", rows[i].ID.String()),
+				slog.String("error", err.Error()))
+			return buf, false, err
 		}
 		if err != nil {
 			failure = &store.Failure{ID: rows[i].ID, Error: err.Error()}
@@ -549,12 +716,9 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 		}
 		sent++
 	}
-	if !reuse {
-		buf = nil
-	}
 	o.stats.sent.Add(uint64(sent))
 	if sent > 0 {
-		n, err := st.CompleteBatch(ctx, ids[:sent], claim.Token, time.Now())
+		n, err := st.CompleteBatch(ctx, ids[:sent], claim.Token, o.clock.now())
 		if err != nil {
 			return buf, false, err
 		}
@@ -564,7 +728,7 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 	}
 	rest := ids[sent:]
 	if failure != nil {
-		if ok, err := st.Fail(ctx, failure.ID, claim.Token, failure.Error, time.Now()); err != nil {
+		if ok, err := st.Fail(ctx, failure.ID, claim.Token, failure.Error, o.clock.now()); err != nil {
 			return buf, false, err
 		} else if ok {
 			o.stats.failed.Add(1)
@@ -575,15 +739,65 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 		rest = rest[1:]
 	}
 	if len(rest) > 0 {
-		if _, err := st.ReleaseBatch(ctx, rest, claim.Token, time.Now()); err != nil {
+		if _, err := st.ReleaseBatch(ctx, rest, claim.Token, o.clock.now()); err != nil {
 			return buf, false, err
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := end("COMMIT"); err != nil {
 		return buf, false, err
 	}
 	o.stats.deleted.Add(uint64(sent))
 	return buf, sent > 0, nil
+}
+
+// errLateSend reports a send that returned after its batch's deadline.
+var errLateSend = errors.New("send returned after the batch deadline")
+
+// sendHeld sends m and waits for the transport to return, however long past
+// ctx's deadline that takes: the caller's transaction holds the lane row
+// until then, so that no other owner sends this lane while the send may
+// still reach the broker. Past the deadline it keeps that transaction alive
+// with a trivial statement every third of the session's idle timeout; if the
+// worker stops answering (a partition), the server ends the transaction. A
+// send that returns after the deadline, with or without an error, reports
+// errLateSend.
+func (o *Ordered) sendHeld(ctx context.Context, conn *workerConn, tr relayer.Transport, m *relayer.Message) error {
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("transport panicked: %v", r)
+			}
+		}()
+		done <- tr.Send(ctx, m)
+	}()
+	select {
+	case err := <-done:
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", errLateSend, err)
+		}
+		return err
+	case <-ctx.Done():
+	}
+	tick := time.NewTicker(conn.idleTx / 3)
+	defer tick.Stop()
+	alive := true
+	for {
+		select {
+		case err := <-done:
+			return fmt.Errorf("%w (%w): transport returned %v", errLateSend, ctx.Err(), err)
+		case <-tick.C:
+			if !alive {
+				continue
+			}
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), conn.idleTx/3)
+			_, err := conn.conn.ExecContext(kctx, "SELECT 1")
+			cancel()
+			if err != nil {
+				alive = false // the transaction is lost; still wait for the transport
+			}
+		}
+	}
 }
 
 // resolve finds the transport of an ordered row and checks that its endpoint

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -119,4 +121,30 @@ func (s *Store) Heartbeat(ctx context.Context, member Lease, d time.Duration) ([
 		members = append(members, name)
 	}
 	return members, wrap(ctx, "live members", rows.Err())
+}
+
+// RowsBeyondLanes counts, up to 10,000, the pending rows whose lane is lanes
+// or more: rows that a worker configured with lanes lanes never scans, because
+// their writer hashed keys into more lanes.
+func (s *Store) RowsBeyondLanes(ctx context.Context, lanes int) (int64, error) {
+	return s.count(ctx, "rows beyond lanes", s.q.beyondLanes, lanes)
+}
+
+// ServerTime returns the database server's current time (clock_timestamp()).
+// Workers compare it with their own clock to judge eligibility on the
+// database's clock, the one every writer and worker shares.
+func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.serverTime)
+	if err != nil {
+		return time.Time{}, wrap(ctx, "server time", err)
+	}
+	defer rows.Close()
+	var t time.Time
+	if !rows.Next() {
+		return time.Time{}, wrap(ctx, "server time", errors.Join(rows.Err(), sql.ErrNoRows))
+	}
+	if err := rows.Scan(&t); err != nil {
+		return time.Time{}, wrap(ctx, "server time", err)
+	}
+	return t, wrap(ctx, "server time", rows.Close())
 }

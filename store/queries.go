@@ -29,6 +29,8 @@ type queries struct {
 	releaseLease  string
 
 	laneProbe    string
+	beyondLanes  string
+	serverTime   string
 	laneHead     string
 	laneClaim    string
 	releaseOwner string
@@ -156,6 +158,12 @@ ORDER BY o.id LIMIT $2`,
 		// saw few ordered rows, walking every pending ordered row per claim.
 		laneClaim: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
 WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
+		// Rows whose lane is at or past a worker's lane count: written by
+		// writers configured with more lanes than the worker, they are never
+		// scanned. Bounded, so that a large mismatch costs little to report.
+		beyondLanes: `SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + `
+    WHERE lane >= $1 AND parked_at IS NULL LIMIT 10000) AS b`,
+		serverTime:   `SELECT clock_timestamp()`,
 		releaseOwner: `DELETE FROM ` + n.leases + ` WHERE owner_token = $1`,
 		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at <= now()`,
 		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at > now() ORDER BY name`,

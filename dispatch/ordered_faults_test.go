@@ -1,0 +1,318 @@
+package dispatch_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+// A worker whose lane count differs from the writers' is refused; rows that a
+// worker never scans (written with more lanes) are reported.
+func TestOrderedLaneCountMustMatchTheWriters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	outbox := b.outbox // Lanes zero: the writers hash into 32 lanes
+	_, err := dispatch.NewOrdered(b.db, outbox, t.Name()+"-16", dispatch.OrderedOptions{Lanes: 16})
+	if !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), "Lanes 16 differs from the outbox's 32") {
+		t.Fatalf("Outbox{} with OrderedOptions{Lanes: 16}: %v, want a refusal naming both counts", err)
+	}
+	outbox.Lanes = 16
+	if _, err := dispatch.NewOrdered(b.db, outbox, t.Name()+"-32", dispatch.OrderedOptions{Lanes: 32}); !errors.Is(err, dispatch.ErrInvalidOptions) {
+		t.Fatalf("Outbox{Lanes: 16} with OrderedOptions{Lanes: 32}: %v, want ErrInvalidOptions", err)
+	}
+
+	// A writer elsewhere still uses 32 lanes; a worker of this outbox, 16.
+	keys := keyList(40)
+	b.shipped(t, keys, 1, 40)
+	tr := b.mem
+	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	o, err := dispatch.NewOrdered(b.db, outbox, t.Name()+"-worker", dispatch.OrderedOptions{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond, Logger: b.logger()})
+	must(t, err)
+	if got := o.Options().Lanes; got != 16 {
+		t.Errorf("Options().Lanes = %d, want the outbox's 16", got)
+	}
+	must(t, o.Start(context.Background()))
+	defer o.Stop(context.Background())
+	beyond := 0
+	for _, k := range keys {
+		if l, _ := relayer.Lane(k, 32); l >= 16 {
+			beyond++
+		}
+	}
+	if n := o.RowsBeyondLanes(); n != int64(beyond) {
+		t.Errorf("RowsBeyondLanes = %d, want %d", n, beyond)
+	}
+	if !strings.Contains(b.logs.String(), "rows in lanes this worker never scans") {
+		t.Errorf("no error logged about rows beyond the worker's lanes:\n%s", b.logs.String())
+	}
+}
+
+// arrivals records, per key, the message numbers in the order the broker
+// accepted them. The first send of one message ignores its context and
+// returns late, like a client library stuck on a slow broker.
+type arrivals struct {
+	relayer.Transport
+	mu      sync.Mutex
+	got     map[string][]int
+	stuck   string // body of the message whose first send is late
+	late    time.Duration
+	stalled atomic.Bool
+}
+
+func (a *arrivals) Send(ctx context.Context, m *relayer.Message) error {
+	if string(m.Body) == a.stuck && a.stalled.CompareAndSwap(false, true) {
+		time.Sleep(a.late) // ignores ctx
+	}
+	var s Shipped
+	fmt.Sscanf(string(m.Body), `{"N":%d}`, &s.N)
+	a.mu.Lock()
+	a.got[m.Key] = append(a.got[m.Key], s.N)
+	a.mu.Unlock()
+	return a.Transport.Send(ctx, m)
+}
+
+// A send that outlives its batch's deadline keeps the lane locked until the
+// transport returns: no owner sends the lane meanwhile, so the late copy never
+// arrives after a newer message of its key.
+func TestOrderedLateSendHoldsItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	a := &arrivals{Transport: b.mem, got: map[string][]int{}, stuck: `{"N":1}`, late: 2500 * time.Millisecond}
+	b.shipped(t, []string{"k"}, 5, 5)
+	opts := dispatch.OrderedOptions{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond}
+	b.orderedWorker(t, b.db, a, opts)
+	b.orderedWorker(t, b.db, a, opts)
+	b.waitRows(t, 0)
+	var got []int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		a.mu.Lock()
+		got = slices.Clone(a.got["k"])
+		a.mu.Unlock()
+		if len(got) >= 6 || time.Now().After(deadline) {
+			break // the late copy and the five sent again
+		}
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] < got[i-1] {
+			t.Fatalf("arrivals of key k: %v: message %d arrived after %d", got, got[i], got[i-1])
+		}
+	}
+	if len(got) < 5 || got[0] != 1 {
+		t.Errorf("arrivals of key k: %v, want 1..5 with the late copy first", got)
+	}
+}
+
+// freezableDB opens a pool whose connections can be black-holed: reads and
+// writes block, nothing is closed, and the server sees a silent client, as
+// behind a network partition. Closing the pool at cleanup unblocks them.
+func freezableDB(t *testing.T) (*sql.DB, func()) {
+	cfg, err := pgx.ParseConfig(testdb.URL(t))
+	must(t, err)
+	frozen := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var sockets []net.Conn
+	d := &net.Dialer{}
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		sockets = append(sockets, c)
+		mu.Unlock()
+		return &freezable{Conn: c, frozen: frozen, closed: make(chan struct{})}, nil
+	}
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() {
+		db.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range sockets {
+			c.Close() // the partition heals: the server sees the sockets close
+		}
+	})
+	return db, func() { once.Do(func() { close(frozen) }) }
+}
+
+type freezable struct {
+	net.Conn
+	frozen    chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+	mu        sync.Mutex
+	kick      chan struct{} // closed when a deadline in the past is set
+}
+
+// hold blocks while frozen until the connection is closed or a deadline in
+// the past interrupts it (how pgx cancels a blocked read).
+func (f *freezable) hold() error {
+	select {
+	case <-f.frozen:
+	default:
+		return nil
+	}
+	f.mu.Lock()
+	if f.kick == nil {
+		f.kick = make(chan struct{})
+	}
+	kick := f.kick
+	f.mu.Unlock()
+	select {
+	case <-f.closed:
+		return net.ErrClosed
+	case <-kick:
+		return os.ErrDeadlineExceeded
+	}
+}
+
+func (f *freezable) SetDeadline(t time.Time) error {
+	if !t.IsZero() && !t.After(time.Now()) {
+		f.mu.Lock()
+		if f.kick == nil {
+			f.kick = make(chan struct{})
+		}
+		select {
+		case <-f.kick:
+		default:
+			close(f.kick)
+		}
+		f.mu.Unlock()
+	}
+	return f.Conn.SetDeadline(t)
+}
+
+func (f *freezable) Read(p []byte) (int, error) {
+	if err := f.hold(); err != nil {
+		return 0, err
+	}
+	return f.Conn.Read(p)
+}
+
+func (f *freezable) Write(p []byte) (int, error) {
+	if err := f.hold(); err != nil {
+		return 0, err
+	}
+	return f.Conn.Write(p)
+}
+
+// Close while frozen closes nothing the server would see: behind a partition
+// a FIN never arrives. freezableDB's cleanup closes the sockets.
+func (f *freezable) Close() error {
+	f.closeOnce.Do(func() { close(f.closed) })
+	select {
+	case <-f.frozen:
+		return nil
+	default:
+		return f.Conn.Close()
+	}
+}
+
+// A worker cut off by a partition in the middle of a batch holds its lane row
+// only until the server's idle-in-transaction timeout ends its session; then a
+// healthy worker takes the lane over.
+func TestOrderedPartitionedWorkerLosesItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.shipped(t, []string{"k"}, 20, 20)
+	release := b.mem.Block(true)
+	defer release()
+	opts := dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 50 * time.Millisecond}
+	cutDB, freeze := freezableDB(t)
+	cut := b.orderedWorker(t, cutDB, b.mem, opts)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.mem.Sends() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	freeze()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		cut.Stop(ctx) // cut off: it cannot finish gracefully
+	})
+	free := newArrivalsOnly(b) // the healthy worker's transport is not blocked
+	b.orderedWorker(t, b.db, free, opts)
+	deadline = time.Now().Add(20 * time.Second)
+	for free.n.Load() < 20 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := free.n.Load(); n < 20 {
+		t.Fatalf("the healthy worker delivered %d of 20 while the partitioned one held the lane", n)
+	}
+}
+
+// arrivalsOnly is a transport that accepts everything at once and counts.
+type arrivalsOnly struct {
+	relayer.Transport
+	n atomic.Int64
+}
+
+func newArrivalsOnly(b *bundle) *arrivalsOnly { return &arrivalsOnly{Transport: b.mem} }
+
+func (a *arrivalsOnly) Send(ctx context.Context, m *relayer.Message) error {
+	a.n.Add(1)
+	return nil
+}
+
+// slowHead blocks sends of one key until their context ends, like a
+// destination that times out; every other key is accepted at once.
+type slowHead struct {
+	relayer.Transport
+	key string
+	n   atomic.Int64
+}
+
+func (s *slowHead) Send(ctx context.Context, m *relayer.Message) error {
+	if m.Key == s.key {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	s.n.Add(1)
+	return nil
+}
+
+// A lane whose head times out does not hold up the worker's other lanes.
+func TestOrderedSlowLaneDoesNotDelayTheOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	var keys []string
+	lanes := map[int]bool{}
+	for i := 0; len(keys) < 8; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if l, _ := relayer.Lane(k, relayer.LanesDefault); !lanes[l] {
+			lanes[l] = true
+			keys = append(keys, k)
+		}
+	}
+	b.shipped(t, keys, 200, 400)
+	tr := &slowHead{Transport: b.mem, key: keys[0]}
+	start := time.Now()
+	b.orderedWorker(t, b.db, tr, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 50 * time.Millisecond, BatchSize: 10})
+	deadline := time.Now().Add(8 * time.Second) // one batch per lane per scan would take 20s
+	for tr.n.Load() < 1400 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := tr.n.Load(); n < 1400 {
+		t.Fatalf("healthy lanes delivered %d of 1400 in %s beside a lane whose head times out", n, time.Since(start))
+	}
+	t.Logf("1400 messages of 7 healthy lanes in %s beside a timing-out lane", time.Since(start).Round(time.Millisecond))
+}
+
+var _ = store.LaneLeaseName
