@@ -44,13 +44,20 @@
 //
 // A model that implements [MessageSource] (embedding [Messages] is the short
 // way) records messages as its state changes. When it is created, updated or
-// deleted, alone or in a slice, the plugin writes its pending messages in the
-// statement's transaction, after the statement and the model's After hooks
-// succeeded, and clears them. No explicit transaction is needed: GORM's
-// implicit single-statement transaction carries the messages too, and a
-// statement that fails (a duplicate key, an invalid message) rolls back the
-// business row and the messages together, leaving the messages pending on the
-// model.
+// deleted, alone or in a slice, the plugin checks its pending messages before
+// the statement writes anything (an unrouted type, an ordered route without a
+// key: the statement fails with an error wrapping [relayer.ErrInvalidMessage]
+// and writes no business row), and writes them in the statement's transaction
+// after the statement and the model's After hooks succeeded. No explicit
+// transaction is needed: GORM's implicit single-statement transaction carries
+// the messages too.
+//
+// The messages stay pending on the model until the transaction that wrote them
+// commits, and only then are forgotten. A rollback, or a failed commit, leaves
+// them pending, so a transaction retried with the same model writes them
+// again; so does the rollback of a savepoint (a nested db.Transaction that
+// failed) for the messages written inside it. Saving a model twice in one
+// transaction writes each message once.
 //
 // # After commit
 //
@@ -93,6 +100,10 @@
 // wrapped pool and cannot publish. A statement succeeds whether or not it
 // affected rows, so an Update or Delete that matched nothing still publishes
 // the model's messages; check RowsAffected in the transaction if that matters.
-// Messages recorded by an After hook under SkipDefaultTransaction, past the
-// check, fail the statement after its business rows were written.
+// Messages recorded by an After hook are checked only when they are written,
+// after the business rows: an invalid one fails the statement then, and under
+// SkipDefaultTransaction any such message does. Savepoints are followed
+// through the statements GORM runs for them (db.Exec of SAVEPOINT, ROLLBACK TO
+// SAVEPOINT and RELEASE SAVEPOINT); one rolled back through another path
+// leaves its messages counted as written.
 package relayergorm

@@ -574,3 +574,101 @@ func TestPluginInstallation(t *testing.T) {
 		}
 	})
 }
+
+// An invalid message fails the statement before it writes the business row,
+// so that a transaction going on after the error cannot commit the row
+// without its messages.
+func TestInvalidModelEventsRefusedBeforeStatement(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []struct {
+		name string
+		cfg  gorm.Config
+	}{{"Default", gorm.Config{}}, {"PrepareStmt", gorm.Config{PrepareStmt: true}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, mode.cfg)
+			ordersIn := func(tx *gorm.DB, where string) int64 {
+				t.Helper()
+				var n int64
+				if err := tx.Table(e.schema + ".orders").Where(where).Count(&n).Error; err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			good := (&order{ID: 3}).place()
+			err := e.db.Transaction(func(tx *gorm.DB) error {
+				unrouted := &order{ID: 1}
+				unrouted.Record(enlisttest.Unrouted{})
+				if err := tx.Create(unrouted).Error; !errors.Is(err, relayer.ErrInvalidMessage) {
+					t.Errorf("create with an unrouted message: %v, want ErrInvalidMessage", err)
+				}
+				// An ordered route needs a key; the valid message before it
+				// does not make the batch valid.
+				unkeyed := (&order{ID: 2}).place()
+				unkeyed.Record(enlisttest.Shipped{N: 2})
+				if err := tx.Create(unkeyed).Error; !errors.Is(err, relayer.ErrInvalidMessage) {
+					t.Errorf("create with an ordered message without a key: %v, want ErrInvalidMessage", err)
+				}
+				if n := ordersIn(tx, "id IN (1, 2)"); n != 0 {
+					t.Errorf("%d refused orders written in the transaction", n)
+				}
+				e.wantPending("after the refused create", unkeyed, 2)
+
+				// The transaction is intact: a valid model still saves.
+				if err := tx.Create(good).Error; err != nil {
+					return err
+				}
+				good.Status = "shipped"
+				good.Record(enlisttest.Unrouted{})
+				if err := tx.Save(good).Error; !errors.Is(err, relayer.ErrInvalidMessage) {
+					t.Errorf("save with an unrouted message: %v, want ErrInvalidMessage", err)
+				}
+				if err := tx.Model(good).Update("status", "billed").Error; !errors.Is(err, relayer.ErrInvalidMessage) {
+					t.Errorf("update with an unrouted message: %v, want ErrInvalidMessage", err)
+				}
+				if err := tx.Delete(good).Error; !errors.Is(err, relayer.ErrInvalidMessage) {
+					t.Errorf("delete with an unrouted message: %v, want ErrInvalidMessage", err)
+				}
+				if n := ordersIn(tx, "id = 3 AND status = ''"); n != 1 {
+					t.Error("a refused save, update or delete changed the row")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.wantStored("after the commit", 1, 1)
+			if n := e.count(fmt.Sprintf(`SELECT count(*) FROM "%s".orders WHERE id = 3 AND status = ''`, e.schema)); n != 1 {
+				t.Error("the committed row has the refused save's status")
+			}
+			// The valid message is forgotten, the invalid one is still pending.
+			if p := good.PendingMessages(); len(p) != 1 || p[0].Message != (enlisttest.Unrouted{}) {
+				t.Errorf("pending after the commit: %+v, want the unrouted message only", p)
+			}
+		})
+	}
+}
+
+// The error of Publish outside a transaction names SkipDefaultTransaction
+// only when it is what left the statement without a transaction.
+func TestNotInTransactionNamesTheCause(t *testing.T) {
+	t.Parallel()
+	e := setup(t, gorm.Config{})
+	err := relayergorm.Publish(e.db, enlisttest.Placed{})
+	if !errors.Is(err, relayer.ErrNotInTransaction) || !strings.Contains(err.Error(), "db.Transaction") {
+		t.Errorf("Publish on the pool: %v, want ErrNotInTransaction saying to use db.Transaction", err)
+	}
+	if strings.Contains(err.Error(), "SkipDefaultTransaction") {
+		t.Errorf("Publish on the pool without SkipDefaultTransaction names it: %v", err)
+	}
+
+	skip := e.db.Session(&gorm.Session{SkipDefaultTransaction: true})
+	err = relayergorm.Publish(skip, enlisttest.Placed{})
+	if !errors.Is(err, relayer.ErrNotInTransaction) || !strings.Contains(err.Error(), "SkipDefaultTransaction") {
+		t.Errorf("Publish with SkipDefaultTransaction: %v, want ErrNotInTransaction naming SkipDefaultTransaction", err)
+	}
+	err = skip.Create((&order{ID: 1}).place()).Error
+	if !errors.Is(err, relayer.ErrNotInTransaction) || !strings.Contains(err.Error(), "SkipDefaultTransaction") {
+		t.Errorf("Create with SkipDefaultTransaction: %v, want ErrNotInTransaction naming SkipDefaultTransaction", err)
+	}
+}

@@ -3,6 +3,7 @@ package relayergorm
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	"gorm.io/gorm"
 
@@ -11,15 +12,36 @@ import (
 
 // MessageSource is a model that records messages (domain events) while it
 // changes. When such a model is created, updated or deleted through GORM, the
-// plugin publishes its pending messages in the same transaction as the
-// statement, then clears them.
+// plugin checks its pending messages before the statement runs and writes them
+// in the same transaction after it. They stay pending until that transaction
+// commits: if it rolls back, or the savepoint the statement ran in does, the
+// next save writes them again. Within one transaction, each save writes only
+// the messages recorded since the previous one.
+//
+// The plugin tells those apart by counting: until the transaction ends, it
+// takes the first messages a model returns as the ones it wrote. A model only
+// appends to its pending messages; the plugin alone forgets them.
 type MessageSource interface {
 	// PendingMessages returns the messages recorded since the last clear, in
 	// the order they are to be written.
 	PendingMessages() []relayer.Outgoing
-	// ClearPendingMessages forgets the pending messages; the plugin calls it
-	// once they are written in the transaction.
+	// ClearPendingMessages forgets the pending messages. The plugin calls it
+	// after the outermost commit of a transaction that wrote all of them; a
+	// model that recorded more since its last save in that transaction
+	// keeps them all (the written ones are then written again at its next
+	// save), unless it is a [MessageTrimmer].
 	ClearPendingMessages()
+}
+
+// MessageTrimmer is a [MessageSource] that can forget part of its pending
+// messages. After a commit, the plugin makes it forget exactly the messages
+// the transaction wrote, and it keeps those recorded since its last save for
+// the next one. [Messages] is a MessageTrimmer.
+type MessageTrimmer interface {
+	MessageSource
+	// TrimPendingMessages forgets the first n pending messages, or all of
+	// them when there are fewer.
+	TrimPendingMessages(n int)
 }
 
 // Messages is an embeddable [MessageSource]. A model embeds it and records
@@ -53,6 +75,16 @@ func (m *Messages) PendingMessages() []relayer.Outgoing { return m.pending }
 
 // ClearPendingMessages implements [MessageSource].
 func (m *Messages) ClearPendingMessages() { m.pending = nil }
+
+// TrimPendingMessages implements [MessageTrimmer].
+func (m *Messages) TrimPendingMessages(n int) {
+	if n >= len(m.pending) {
+		m.pending = nil
+		return
+	}
+	// A copy, so that the forgotten messages are not kept reachable.
+	m.pending = slices.Clone(m.pending[n:])
+}
 
 var sourceType = reflect.TypeFor[MessageSource]()
 
@@ -130,24 +162,33 @@ func pending(s MessageSource) MessageSource {
 	return s
 }
 
-// checkTransaction refuses, before anything is written, a statement on models
-// with pending messages that does not run in a plugin transaction (with
-// SkipDefaultTransaction and no explicit transaction): the business rows must
-// not be written without their messages.
-func checkTransaction(db *gorm.DB) {
-	if db.Error != nil || db.DryRun || findTx(db.Statement.ConnPool) != nil {
+// checkStatement runs before anything is written. It refuses a statement on
+// models with pending messages that does not run in a plugin transaction (with
+// SkipDefaultTransaction and no explicit transaction), and one whose messages
+// the writer would refuse: in an explicit transaction, a statement that failed
+// after writing its business rows would leave them to be committed without
+// their messages.
+func checkStatement(db *gorm.DB) {
+	if db.Error != nil || db.DryRun {
 		return
 	}
 	sources := pendingSources(db)
 	if len(sources) == 0 {
 		return
 	}
-	db.AddError(fmt.Errorf("%T has pending messages: %w", sources[0], notInTransaction(db)))
+	t := findTx(db.Statement.ConnPool)
+	if t == nil {
+		db.AddError(fmt.Errorf("%T has pending messages: %w", sources[0], notInTransaction(db)))
+		return
+	}
+	if err := t.validate(db.Statement.Context, t.written.unwritten(sources).msgs); err != nil {
+		db.AddError(err)
+	}
 }
 
-// enlistPending writes the pending messages of the statement's models in its
-// transaction, in one round trip, once the statement and its After hooks
-// succeeded, and clears them.
+// enlistPending writes the pending messages of the statement's models that its
+// transaction has not written yet, in one round trip, once the statement and
+// its After hooks succeeded. The models keep them pending until the commit.
 func enlistPending(db *gorm.DB) {
 	if db.Error != nil || db.DryRun {
 		return
@@ -162,15 +203,25 @@ func enlistPending(db *gorm.DB) {
 		db.AddError(fmt.Errorf("%T has pending messages: %w", sources[0], notInTransaction(db)))
 		return
 	}
-	var msgs []relayer.Outgoing
-	for _, s := range sources {
-		msgs = append(msgs, s.PendingMessages()...)
+	p := t.written.unwritten(sources)
+	if len(p.msgs) == 0 {
+		return
 	}
-	if err := t.publish(db.Statement.Context, msgs); err != nil {
+	if err := t.publish(db.Statement.Context, p.msgs); err != nil {
 		db.AddError(err)
 		return
 	}
-	for _, s := range sources {
-		s.ClearPendingMessages()
+	t.written.wrote(p)
+}
+
+// trackSavepoint follows the savepoints of the statement's transaction, after
+// a raw statement (db.Exec) succeeded: GORM's nested db.Transaction and
+// db.SavePoint, db.RollbackTo set and roll back savepoints that way.
+func trackSavepoint(db *gorm.DB) {
+	if db.Error != nil || db.DryRun {
+		return
+	}
+	if t := findTx(db.Statement.ConnPool); t != nil {
+		t.written.savepointStatement(db.Statement.SQL.String())
 	}
 }

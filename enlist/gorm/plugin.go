@@ -12,10 +12,12 @@ import (
 // pluginName is the name the plugin is registered under in gorm.Config.Plugins.
 const pluginName = "relayergorm"
 
-// Names of the callbacks the plugin registers on Create, Update and Delete.
+// Names of the callbacks the plugin registers on Create, Update and Delete,
+// and on raw statements.
 const (
-	checkCallback  = "relayergorm:check_transaction"
-	enlistCallback = "relayergorm:enlist_messages"
+	checkCallback     = "relayergorm:check_transaction"
+	enlistCallback    = "relayergorm:enlist_messages"
+	savepointCallback = "relayergorm:track_savepoints"
 )
 
 type plugin struct {
@@ -90,16 +92,18 @@ func samePool(a, b gorm.ConnPool) bool {
 // before the implicit transaction commits. GORM's sorter appends a callback with
 // only an After constraint to the very end, after the commit, so the enlistment
 // names both neighbours; without a default transaction the commit callback is
-// not registered and the After constraint alone places it last.
+// not registered and the After constraint alone places it last. Savepoints are
+// followed after raw statements, which is how GORM sets and rolls them back.
 func registerCallbacks(db *gorm.DB) error {
 	cb := db.Callback()
 	create, update, del := cb.Create(), cb.Update(), cb.Delete()
 	return errors.Join(
-		create.Before("gorm:save_before_associations").Register(checkCallback, checkTransaction),
+		create.Before("gorm:save_before_associations").Register(checkCallback, checkStatement),
 		create.After("gorm:after_create").Before("gorm:commit_or_rollback_transaction").Register(enlistCallback, enlistPending),
-		update.Before("gorm:save_before_associations").Register(checkCallback, checkTransaction),
+		update.Before("gorm:save_before_associations").Register(checkCallback, checkStatement),
 		update.After("gorm:after_update").Before("gorm:commit_or_rollback_transaction").Register(enlistCallback, enlistPending),
-		del.Before("gorm:delete_before_associations").Register(checkCallback, checkTransaction),
+		del.Before("gorm:delete_before_associations").Register(checkCallback, checkStatement),
 		del.After("gorm:after_delete").Before("gorm:commit_or_rollback_transaction").Register(enlistCallback, enlistPending),
+		cb.Raw().After("gorm:raw").Register(savepointCallback, trackSavepoint),
 	)
 }

@@ -92,27 +92,34 @@ func (p *connPool) Ping() error {
 // txConn is a transaction begun through [connPool]: the database transaction
 // (a *sql.Tx unless the wrapped pool begins another gorm.Tx) and the outbox
 // side of it. Every statement method is the embedded transaction's; Commit and
-// Rollback also end the enlistment.
+// Rollback also end the enlistment and settle the models' pending messages.
 type txConn struct {
 	gorm.Tx
-	pool *connPool
-	e    *enlist.Enlistment
+	pool    *connPool
+	e       *enlist.Enlistment
+	written written
 }
 
-// Commit commits the transaction and, when that succeeded, hands the rows
-// published in it to the writer's listener.
+// Commit commits the transaction and, when that succeeded, makes the models
+// forget the messages written in it and hands its rows to the writer's
+// listener. When it failed, the models keep their messages pending, as after a
+// rollback.
 func (t *txConn) Commit() error {
 	if err := t.Tx.Commit(); err != nil {
+		t.written.rolledBack()
 		t.e.RolledBack()
 		return err
 	}
+	t.written.committed()
 	t.e.Committed()
 	return nil
 }
 
-// Rollback rolls the transaction back; nothing is notified.
+// Rollback rolls the transaction back; nothing is notified, and the models
+// keep their messages pending for their next save.
 func (t *txConn) Rollback() error {
 	err := t.Tx.Rollback()
+	t.written.rolledBack()
 	t.e.RolledBack()
 	return err
 }
@@ -126,4 +133,38 @@ func (t *txConn) GetDBConn() (*sql.DB, error) { return t.pool.GetDBConn() }
 // PreparedStmtTX, which would cache one prepared statement per batch size.
 func (t *txConn) publish(ctx context.Context, msgs []relayer.Outgoing) error {
 	return t.e.Publish(ctx, t.Tx, msgs...)
+}
+
+// errChecked is what [checkOnly] answers in place of writing: a publish that
+// reaches it passed every check of the writer and of the store.
+var errChecked = errors.New("relayergorm: messages checked, not written")
+
+// checkOnly is a store.DBTX that runs nothing. The writer validates every
+// message, serializes it and builds its row before it touches the
+// transaction, so a publish through checkOnly ends at the first statement with
+// errChecked, having written and kept nothing.
+type checkOnly struct{}
+
+func (checkOnly) ExecContext(context.Context, string, ...any) (sql.Result, error) {
+	return nil, errChecked
+}
+
+func (checkOnly) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return nil, errChecked
+}
+
+// validate refuses msgs with the error publishing them would return, without
+// writing anything, so that a statement can be refused before it writes its
+// business rows. The enlist package has no validation of its own to call: the
+// messages go through the same publish as the real write, which costs one more
+// serialization of each.
+func (t *txConn) validate(ctx context.Context, msgs []relayer.Outgoing) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	err := t.e.Publish(ctx, checkOnly{}, msgs...)
+	if err == nil || errors.Is(err, errChecked) {
+		return nil
+	}
+	return err
 }

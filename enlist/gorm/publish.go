@@ -70,7 +70,13 @@ func notInTransaction(db *gorm.DB) error {
 			"(was it begun in db.Connection, or on a session derived before db.Use?); begin it with db.Transaction or db.Begin on the *gorm.DB the plugin is installed on",
 			relayer.ErrNotInTransaction)
 	}
-	return fmt.Errorf("%w: the statement does not run in a transaction (SkipDefaultTransaction does not open one); "+
-		"run it inside db.Transaction(func(tx *gorm.DB) error { ... }) or between db.Begin() and tx.Commit()",
-		relayer.ErrNotInTransaction)
+	// SkipDefaultTransaction is named only when set: it is why a lone Create,
+	// Update or Delete runs without a transaction, but Publish on the
+	// *gorm.DB itself is outside one whatever the setting.
+	const fix = "run it inside db.Transaction(func(tx *gorm.DB) error { ... }) on the callback's tx, or between tx := db.Begin() and tx.Commit()"
+	if db.SkipDefaultTransaction {
+		return fmt.Errorf("%w: the statement does not run in a transaction (SkipDefaultTransaction is set, so GORM does not open one); "+fix,
+			relayer.ErrNotInTransaction)
+	}
+	return fmt.Errorf("%w: the *gorm.DB is not in a transaction; "+fix, relayer.ErrNotInTransaction)
 }
