@@ -111,6 +111,11 @@ type sender struct {
 	open *take
 	// seen is the direct worker's scratch map for lastOfEachID.
 	seen map[uuid.UUID]int
+	// aside is the destinations set aside as slow, shared by the workers of
+	// a dispatcher (and a direct dispatcher's recovery).
+	aside *setAside
+	// clock is the database's clock, for eligibility; deadlines stay local.
+	clock *dbClock
 }
 
 // chainIdle is how long a direct worker keeps a chained transaction open while
@@ -160,8 +165,7 @@ func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
 // returns ids and recorded failures only: the notification already holds each row's
 // stored bytes, so they are not read back.
 func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, e endpoint, msgs []*relayer.Message) error {
-	now := time.Now()
-	t, err := s.start(ctx, conn, now)
+	t, err := s.start(ctx, conn, time.Now())
 	if err != nil {
 		return err
 	}
@@ -169,7 +173,7 @@ func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.
 	for _, m := range msgs {
 		s.ids = append(s.ids, m.ID)
 	}
-	s.taken, err = t.st.TakeIDs(ctx, s.taken, s.ids, now)
+	s.taken, err = t.st.TakeIDs(ctx, s.taken, s.ids, s.clock.now())
 	if err != nil {
 		t.tx.Rollback()
 		return err
@@ -259,7 +263,14 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		t.keep(msgs, prior)
 		return false
 	}
+	var watch *sendWatch
+	if s.aside != nil {
+		watch = s.aside.watch(e, t.until)
+	}
 	sendErr := send(ctx, tr, msgs, t.until)
+	if watch != nil {
+		watch.end(errors.Is(sendErr, context.DeadlineExceeded) && ctx.Err() == nil)
+	}
 	var batchErr *relayer.BatchError
 	switch {
 	case sendErr == nil:

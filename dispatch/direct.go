@@ -142,6 +142,7 @@ type Direct struct {
 	store   *store.Store
 	senders []*sender
 	stats   counters
+	clock   dbClock
 
 	mu      sync.RWMutex
 	queue   chan []relayer.Message
@@ -178,6 +179,11 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 		done:  make(chan struct{}),
 	}
 	caps := newCapCache(CapabilityCacheSize)
+	clock := &d.clock
+	aside := newSetAside()
+	if opts.Recovery != nil {
+		aside = opts.Recovery.aside // both pass over the same slow destinations
+	}
 	for range opts.Workers {
 		d.senders = append(d.senders, &sender{
 			transports: transports,
@@ -187,6 +193,8 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 			logger:     opts.Logger,
 			stats:      &d.stats,
 			chain:      true,
+			aside:      aside,
+			clock:      clock,
 		})
 	}
 	return d, nil
@@ -352,7 +360,33 @@ func (d *Direct) run(ctx context.Context) {
 	for _, s := range d.senders {
 		wg.Go(func() { d.work(ctx, s) })
 	}
+	workersDone := make(chan struct{})
+	var clockWG sync.WaitGroup
+	clockWG.Go(func() { d.syncClock(ctx, workersDone) })
 	wg.Wait()
+	close(workersDone)
+	clockWG.Wait()
+}
+
+// syncClock measures the database clock now and every clockSyncEvery until
+// ctx ends or done is closed.
+func (d *Direct) syncClock(ctx context.Context, done <-chan struct{}) {
+	t := time.NewTicker(clockSyncEvery)
+	defer t.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := d.clock.sync(sctx, d.store); err != nil && ctx.Err() == nil {
+			d.opts.Logger.Warn("dispatch: measuring the database clock failed", slog.String("error", err.Error()))
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // work is one worker: it takes notifications from the shared queue, gathering
@@ -414,6 +448,15 @@ func (d *Direct) dispatch(ctx context.Context, s *sender, conn *workerConn, rows
 	for _, g := range groupRows(rows) {
 		if ctx.Err() != nil {
 			return
+		}
+		if s.aside.skipped(g.endpoint) {
+			// Sends to it are slow or time out: its rows stay in the table,
+			// untouched, and recovery sends them once it is back, while this
+			// worker goes on with the other destinations.
+			d.stats.left.Add(uint64(len(g.msgs)))
+			d.opts.Logger.Debug("dispatch: destination set aside as slow; rows left for recovery",
+				slog.String("transport", g.transport), slog.String("destination", g.destination), slog.Int("rows", len(g.msgs)))
+			continue
 		}
 		if err := s.deliver(ctx, conn, g); err != nil {
 			conn.broken()

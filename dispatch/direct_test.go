@@ -659,9 +659,20 @@ func TestExpiredClaimLeavesRowForRecovery(t *testing.T) {
 	if n, _ := b.store.CountEligible(context.Background(), time.Now()); n != 1 {
 		t.Errorf("eligible = %d: the expired claim must make the row eligible for recovery", n)
 	}
-	// Recovery's part, played by a second notification: the row goes out.
+	// A second notification finds the destination set aside after its
+	// timeout: direct dispatch leaves the row to recovery, untouched.
+	left := b.direct.Stats().LeftForRecovery
 	must(t, b.direct.Committed([]relayer.Message{{ID: id[0], Transport: "mem", Destination: "orders.placed"}}))
-	b.waitRows(t, 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.direct.Stats().LeftForRecovery == left && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := b.direct.Stats().LeftForRecovery; got != left+1 {
+		t.Errorf("LeftForRecovery = %d after notifying a set-aside destination, want %d", got, left+1)
+	}
+	if rows := b.rows(t); len(rows) != 1 || rows[0].attempts != 0 {
+		t.Errorf("rows = %+v, want the row kept untouched", rows)
+	}
 }
 
 func TestOptions(t *testing.T) {

@@ -27,6 +27,9 @@ const (
 	// RecoveryLeaseName names the lease row that lets one recovery instance per
 	// outbox work at a time.
 	RecoveryLeaseName = "recovery"
+	// groupSendsMax bounds the destinations one recovery take sends to at
+	// once.
+	groupSendsMax = 8
 )
 
 // RecoveryOptions configure a [Recovery] worker. The zero value of each field
@@ -167,6 +170,8 @@ type Recovery struct {
 	passStart  time.Time
 	urgentTill atomic.Int64 // after a Wake, until this Unix nano time rows of any age are taken
 	wakeAll    broadcast
+	clock      dbClock
+	aside      *setAside
 
 	loop loop
 }
@@ -196,6 +201,7 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 		transports: transports,
 		lease:      store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:       newLoop(true),
+		aside:      newSetAside(),
 	}
 	return r, nil
 }
@@ -257,6 +263,11 @@ func (r *Recovery) holdLease(ctx context.Context) {
 		if err != nil {
 			r.logError("dispatch: recovery lease", err)
 		}
+		if err == nil && held && r.clock.stale() {
+			if err := r.clock.sync(ctx, r.store); err != nil {
+				r.logError("dispatch: recovery clock", err)
+			}
+		}
 		was := r.holding.Swap(held && err == nil)
 		if held && err == nil {
 			renewedAt = at
@@ -287,6 +298,8 @@ func (r *Recovery) newDrainer() *drainer {
 			claimFor:   r.opts.ClaimDuration,
 			logger:     r.opts.Logger,
 			stats:      &r.stats,
+			aside:      r.aside,
+			clock:      &r.clock,
 		},
 	}
 }
@@ -386,22 +399,22 @@ func (r *Recovery) rewind(from uuid.UUID) bool {
 // the outcome. It reports whether it found any rows, and the cursor it took
 // from.
 func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, error) {
-	now := time.Now()
-	t, err := d.sender.begin(ctx, d.conn, now)
+	now := r.clock.now()
+	t, err := d.sender.begin(ctx, d.conn, time.Now())
 	if err != nil {
 		return false, uuid.Nil, err
 	}
 	r.stats.scans.Add(1)
 	createdBefore := now.Add(-r.opts.MinAge)
-	if now.UnixNano() < r.urgentTill.Load() {
+	if time.Now().UnixNano() < r.urgentTill.Load() {
 		createdBefore = now
 	}
 	r.scanMu.Lock()
 	from := r.cursor
 	if from == uuid.Nil {
-		r.passStart = now
+		r.passStart = time.Now()
 	}
-	d.buf, err = t.st.TakeNextUnordered(ctx, d.buf, from, r.opts.BatchSize, now, createdBefore)
+	d.buf, err = t.st.TakeNextUnorderedExcept(ctx, d.buf, from, r.opts.BatchSize, now, createdBefore, r.aside.list())
 	if err == nil && len(d.buf) > 0 {
 		r.cursor = d.buf[len(d.buf)-1].ID
 	}
@@ -412,6 +425,15 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 	}
 	reuse := true
 	rows := r.setAsideCorrupt(t, d.buf)
+	// Each destination's group is sent on its own goroutine (at most
+	// groupSendsMax at once) with the whole claim as its budget, so that a
+	// destination that times out holds up only its own rows; the take
+	// commits once every group is done.
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex // guards t's outcome and reuse
+		slots = make(chan struct{}, groupSendsMax)
+	)
 	for _, g := range groupStored(rows) {
 		msgs := make([]*relayer.Message, len(g.rows))
 		prior := make([]store.Taken, len(g.rows))
@@ -421,16 +443,31 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 		}
 		tr, size, ok := d.sender.resolve(ctx, g.endpoint, len(g.rows))
 		if !ok {
+			mu.Lock()
 			t.keep(msgs, prior) // released untouched, like a skipped direct group
+			mu.Unlock()
 			continue
 		}
-		for start := 0; start < len(msgs); start += size {
-			end := min(start+size, len(msgs))
-			if d.sender.sendTaken(ctx, t, g.endpoint, tr, msgs[start:end], prior[start:end]) {
-				reuse = false
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			part := &take{until: t.until}
+			abandoned := false
+			for start := 0; start < len(msgs); start += size {
+				end := min(start+size, len(msgs))
+				if d.sender.sendTaken(ctx, part, g.endpoint, tr, msgs[start:end], prior[start:end]) {
+					abandoned = true
+				}
 			}
-		}
+			mu.Lock()
+			defer mu.Unlock()
+			t.sent += part.sent
+			t.failed += part.failed
+			t.restore = append(t.restore, part.restore...)
+			reuse = reuse && !abandoned
+		})
 	}
+	wg.Wait()
 	if !reuse {
 		d.buf = nil // an abandoned send may still read them
 	}

@@ -188,7 +188,7 @@ func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 	)
 	statements := []struct{ name, sql, args string }{
 		{"takeIDs", s.q.takeIDs, ids + ", " + now},
-		{"takeNext", s.q.takeNext, id + ", 1000, " + now + ", " + now},
+		{"takeNext", s.q.takeNext, id + ", 1000, " + now + ", " + now + ", '{slow}', '{d}'"},
 	}
 	for _, st := range statements {
 		exec(t, taking, `PREPARE `+st.name+` AS `+st.sql)

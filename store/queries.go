@@ -51,11 +51,22 @@ func buildQueries(n names) *queries {
 	// rows after the cursor $1, in id order, skipping rows other transactions
 	// lock. Rows created after createdBefore are left to direct dispatch,
 	// unless they were scheduled for later than their creation.
-	nextUnordered := func(now, createdBefore string) string {
+	//
+	// A row stamped after now was written by a writer whose clock runs ahead
+	// of the database's: its age is unknown, and it is taken like an old
+	// one, so that a skewed writer's rows are not left waiting for its lead.
+	// With skipTransports and skipDestinations (parallel text arrays), rows of
+	// those endpoints are passed over.
+	nextUnordered := func(now, createdBefore, skipTransports, skipDestinations string) string {
+		skip := ""
+		if skipTransports != "" {
+			skip = `
+      AND (transport, destination) NOT IN (SELECT * FROM unnest(` + skipTransports + `::text::text[], ` + skipDestinations + `::text::text[]))`
+		}
 		return `
     SELECT id FROM ` + n.outbox + `
     WHERE lane IS NULL AND id > $1 AND ` + elig(now) + `
-      AND (created_at <= ` + createdBefore + ` OR deliver_at > created_at)
+      AND (created_at <= ` + createdBefore + ` OR deliver_at > created_at OR created_at > ` + now + `)` + skip + `
     ORDER BY id LIMIT $2
     FOR UPDATE SKIP LOCKED`
 	}
@@ -93,7 +104,7 @@ RETURNING id`,
 		// Recovery's claim: the next due unordered rows after a cursor, in id
 		// order, skipping rows other workers are claiming right now.
 		claimNext: `UPDATE ` + n.outbox + ` SET claim_token = $3, claimed_until = $4
-WHERE id = ANY(ARRAY(` + nextUnordered("$5", "$6") + `))
+WHERE id = ANY(ARRAY(` + nextUnordered("$5", "$6", "", "") + `))
 RETURNING ` + rowColumns,
 		// Takes delete inside the caller's transaction (see take.go). The inner
 		// SELECT skips rows other transactions lock; ANY(ARRAY(...)) keeps the
@@ -105,7 +116,7 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING id, attempts, last_error`,
 		takeNext: `DELETE FROM ` + n.outbox + `
-WHERE id = ANY(ARRAY(` + nextUnordered("$3", "$4") + `))
+WHERE id = ANY(ARRAY(` + nextUnordered("$3", "$4", "$5", "$6") + `))
 RETURNING ` + rowColumns,
 		restore: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
     ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error)

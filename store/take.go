@@ -85,6 +85,20 @@ func (s *Store) TakeIDs(ctx context.Context, dst []Taken, ids []uuid.UUID, now t
 // their creation (see [Store.ClaimNextUnordered]); a zero createdBefore means
 // now. Like [Store.TakeIDs] it needs a store bound to a transaction.
 func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time) ([]Row, error) {
+	return s.TakeNextUnorderedExcept(ctx, dst, after, limit, now, createdBefore, nil)
+}
+
+// Endpoint is a (transport, destination) pair.
+type Endpoint struct {
+	Transport   string
+	Destination string
+}
+
+// TakeNextUnorderedExcept is [Store.TakeNextUnordered] passing over the rows
+// of the endpoints in skip, which stay in the table untouched: a worker skips
+// destinations it knows to be slow or down instead of taking their rows only
+// to write them back.
+func (s *Store) TakeNextUnorderedExcept(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time, skip []Endpoint) ([]Row, error) {
 	dst = dst[:0]
 	if _, ok := s.db.(*sql.Tx); !ok {
 		return dst, fmt.Errorf("%w: take next", ErrNeedsTransaction)
@@ -96,7 +110,12 @@ func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUI
 	if createdBefore.IsZero() {
 		createdBefore = now
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.takeNext, after, limit, now, pgTime(createdBefore))
+	var skipT, skipD arrayLiteral
+	for _, e := range skip {
+		skipT.text(e.Transport, false)
+		skipD.text(e.Destination, false)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.takeNext, after, limit, now, pgTime(createdBefore), skipT.String(), skipD.String())
 	if err != nil {
 		return dst, wrap(ctx, "take next", err)
 	}

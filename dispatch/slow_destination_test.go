@@ -1,0 +1,133 @@
+package dispatch_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
+)
+
+// blockedDestination holds every send to one destination until its context
+// ends, like a broker that times out; other destinations are accepted at once.
+type blockedDestination struct {
+	relayer.Transport
+	destination string
+	delivered   atomic.Int64
+}
+
+func (b *blockedDestination) Send(ctx context.Context, m *relayer.Message) error {
+	return b.SendBatch(ctx, []*relayer.Message{m})
+}
+
+func (b *blockedDestination) SendBatch(ctx context.Context, ms []*relayer.Message) error {
+	if ms[0].Destination == b.destination {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	b.delivered.Add(int64(len(ms)))
+	return nil
+}
+
+// A destination that times out holds up only its own rows: recovery delivers
+// every other destination's rows of the same takes at once.
+func TestRecoverySlowDestinationDoesNotStarveTheOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	var msgs []relayer.Outgoing
+	for i := range 10000 {
+		if i%100 == 0 {
+			msgs = append(msgs, relayer.NewOutgoing(Billed{i})) // 1%: the blocked destination, first in every group order
+		} else {
+			msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
+		}
+	}
+	for start := 0; start < len(msgs); start += 1000 {
+		b.enlistOnly(t, msgs[start:start+1000]...)
+	}
+	tr := &blockedDestination{Transport: b.mem, destination: "billing"}
+	outbox := b.outbox
+	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	r, err := dispatch.NewRecovery(b.db, outbox, dispatch.RecoveryOptions{ClaimDuration: 20 * time.Second, MinAge: time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: b.logger()})
+	must(t, err)
+	start := time.Now()
+	must(t, r.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		r.Stop(ctx) // the blocked sends end with the cancellation
+	})
+	for deadline := time.Now().Add(8 * time.Second); tr.delivered.Load() < 9900 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := tr.delivered.Load(); n < 9900 {
+		t.Fatalf("recovery delivered %d of the 9,900 rows of healthy destinations in %s", n, time.Since(start))
+	}
+	t.Logf("9,900 healthy rows delivered in %s beside a destination that times out", time.Since(start).Round(time.Millisecond))
+}
+
+// After a send to a destination times out, direct dispatch passes over that
+// destination for a while, leaving its rows in the table, and keeps sending
+// the others at once.
+func TestDirectSetsASlowDestinationAside(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	tr := &blockedDestination{Transport: b.mem, destination: "billing"}
+	outbox := b.outbox
+	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	d, err := dispatch.NewDirect(b.db, outbox, dispatch.DirectOptions{ClaimDuration: 500 * time.Millisecond, Logger: b.logger()})
+	must(t, err)
+	must(t, d.Start(context.Background()))
+	t.Cleanup(func() { d.Stop(context.Background()) })
+	publish := func(msgs ...relayer.Outgoing) {
+		must(t, enlistWith(t, b, d, msgs...))
+	}
+	publish(relayer.NewOutgoing(Billed{0}))
+	time.Sleep(700 * time.Millisecond) // its send timed out
+	start := time.Now()
+	for i := 1; i <= 20; i++ {
+		publish(relayer.NewOutgoing(Billed{i}), relayer.NewOutgoing(Placed{i}))
+	}
+	for deadline := time.Now().Add(5 * time.Second); tr.delivered.Load() < 20 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := tr.delivered.Load(); n < 20 {
+		t.Fatalf("direct dispatch delivered %d of 20 healthy messages", n)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("20 healthy messages took %s beside a slow destination; each slow send costs 500ms when it is not set aside", took)
+	}
+	if left := d.Stats().LeftForRecovery; left != 20 {
+		t.Errorf("LeftForRecovery = %d, want the 20 rows of the set-aside destination", left)
+	}
+}
+
+// A row stamped by a writer whose clock runs ten minutes ahead is recovered
+// like any other: its age is judged on the database's clock.
+func TestRecoveryTakesRowsOfAWriterAhead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ahead := time.Now().Add(10 * time.Minute).UTC().Truncate(time.Microsecond)
+	m := relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "placed", Transport: "mem", Destination: "orders.placed", Body: []byte(`{}`), CreatedAt: ahead}
+	must(t, b.store.Insert(context.Background(), []relayer.Message{m}))
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond})
+	must(t, r.Start(context.Background()))
+	b.waitSent(t, 1)
+}
+
+// enlistWith publishes msgs in one transaction through a writer that notifies d.
+func enlistWith(t *testing.T, b *bundle, d *dispatch.Direct, msgs ...relayer.Outgoing) error {
+	t.Helper()
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: d, Logger: b.logger()})
+	if err != nil {
+		return err
+	}
+	return w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
+		return tx.PublishAll(context.Background(), msgs...)
+	})
+}
