@@ -322,6 +322,7 @@ func (s *sender) logFailure(e endpoint, rows int, firstErr string) {
 // as it was, attempts untouched, and the sent ones will be sent again.
 func (s *sender) finish(ctx context.Context, t *take) error {
 	err := t.st.Restore(ctx, t.restore)
+	committing := err == nil
 	if err == nil {
 		if s.chain {
 			// A failed COMMIT AND CHAIN ends the transaction on the server like a
@@ -339,8 +340,18 @@ func (s *sender) finish(ctx context.Context, t *take) error {
 		t.tx.Rollback()
 		if t.sent > 0 {
 			s.stats.completionFailures.Add(1)
-			s.logger.Error("dispatch: completion failed after a successful send; rolled back, the rows will be sent again",
-				slog.Int("sent", t.sent), slog.Int("rows", t.sent+len(t.restore)), slog.String("error", err.Error()))
+			var answered interface{ SQLState() string }
+			if committing && !errors.As(err, &answered) {
+				// The COMMIT was sent and no answer from the server came
+				// back (a server error would carry a SQLSTATE): it may have
+				// committed (the rows are gone) or not (they are back and
+				// will be sent again).
+				s.logger.Error("dispatch: commit outcome unknown after a successful send; if it did not commit, the rows will be sent again",
+					slog.Int("sent", t.sent), slog.Int("rows", t.sent+len(t.restore)), slog.String("error", err.Error()))
+			} else {
+				s.logger.Error("dispatch: completion failed after a successful send; rolled back, the rows will be sent again",
+					slog.Int("sent", t.sent), slog.Int("rows", t.sent+len(t.restore)), slog.String("error", err.Error()))
+			}
 		}
 		return err
 	}

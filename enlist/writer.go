@@ -152,9 +152,21 @@ func (w *Writer) build(ctx context.Context, out *relayer.Outgoing, now time.Time
 			return relayer.Message{}, fmt.Errorf("enlist: new message id: %w", err)
 		}
 	}
+	// The header values are copied into one block: the caller may reuse its
+	// buffers once Publish returns, while the dispatcher still sends (and may
+	// write back) these bytes after the commit.
 	hs := make([]headers.Header, 0, 1+len(out.Headers))
 	hs = append(hs, headers.Header{Name: relayer.HeaderContentType, Value: w.contentType})
-	hs = append(hs, out.Headers...)
+	size := 0
+	for _, h := range out.Headers {
+		size += len(h.Value)
+	}
+	block := make([]byte, 0, size)
+	for _, h := range out.Headers {
+		start := len(block)
+		block = append(block, h.Value...)
+		hs = append(hs, headers.Header{Name: h.Name, Value: block[start:len(block):len(block)]})
+	}
 	m := relayer.Message{
 		ID:          id,
 		Type:        typ,
