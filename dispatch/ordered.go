@@ -519,7 +519,6 @@ func (o *Ordered) run(ctx context.Context) {
 		return r.progress
 	}
 	for ctx.Err() == nil && !o.quitting() {
-		progress := false
 		// The probe runs on a free slot's connection: there is none only
 		// when every slot is busy, and then there is nothing to start anyway.
 		if sl := slot(); sl != nil {
@@ -557,33 +556,49 @@ func (o *Ordered) run(ctx context.Context) {
 				}()
 			}
 		}
-		// Collect what has finished; rescan at once after progress, since a
-		// lane that moved may hold more.
+		// Rescan at once after progress, since a lane that moved may hold
+		// more. A batch that ended without progress (a failing or stalled
+		// head) waits for the poll like an idle scan, so that a failing head
+		// is not retried in a loop while other lanes are busy.
+		progress := false
+	collect:
 		for len(running) > 0 && !progress {
 			select {
 			case r := <-results:
-				progress = finished(r) || progress
-				continue
+				progress = finished(r)
 			default:
+				break collect
 			}
-			break
 		}
-		if progress {
-			continue
+		if !progress {
+			o.idle(ctx, results, finished)
 		}
-		t := time.NewTimer(o.opts.PollInterval)
-		select {
-		case <-ctx.Done():
-		case <-o.quit:
-		case <-t.C:
-		case <-o.wake:
-		case r := <-results:
-			finished(r)
-		}
-		t.Stop()
 	}
 	for len(running) > 0 {
 		finished(<-results)
+	}
+}
+
+// idle waits PollInterval, or until a wake-up, Stop, ctx's end, or a batch
+// that made progress; finished handles each batch that ends meanwhile.
+func (o *Ordered) idle(ctx context.Context, results <-chan laneDone, finished func(laneDone) bool) {
+	t := time.NewTimer(o.opts.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.quit:
+			return
+		case <-t.C:
+			return
+		case <-o.wake:
+			return
+		case r := <-results:
+			if finished(r) {
+				return
+			}
+		}
 	}
 }
 

@@ -20,7 +20,6 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/internal/testdb"
-	"github.com/relayer-go/relayer/store"
 )
 
 // A worker whose lane count differs from the writers' is refused; rows that a
@@ -315,4 +314,37 @@ func TestOrderedSlowLaneDoesNotDelayTheOthers(t *testing.T) {
 	t.Logf("1400 messages of 7 healthy lanes in %s beside a timing-out lane", time.Since(start).Round(time.Millisecond))
 }
 
-var _ = store.LaneLeaseName
+// failingHead fails every send of one key and blocks every send of another
+// until its context ends.
+type failingHead struct {
+	relayer.Transport
+	failing, slow string
+}
+
+func (f *failingHead) Send(ctx context.Context, m *relayer.Message) error {
+	switch m.Key {
+	case f.failing:
+		return errors.New("rejected")
+	case f.slow:
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return f.Transport.Send(ctx, m)
+}
+
+// A head that keeps failing is retried once per poll interval, even while
+// another lane's batch is in flight.
+func TestOrderedFailingHeadWaitsForThePoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ka, kb, _ := twoLaneKeys(t)
+	b.shipped(t, []string{ka, kb}, 1, 2)
+	tr := &failingHead{Transport: b.mem, failing: ka, slow: kb}
+	b.orderedWorker(t, b.db, tr, dispatch.OrderedOptions{LeaseDuration: 4 * time.Second, PollInterval: 200 * time.Millisecond})
+	time.Sleep(time.Second)
+	var attempts int
+	must(t, b.db.QueryRow(`SELECT attempts FROM "`+b.schema+`".ob_outbox WHERE ordering_key = $1`, ka).Scan(&attempts))
+	if attempts < 1 || attempts > 8 {
+		t.Errorf("a failing head was tried %d times in 1s with a 200ms poll, want 1 to 8", attempts)
+	}
+}
