@@ -189,6 +189,45 @@ func (w *Writer) build(ctx context.Context, out *relayer.Outgoing, now time.Time
 	return m, nil
 }
 
+// buildAll turns msgs into rows, stopping at the first invalid one.
+func (w *Writer) buildAll(ctx context.Context, msgs []relayer.Outgoing) ([]relayer.Message, error) {
+	var traceParent, traceState string
+	if w.trace != nil {
+		traceParent, traceState = w.trace(ctx)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	rows := make([]relayer.Message, len(msgs))
+	for i := range msgs {
+		var err error
+		if rows[i], err = w.build(ctx, &msgs[i], now, traceParent, traceState); err != nil {
+			if len(msgs) > 1 {
+				return nil, fmt.Errorf("message %d: %w", i, err)
+			}
+			return nil, err
+		}
+	}
+	return rows, nil
+}
+
+// Validate checks msgs as publishing them would (route, ordering key,
+// serialization, and every stored field), writing nothing and keeping
+// nothing: it returns the error [Enlistment.Publish] would return for an
+// invalid message, wrapping [relayer.ErrInvalidMessage], or nil. Adapters call
+// it before a business statement runs, so that a message that would be
+// refused after the statement does not leave the statement's rows to commit
+// without it. Each message is serialized, so a later Publish serializes it
+// again.
+func (w *Writer) Validate(ctx context.Context, msgs ...relayer.Outgoing) error {
+	rows, err := w.buildAll(ctx, msgs)
+	if err != nil {
+		return err
+	}
+	if err := store.Validate(rows); err != nil {
+		return fmt.Errorf("%w: %w", relayer.ErrInvalidMessage, err)
+	}
+	return nil
+}
+
 // Enlistment is the outbox side of one database transaction: the rows written
 // in it, held until the transaction ends. It is safe for concurrent use.
 type Enlistment struct {
@@ -210,20 +249,9 @@ func (e *Enlistment) Publish(ctx context.Context, q store.DBTX, msgs ...relayer.
 	if len(msgs) == 0 {
 		return nil
 	}
-	var traceParent, traceState string
-	if e.w.trace != nil {
-		traceParent, traceState = e.w.trace(ctx)
-	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	rows := make([]relayer.Message, len(msgs))
-	for i := range msgs {
-		var err error
-		if rows[i], err = e.w.build(ctx, &msgs[i], now, traceParent, traceState); err != nil {
-			if len(msgs) > 1 {
-				return fmt.Errorf("message %d: %w", i, err)
-			}
-			return err
-		}
+	rows, err := e.w.buildAll(ctx, msgs)
+	if err != nil {
+		return err
 	}
 	st, err := e.w.store.With(q)
 	if err != nil {

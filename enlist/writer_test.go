@@ -105,3 +105,30 @@ func TestPublishOnNilTx(t *testing.T) {
 }
 
 func nowish() time.Time { return time.Now().Add(time.Second) }
+
+// Validate refuses what Publish would refuse, without a database.
+func TestValidateRefusesWhatPublishWould(t *testing.T) {
+	t.Parallel()
+	r := routes(t)
+	if err := relayer.AddType[enlisttest.Shipped](r, relayer.Route{Transport: "mem", Destination: "s", Ordered: true}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := enlist.NewWriter(relayer.Outbox{Routes: r}, enlist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := w.Validate(ctx, relayer.NewOutgoing(enlisttest.Placed{N: 1}), relayer.NewOutgoing(enlisttest.Shipped{N: 1}, relayer.Key("k"))); err != nil {
+		t.Errorf("valid messages: %v", err)
+	}
+	for name, m := range map[string]relayer.Outgoing{
+		"no route":        relayer.NewOutgoing(enlisttest.Unrouted{}),
+		"ordered, no key": relayer.NewOutgoing(enlisttest.Shipped{N: 1}),
+		"header name":     relayer.NewOutgoing(enlisttest.Placed{N: 1}, relayer.Header("\xff", nil)),
+		"NUL in the key":  relayer.NewOutgoing(enlisttest.Placed{N: 1}, relayer.Key("a\x00b")),
+	} {
+		if err := w.Validate(ctx, relayer.NewOutgoing(enlisttest.Placed{N: 1}), m); !errors.Is(err, relayer.ErrInvalidMessage) {
+			t.Errorf("%s: Validate = %v, want ErrInvalidMessage", name, err)
+		}
+	}
+}

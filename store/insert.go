@@ -115,6 +115,21 @@ func (s *Store) insertOne(ctx context.Context, m *relayer.Message) error {
 	return wrap(ctx, "insert", err)
 }
 
+// Validate checks msgs as [Store.Insert] does, writing nothing: it returns
+// the error Insert would return for the first invalid message, wrapping
+// [ErrInvalidMessage], or nil.
+func Validate(msgs []relayer.Message) error {
+	for i := range msgs {
+		if err := validateMessage(&msgs[i]); err != nil {
+			return fmt.Errorf("%w: message %d (id %s): %w", ErrInvalidMessage, i, msgs[i].ID, err)
+		}
+		if _, err := headers.Append(nil, msgs[i].Headers); err != nil {
+			return fmt.Errorf("%w: message %d (id %s): headers: %w", ErrInvalidMessage, i, msgs[i].ID, err)
+		}
+	}
+	return nil
+}
+
 func validateMessage(m *relayer.Message) error {
 	if m.ID == uuid.Nil {
 		return fmt.Errorf("ID is the zero UUID")

@@ -135,36 +135,12 @@ func (t *txConn) publish(ctx context.Context, msgs []relayer.Outgoing) error {
 	return t.e.Publish(ctx, t.Tx, msgs...)
 }
 
-// errChecked is what [checkOnly] answers in place of writing: a publish that
-// reaches it passed every check of the writer and of the store.
-var errChecked = errors.New("relayergorm: messages checked, not written")
-
-// checkOnly is a store.DBTX that runs nothing. The writer validates every
-// message, serializes it and builds its row before it touches the
-// transaction, so a publish through checkOnly ends at the first statement with
-// errChecked, having written and kept nothing.
-type checkOnly struct{}
-
-func (checkOnly) ExecContext(context.Context, string, ...any) (sql.Result, error) {
-	return nil, errChecked
-}
-
-func (checkOnly) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
-	return nil, errChecked
-}
-
 // validate refuses msgs with the error publishing them would return, without
 // writing anything, so that a statement can be refused before it writes its
-// business rows. The enlist package has no validation of its own to call: the
-// messages go through the same publish as the real write, which costs one more
-// serialization of each.
+// business rows.
 func (t *txConn) validate(ctx context.Context, msgs []relayer.Outgoing) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	err := t.e.Publish(ctx, checkOnly{}, msgs...)
-	if err == nil || errors.Is(err, errChecked) {
-		return nil
-	}
-	return err
+	return t.pool.w.Validate(ctx, msgs...)
 }
