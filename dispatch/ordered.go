@@ -505,6 +505,16 @@ func (o *Ordered) run(ctx context.Context) {
 		}
 		return nil
 	}
+	// pending holds the ready lanes not started yet, in the order found: a
+	// probe fills it, and a lane whose batch made progress goes back to its
+	// end, since it may hold more. Lanes are probed again once it is empty,
+	// so that one probe serves many batches.
+	var pending []int
+	// fruitless is set by a probe and cleared by any progress: when every
+	// lane the last probe found ended without progress (failing or stalled
+	// heads), the next probe waits for the poll, even while other lanes are
+	// busy, so that a failing head is not retried in a loop.
+	fruitless := false
 	finished := func(r laneDone) bool {
 		delete(running, r.lane)
 		free = append(free, r.slot)
@@ -515,68 +525,92 @@ func (o *Ordered) run(ctx context.Context) {
 		}
 		if r.progress {
 			held[r.lane] = true
+			fruitless = false
+			if !slices.Contains(pending, r.lane) {
+				pending = append(pending, r.lane)
+			}
 		}
 		return r.progress
 	}
 	for ctx.Err() == nil && !o.quitting() {
-		// The probe runs on a free slot's connection: there is none only
-		// when every slot is busy, and then there is nothing to start anyway.
-		if sl := slot(); sl != nil {
-			lanes := *o.assigned.Load()
-			// Bounded, so that a pool with no connection to spare stalls
-			// the scan instead of hanging it.
-			pctx, cancel := context.WithTimeout(ctx, o.opts.LeaseDuration/2)
-			o.releaseSurplus(pctx, sl.conn, held, running, lanes)
-			st, err := sl.conn.store(pctx)
-			var ready []int
-			if err == nil {
-				o.stats.scans.Add(1)
-				ready, err = st.ProbeLanes(pctx, lanes, o.token)
-			}
-			cancel()
-			if err != nil {
-				sl.conn.broken()
-				o.logError("dispatch: ordered probe", err)
-			}
-			free = append(free, sl)
-			for _, lane := range ready {
-				if running[lane] || !slices.Contains(*o.assigned.Load(), lane) {
-					continue // in flight, or the share changed during this scan
-				}
-				sl := slot()
-				if sl == nil {
-					break
-				}
-				running[lane] = true
-				go func() {
-					var r laneDone
-					sl.buf, r.progress, r.err = o.batch(ctx, sl.conn, sl.buf, lane)
-					r.slot, r.lane = sl, lane
-					results <- r
-				}()
-			}
-		}
-		// Rescan at once after progress, since a lane that moved may hold
-		// more. A batch that ended without progress (a failing or stalled
-		// head) waits for the poll like an idle scan, so that a failing head
-		// is not retried in a loop while other lanes are busy.
-		progress := false
-	collect:
-		for len(running) > 0 && !progress {
-			select {
-			case r := <-results:
-				progress = finished(r)
-			default:
-				break collect
-			}
-		}
-		if !progress {
+		if len(pending) == 0 && fruitless {
 			o.idle(ctx, results, finished)
+			fruitless = false
+			continue
+		}
+		if len(pending) == 0 {
+			// The probe runs on a free slot's connection; there is none only
+			// when every slot is busy, and then the next batch to end says
+			// what to do.
+			if sl := slot(); sl != nil {
+				pending = o.probe(ctx, sl, held, running)
+				free = append(free, sl)
+				fruitless = true
+				if len(pending) == 0 && len(running) == 0 {
+					o.idle(ctx, results, finished)
+					fruitless = false
+					continue
+				}
+			}
+		}
+		for len(pending) > 0 {
+			lane := pending[0]
+			if running[lane] || !slices.Contains(*o.assigned.Load(), lane) {
+				pending = pending[1:] // in flight, or the share changed
+				continue
+			}
+			sl := slot()
+			if sl == nil {
+				break
+			}
+			pending = pending[1:]
+			running[lane] = true
+			go func() {
+				var r laneDone
+				sl.buf, r.progress, r.err = o.batch(ctx, sl.conn, sl.buf, lane)
+				r.slot, r.lane = sl, lane
+				results <- r
+			}()
+		}
+		if len(running) == 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-o.quit:
+		case <-o.wake:
+			fruitless = false
+		case r := <-results:
+			finished(r)
 		}
 	}
 	for len(running) > 0 {
 		finished(<-results)
 	}
+}
+
+// probe releases the leases of lanes that left this instance's share and
+// returns the lanes of its share whose head is ready, on the connection of
+// slot sl. A failure drops that connection and returns no lane.
+func (o *Ordered) probe(ctx context.Context, sl *laneSlot, held, running map[int]bool) []int {
+	lanes := *o.assigned.Load()
+	// Bounded, so that a pool with no connection to spare stalls the scan
+	// instead of hanging it.
+	ctx, cancel := context.WithTimeout(ctx, o.opts.LeaseDuration/2)
+	defer cancel()
+	o.releaseSurplus(ctx, sl.conn, held, running, lanes)
+	st, err := sl.conn.store(ctx)
+	var ready []int
+	if err == nil {
+		o.stats.scans.Add(1)
+		ready, err = st.ProbeLanes(ctx, lanes, o.token)
+	}
+	if err != nil {
+		sl.conn.broken()
+		o.logError("dispatch: ordered probe", err)
+		return nil
+	}
+	return ready
 }
 
 // idle waits PollInterval, or until a wake-up, Stop, ctx's end, or a batch
