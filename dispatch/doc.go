@@ -34,8 +34,28 @@
 //
 // Rows direct dispatch does not send stay in the table: ordered rows (the
 // ordered dispatcher's), rows scheduled for later, rows of groups skipped for a
-// missing transport or a failed capability lookup, and rows of notifications it
-// could not queue. Recovery delivers them.
+// missing transport or a failed capability lookup, rows of destinations set
+// aside as slow (below), and rows of notifications it could not queue.
+// Recovery delivers them.
+//
+// # Slow destinations
+//
+// A send still running after a sixth of its claim sets its (transport,
+// destination) aside while it runs; a send that times out sets it aside for 5
+// seconds, doubling with each further timeout up to a minute (jittered), and a
+// send that completes in time brings it back. Direct dispatch leaves the rows
+// of a set-aside destination in the table, and recovery's takes pass over
+// them, so they stay untouched, attempts unspent, while other destinations
+// flow. A direct dispatcher shares the set of the recovery it wakes
+// (DirectOptions.Recovery). Within one recovery take, each destination is sent
+// on its own goroutine with the whole claim as its budget.
+//
+// # Clocks
+//
+// Whether a row is due, claimed or old enough for recovery is judged on the
+// database's clock: workers measure its offset from their own (every 30
+// seconds, from a clock_timestamp() round trip) and compare stored times
+// with it, so that writers and workers whose clocks disagree still agree.
 //
 // # Ordered dispatch
 //
@@ -54,9 +74,10 @@
 //
 // # Connections
 //
-// Each worker pins one connection from the application's *sql.DB for as long
-// as it runs (direct dispatch: one per worker; recovery: one per drainer; an
-// ordered worker: one), with asynchronous commit (store.TuneWorkerConn);
+// Each worker pins connections from the application's *sql.DB for as long as
+// it runs (direct dispatch: one per worker; recovery: one per drainer; an
+// ordered worker: one per lane it runs at once, up to
+// OrderedOptions.Concurrency), with asynchronous commit (store.TuneWorkerConn);
 // leases and heartbeats borrow pooled connections briefly. Size the pool for
 // them. Ordered workers and cleanup plan every statement for its
 // values (custom plans). Direct dispatch and recovery run only takes on their
