@@ -3,12 +3,12 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"go.uber.org/goleak"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
@@ -252,7 +252,7 @@ func TestCleanupOptions(t *testing.T) {
 // goroutines can differ before and after.
 func TestCleanupStartStop(t *testing.T) {
 	b := setup(t, dispatch.DirectOptions{})
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer noNewGoroutines(t, runtime.NumGoroutine())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c := b.cleanup(t, dispatch.CleanupOptions{Interval: time.Hour})

@@ -11,12 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jmoiron/sqlx"
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/inbox"
@@ -309,13 +303,6 @@ func TestHandleRejectsInvalidArgumentsAndNonTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	bunDB := bun.NewDB(b.db, pgdialect.New())
-	bunTx, err := bunDB.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bunTx.Rollback()
-	gormDB := openGORM(t, b.db, false)
 
 	var called atomic.Bool
 	handler := func(context.Context) error { called.Store(true); return nil }
@@ -338,10 +325,6 @@ func TestHandleRejectsInvalidArgumentsAndNonTransactions(t *testing.T) {
 		{"typed nil *sql.Tx", (*sql.Tx)(nil), "billing", id, handler, store.ErrNilDB, ""},
 		{"*sql.DB", b.db, "billing", id, handler, store.ErrInvalidArgument, "*sql.DB"},
 		{"*sql.Conn", conn, "billing", id, handler, store.ErrInvalidArgument, "*sql.Conn"},
-		{"*sqlx.DB", sqlx.NewDb(b.db, "pgx"), "billing", id, handler, store.ErrInvalidArgument, "*sqlx.DB"},
-		{"bun.Tx", bunTx, "billing", id, handler, store.ErrInvalidArgument, "tx.Tx"},
-		{"*bun.DB", bunDB, "billing", id, handler, store.ErrInvalidArgument, "bun.DB"},
-		{"GORM pool outside a transaction", gormDB.Statement.ConnPool, "billing", id, handler, store.ErrInvalidArgument, "begins transactions"},
 	} {
 		handled, err := b.inbox.Handle(ctx, c.q, c.consumer, c.id, c.handler)
 		if handled || !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.mention) {
@@ -361,126 +344,4 @@ func TestHandleRejectsInvalidArgumentsAndNonTransactions(t *testing.T) {
 	if _, err := inbox.New(store.Options{Schema: "Bad-Schema"}); !errors.Is(err, store.ErrInvalidOptions) {
 		t.Errorf("New with a bad schema = %v, want ErrInvalidOptions", err)
 	}
-}
-
-func TestSQLXTransaction(t *testing.T) {
-	t.Parallel()
-	eachDriver(t, func(t *testing.T, b *bundle) {
-		ctx := context.Background()
-		db := sqlx.NewDb(b.db, b.driver)
-		id := newID(t)
-		for i, want := range []bool{true, false} {
-			tx, err := db.BeginTxx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			handled, err := b.inbox.Handle(ctx, tx, "billing", id, func(ctx context.Context) error {
-				return b.increment(ctx, tx, "billing")
-			})
-			if err != nil || handled != want {
-				t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
-			}
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if n := b.count(t, "billing"); n != 1 {
-			t.Errorf("counter = %d, want 1", n)
-		}
-	})
-}
-
-func openGORM(t *testing.T, db *sql.DB, prepareStmt bool) *gorm.DB {
-	t.Helper()
-	g, err := gorm.Open(postgres.New(postgres.Config{Conn: db}), &gorm.Config{
-		PrepareStmt: prepareStmt,
-		Logger:      logger.Discard,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-// TestGORMTransaction passes the transaction's ConnPool, with and without
-// GORM's prepared-statement mode, where it is a *gorm.PreparedStmtTX.
-func TestGORMTransaction(t *testing.T) {
-	t.Parallel()
-	for _, prepare := range []bool{false, true} {
-		name := "default"
-		if prepare {
-			name = "PrepareStmt"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			eachDriver(t, func(t *testing.T, b *bundle) {
-				ctx := context.Background()
-				db := openGORM(t, b.db, prepare)
-				id := newID(t)
-				boom := errors.New("boom")
-				deliver := func(fail error) (handled bool, err error) {
-					err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-						var herr error
-						handled, herr = b.inbox.Handle(ctx, tx.Statement.ConnPool, "billing", id, func(ctx context.Context) error {
-							if err := tx.Exec(`INSERT INTO `+b.counters+` (id, n) VALUES (?, 1)
-ON CONFLICT (id) DO UPDATE SET n = counters.n + 1`, "billing").Error; err != nil {
-								return err
-							}
-							return fail
-						})
-						return herr
-					})
-					return handled, err
-				}
-				if handled, err := deliver(boom); !errors.Is(err, boom) || !handled {
-					t.Fatalf("failing delivery = %v, %v", handled, err)
-				}
-				for i, want := range []bool{true, false} {
-					if handled, err := deliver(nil); err != nil || handled != want {
-						t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
-					}
-				}
-				if n := b.count(t, "billing"); n != 1 {
-					t.Errorf("counter = %d, want 1", n)
-				}
-			})
-		})
-	}
-}
-
-// TestBunTransaction passes the bun.Tx's embedded *sql.Tx; the handler writes
-// through the bun.Tx itself, with bun's placeholders.
-func TestBunTransaction(t *testing.T) {
-	t.Parallel()
-	eachDriver(t, func(t *testing.T, b *bundle) {
-		ctx := context.Background()
-		db := bun.NewDB(b.db, pgdialect.New())
-		id := newID(t)
-		boom := errors.New("boom")
-		deliver := func(fail error) (handled bool, err error) {
-			err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-				var herr error
-				handled, herr = b.inbox.Handle(ctx, tx.Tx, "billing", id, func(ctx context.Context) error {
-					if _, err := tx.ExecContext(ctx, `INSERT INTO `+b.counters+` (id, n) VALUES (?, 1)
-ON CONFLICT (id) DO UPDATE SET n = counters.n + 1`, "billing"); err != nil {
-						return err
-					}
-					return fail
-				})
-				return herr
-			})
-			return handled, err
-		}
-		if handled, err := deliver(boom); !errors.Is(err, boom) || !handled {
-			t.Fatalf("failing delivery = %v, %v", handled, err)
-		}
-		for i, want := range []bool{true, false} {
-			if handled, err := deliver(nil); err != nil || handled != want {
-				t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
-			}
-		}
-		if n := b.count(t, "billing"); n != 1 {
-			t.Errorf("counter = %d, want 1", n)
-		}
-	})
 }

@@ -1,0 +1,55 @@
+module github.com/relayer-go/relayer/cmd/relayer
+
+go 1.26.0
+
+require (
+	github.com/google/uuid v1.6.0
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/jmoiron/sqlx v1.4.0
+	github.com/nats-io/nats-server/v2 v2.15.3
+	github.com/nats-io/nats.go v1.56.0
+	github.com/relayer-go/relayer v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/enlist/bun v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/enlist/gorm v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/enlist/sqlx v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/transport/nats v0.0.0-00010101000000-000000000000
+	github.com/uptrace/bun v1.3.0
+	github.com/uptrace/bun/dialect/pgdialect v1.3.0
+	go.uber.org/goleak v1.3.0
+	gorm.io/driver/postgres v1.6.3
+	gorm.io/gorm v1.31.2
+)
+
+require (
+	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/lib/pq v1.12.3 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
+	github.com/tmthrgd/go-hex v0.0.0-20190904060850-447a3041c3bc // indirect
+	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
+
+replace github.com/relayer-go/relayer => ../..
+
+replace (
+	github.com/relayer-go/relayer/enlist/bun => ../../enlist/bun
+	github.com/relayer-go/relayer/enlist/gorm => ../../enlist/gorm
+	github.com/relayer-go/relayer/enlist/sqlx => ../../enlist/sqlx
+	github.com/relayer-go/relayer/transport/nats => ../../transport/nats
+)
