@@ -448,10 +448,15 @@ func TestTakeRollsBackWhenTheSessionDies(t *testing.T) {
 	defer release()
 	b.start(t)
 	ids := b.publish(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Placed{2}))
-	// The worker has taken the rows and waits on the broker, its transaction
-	// open: end that session from outside.
-	killed := 0
+	// Once the worker waits on the broker, its take's transaction open, end
+	// that session from outside. (A session shows as idle in a transaction
+	// as soon as the server sent the take's rows, before the worker read
+	// them: killing it then fails the take itself, not the completion.)
 	deadline := time.Now().Add(10 * time.Second)
+	for b.mem.Waiting() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	killed := 0
 	for killed == 0 && time.Now().Before(deadline) {
 		must(t, b.db.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 			WHERE application_name = $1 AND state = 'idle in transaction' AND query LIKE 'DELETE FROM%'

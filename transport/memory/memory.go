@@ -32,6 +32,7 @@ type Transport struct {
 	deafGate  bool          // the gate ignores cancellation
 	sends     int
 	capLookup int
+	waiting   int // sends waiting at the gate
 }
 
 // New returns an empty transport whose destinations report key ordering and
@@ -175,6 +176,14 @@ func (t *Transport) wait(ctx context.Context) error {
 	delay, gate, deaf := t.delay, t.gate, t.deafGate
 	t.mu.Unlock()
 	if gate != nil {
+		t.mu.Lock()
+		t.waiting++
+		t.mu.Unlock()
+		defer func() {
+			t.mu.Lock()
+			t.waiting--
+			t.mu.Unlock()
+		}()
 		if deaf {
 			<-gate
 		} else {
@@ -248,6 +257,14 @@ func (t *Transport) CapabilityLookups() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.capLookup
+}
+
+// Waiting returns how many sends are waiting at the gate of [Transport.Block]
+// right now: a test knows from it that a sender is inside the transport.
+func (t *Transport) Waiting() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.waiting
 }
 
 // WaitFor blocks until at least n messages were accepted or ctx ends.
