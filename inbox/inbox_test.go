@@ -14,89 +14,26 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/inbox"
+	"github.com/relayer-go/relayer/internal/inboxtest"
 	"github.com/relayer-go/relayer/internal/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// bundle is one test's consumer database: the outbox tables (the inbox among
-// them) and a counters table the handlers write to, in a schema of its own.
-type bundle struct {
-	db       *sql.DB
-	driver   string
-	inbox    *inbox.Inbox
-	counters string
-}
-
-func setup(t *testing.T, driver string) *bundle {
-	t.Helper()
-	db := testdb.Open(t, driver)
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "ib_"}
-	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
-		t.Fatal(err)
-	}
-	ib, err := inbox.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{db: db, driver: driver, inbox: ib, counters: `"` + opts.Schema + `".counters`}
-	if _, err := db.Exec(`CREATE TABLE ` + b.counters + ` (id text PRIMARY KEY, n integer NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// eachDriver runs f per database/sql driver in parallel subtests.
-func eachDriver(t *testing.T, f func(t *testing.T, b *bundle)) {
-	t.Helper()
-	for _, driver := range testdb.Drivers {
-		t.Run(driver, func(t *testing.T) {
-			t.Parallel()
-			f(t, setup(t, driver))
-		})
-	}
-}
-
-func newID(t *testing.T) uuid.UUID {
-	t.Helper()
-	id, err := relayer.NewID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
-// increment is the handlers' business write: one more on counter key, in q.
-func (b *bundle) increment(ctx context.Context, q store.DBTX, key string) error {
-	_, err := q.ExecContext(ctx, `INSERT INTO `+b.counters+` (id, n) VALUES ($1, 1)
-ON CONFLICT (id) DO UPDATE SET n = counters.n + 1`, key)
-	return err
-}
-
-func (b *bundle) count(t *testing.T, key string) int {
-	t.Helper()
-	var n int
-	err := b.db.QueryRow(`SELECT n FROM `+b.counters+` WHERE id = $1`, key).Scan(&n)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // deliver runs one delivery the way a consumer does: in its own transaction,
 // committed when Handle succeeds and rolled back otherwise. fail makes the
 // handler fail after its write.
-func (b *bundle) deliver(t *testing.T, consumer string, id uuid.UUID, fail error) (bool, error) {
+func deliver(t *testing.T, b *inboxtest.Bundle, consumer string, id uuid.UUID, fail error) (bool, error) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := b.db.BeginTx(ctx, nil)
+	tx, err := b.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	handled, err := b.inbox.Handle(ctx, tx, consumer, id, func(ctx context.Context) error {
-		if err := b.increment(ctx, tx, consumer); err != nil {
+	handled, err := b.Inbox.Handle(ctx, tx, consumer, id, func(ctx context.Context) error {
+		if err := b.Increment(ctx, tx, consumer); err != nil {
 			return err
 		}
 		return fail
@@ -112,17 +49,17 @@ func (b *bundle) deliver(t *testing.T, consumer string, id uuid.UUID, fail error
 
 func TestDuplicateDeliveryRunsTheHandlerOnce(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, b *bundle) {
-		id := newID(t)
+	inboxtest.EachDriver(t, func(t *testing.T, b *inboxtest.Bundle) {
+		id := inboxtest.NewID(t)
 		for i, want := range []bool{true, false, false} {
-			if handled, err := b.deliver(t, "billing", id, nil); err != nil || handled != want {
+			if handled, err := deliver(t, b, "billing", id, nil); err != nil || handled != want {
 				t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
 			}
 		}
-		if n := b.count(t, "billing"); n != 1 {
+		if n := b.Count(t, "billing"); n != 1 {
 			t.Errorf("handler effects committed %d times, want 1", n)
 		}
-		if handled, err := b.deliver(t, "billing", newID(t), nil); err != nil || !handled {
+		if handled, err := deliver(t, b, "billing", inboxtest.NewID(t), nil); err != nil || !handled {
 			t.Errorf("another message = %v, %v; want handled", handled, err)
 		}
 	})
@@ -130,23 +67,23 @@ func TestDuplicateDeliveryRunsTheHandlerOnce(t *testing.T) {
 
 func TestFailedHandlerLetsRedeliveryRunAgain(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, b *bundle) {
-		id := newID(t)
+	inboxtest.EachDriver(t, func(t *testing.T, b *inboxtest.Bundle) {
+		id := inboxtest.NewID(t)
 		boom := errors.New("boom")
-		handled, err := b.deliver(t, "billing", id, boom)
+		handled, err := deliver(t, b, "billing", id, boom)
 		if err != boom || !handled {
 			t.Fatalf("failing delivery = %v, %v; want handled and the handler's own error", handled, err)
 		}
-		if n := b.count(t, "billing"); n != 0 {
+		if n := b.Count(t, "billing"); n != 0 {
 			t.Fatalf("a rolled-back handler left %d writes", n)
 		}
-		if handled, err := b.deliver(t, "billing", id, nil); err != nil || !handled {
+		if handled, err := deliver(t, b, "billing", id, nil); err != nil || !handled {
 			t.Errorf("redelivery after the failure = %v, %v; want handled", handled, err)
 		}
-		if handled, err := b.deliver(t, "billing", id, nil); err != nil || handled {
+		if handled, err := deliver(t, b, "billing", id, nil); err != nil || handled {
 			t.Errorf("redelivery after the success = %v, %v; want a duplicate", handled, err)
 		}
-		if n := b.count(t, "billing"); n != 1 {
+		if n := b.Count(t, "billing"); n != 1 {
 			t.Errorf("handler effects committed %d times, want 1", n)
 		}
 	})
@@ -154,18 +91,18 @@ func TestFailedHandlerLetsRedeliveryRunAgain(t *testing.T) {
 
 func TestConsumersDeduplicateIndependently(t *testing.T) {
 	t.Parallel()
-	eachDriver(t, func(t *testing.T, b *bundle) {
-		id := newID(t)
+	inboxtest.EachDriver(t, func(t *testing.T, b *inboxtest.Bundle) {
+		id := inboxtest.NewID(t)
 		consumers := []string{"billing", "shipping", "analytics"}
 		for round, want := range []bool{true, false} {
 			for _, c := range consumers {
-				if handled, err := b.deliver(t, c, id, nil); err != nil || handled != want {
+				if handled, err := deliver(t, b, c, id, nil); err != nil || handled != want {
 					t.Errorf("round %d, %s = %v, %v; want handled %v", round, c, handled, err, want)
 				}
 			}
 		}
 		for _, c := range consumers {
-			if n := b.count(t, c); n != 1 {
+			if n := b.Count(t, c); n != 1 {
 				t.Errorf("%s handled the message %d times, want 1", c, n)
 			}
 		}
@@ -184,10 +121,10 @@ func TestConcurrentDeliveriesCommitOnce(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			eachDriver(t, func(t *testing.T, b *bundle) {
+			inboxtest.EachDriver(t, func(t *testing.T, b *inboxtest.Bundle) {
 				const deliveries = 8
 				ctx := context.Background()
-				id := newID(t)
+				id := inboxtest.NewID(t)
 				boom := errors.New("boom")
 				var (
 					calls   atomic.Int32
@@ -203,7 +140,7 @@ func TestConcurrentDeliveriesCommitOnce(t *testing.T) {
 					done.Add(1)
 					go func() {
 						defer done.Done()
-						tx, err := b.db.BeginTx(ctx, nil)
+						tx, err := b.DB.BeginTx(ctx, nil)
 						ready.Done()
 						if err != nil {
 							errs <- err
@@ -211,9 +148,9 @@ func TestConcurrentDeliveriesCommitOnce(t *testing.T) {
 						}
 						defer tx.Rollback()
 						<-start
-						h, err := b.inbox.Handle(ctx, tx, "billing", id, func(ctx context.Context) error {
+						h, err := b.Inbox.Handle(ctx, tx, "billing", id, func(ctx context.Context) error {
 							n := calls.Add(1)
-							if err := b.increment(ctx, tx, "billing"); err != nil {
+							if err := b.Increment(ctx, tx, "billing"); err != nil {
 								return err
 							}
 							time.Sleep(100 * time.Millisecond)
@@ -256,7 +193,7 @@ func TestConcurrentDeliveriesCommitOnce(t *testing.T) {
 				if got, gotFailed := calls.Load(), failed.Load(); got != wantCalls || gotFailed != wantFailed {
 					t.Errorf("handler ran %d times with %d failures, want %d and %d", got, gotFailed, wantCalls, wantFailed)
 				}
-				if n := b.count(t, "billing"); n != 1 {
+				if n := b.Count(t, "billing"); n != 1 {
 					t.Errorf("counter = %d after %d concurrent deliveries, want 1", n, deliveries)
 				}
 			})
@@ -266,16 +203,16 @@ func TestConcurrentDeliveriesCommitOnce(t *testing.T) {
 
 func TestHandleMessage(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "pgx")
+	b := inboxtest.Setup(t, "pgx")
 	ctx := context.Background()
-	msg := &relayer.Message{ID: newID(t), Type: "orders.OrderPlaced", Body: []byte(`{}`)}
+	msg := &relayer.Message{ID: inboxtest.NewID(t), Type: "orders.OrderPlaced", Body: []byte(`{}`)}
 	for i, want := range []bool{true, false} {
-		tx, err := b.db.BeginTx(ctx, nil)
+		tx, err := b.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		handled, err := b.inbox.HandleMessage(ctx, tx, "billing", msg, func(ctx context.Context) error {
-			return b.increment(ctx, tx, "billing")
+		handled, err := b.Inbox.HandleMessage(ctx, tx, "billing", msg, func(ctx context.Context) error {
+			return b.Increment(ctx, tx, "billing")
 		})
 		if err != nil || handled != want {
 			t.Errorf("delivery %d = %v, %v; want handled %v", i, handled, err, want)
@@ -284,21 +221,21 @@ func TestHandleMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := b.count(t, "billing"); n != 1 {
+	if n := b.Count(t, "billing"); n != 1 {
 		t.Errorf("counter = %d, want 1", n)
 	}
 }
 
 func TestHandleRejectsInvalidArgumentsAndNonTransactions(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "pgx")
+	b := inboxtest.Setup(t, "pgx")
 	ctx := context.Background()
-	tx, err := b.db.BeginTx(ctx, nil)
+	tx, err := b.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	conn, err := b.db.Conn(ctx)
+	conn, err := b.DB.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +243,7 @@ func TestHandleRejectsInvalidArgumentsAndNonTransactions(t *testing.T) {
 
 	var called atomic.Bool
 	handler := func(context.Context) error { called.Store(true); return nil }
-	id := newID(t)
+	id := inboxtest.NewID(t)
 	for _, c := range []struct {
 		name     string
 		q        store.DBTX
@@ -323,22 +260,22 @@ func TestHandleRejectsInvalidArgumentsAndNonTransactions(t *testing.T) {
 		{"nil handler", tx, "billing", id, nil, store.ErrInvalidArgument, "handler"},
 		{"nil q", nil, "billing", id, handler, store.ErrNilDB, ""},
 		{"typed nil *sql.Tx", (*sql.Tx)(nil), "billing", id, handler, store.ErrNilDB, ""},
-		{"*sql.DB", b.db, "billing", id, handler, store.ErrInvalidArgument, "*sql.DB"},
+		{"*sql.DB", b.DB, "billing", id, handler, store.ErrInvalidArgument, "*sql.DB"},
 		{"*sql.Conn", conn, "billing", id, handler, store.ErrInvalidArgument, "*sql.Conn"},
 	} {
-		handled, err := b.inbox.Handle(ctx, c.q, c.consumer, c.id, c.handler)
+		handled, err := b.Inbox.Handle(ctx, c.q, c.consumer, c.id, c.handler)
 		if handled || !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.mention) {
 			t.Errorf("%s: Handle = %v, %v; want an error wrapping %v and mentioning %q", c.name, handled, err, c.want, c.mention)
 		}
 	}
-	if _, err := b.inbox.HandleMessage(ctx, tx, "billing", nil, handler); !errors.Is(err, store.ErrInvalidArgument) {
+	if _, err := b.Inbox.HandleMessage(ctx, tx, "billing", nil, handler); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("HandleMessage(nil) = %v, want ErrInvalidArgument", err)
 	}
 	if called.Load() {
 		t.Error("a handler ran for an invalid call")
 	}
 	var n int
-	if err := b.db.QueryRow(`SELECT count(*) FROM "` + b.inbox.Options().Schema + `".ib_inbox`).Scan(&n); err != nil || n != 0 {
+	if err := b.DB.QueryRow(`SELECT count(*) FROM "` + b.Inbox.Options().Schema + `".ib_inbox`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("inbox rows after invalid calls: %d, %v", n, err)
 	}
 	if _, err := inbox.New(store.Options{Schema: "Bad-Schema"}); !errors.Is(err, store.ErrInvalidOptions) {
