@@ -36,10 +36,6 @@ var ErrDuplicateWorker = errors.New("dispatch: ordered worker name already in us
 // OrderedOptions configure an [Ordered] dispatcher. The zero value of each field
 // means its default.
 type OrderedOptions struct {
-	// Lanes is the lane count, 1 to 65,536. It must equal the writers' count,
-	// relayer.Outbox.Lanes, which is what leaving it zero gives; any other
-	// value is refused by [NewOrdered]. Default: the outbox's lane count.
-	Lanes int
 	// LeaseDuration is how long lane and membership leases last without
 	// renewal, 1s to 1h. A batch may take at most half of it, and stops
 	// admitting rows after a quarter. Default: 30s.
@@ -61,12 +57,12 @@ type OrderedOptions struct {
 	Logger *slog.Logger
 }
 
-// LoadOrderedOptions reads Lanes, LeaseDuration, PollInterval, BatchSize and
-// Concurrency from a configuration source.
+// LoadOrderedOptions reads LeaseDuration, PollInterval, BatchSize and
+// Concurrency from a configuration source. The lane count is the outbox's
+// (relayer.Outbox.Lanes), shared with the writers, and has no option here.
 func LoadOrderedOptions(src Source) (OrderedOptions, error) {
 	var o OrderedOptions
 	l := loader{src: src}
-	l.int("Lanes", &o.Lanes)
 	l.duration("LeaseDuration", &o.LeaseDuration)
 	l.duration("PollInterval", &o.PollInterval)
 	l.int("BatchSize", &o.BatchSize)
@@ -81,8 +77,6 @@ func LoadOrderedOptions(src Source) (OrderedOptions, error) {
 func (o OrderedOptions) Validate() error {
 	d := o.withDefaults()
 	switch {
-	case d.Lanes < relayer.LanesMin || d.Lanes > relayer.LanesMax:
-		return fmt.Errorf("%w: Lanes must be %d to %d, got %d", ErrInvalidOptions, relayer.LanesMin, relayer.LanesMax, o.Lanes)
 	case d.LeaseDuration < LaneLeaseDurationMin || d.LeaseDuration > LaneLeaseDurationMax:
 		return fmt.Errorf("%w: LeaseDuration must be %s to %s, got %s", ErrInvalidOptions, LaneLeaseDurationMin, LaneLeaseDurationMax, o.LeaseDuration)
 	case d.PollInterval <= 0 || d.PollInterval >= d.LeaseDuration/3:
@@ -96,9 +90,6 @@ func (o OrderedOptions) Validate() error {
 }
 
 func (o OrderedOptions) withDefaults() OrderedOptions {
-	if o.Lanes == 0 {
-		o.Lanes = relayer.LanesDefault
-	}
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = LaneLeaseDurationDefault
 	}
@@ -165,6 +156,7 @@ var workerNames = struct {
 // lane, and Stop, until it does: give transports their own timeouts.
 type Ordered struct {
 	name     string
+	lanes    int // the outbox's lane count
 	instance string
 	token    uuid.UUID
 	db       *sql.DB
@@ -177,7 +169,7 @@ type Ordered struct {
 
 	assigned atomic.Pointer[[]int]
 	members  atomic.Int64
-	beyond   atomic.Int64 // pending rows in lanes past opts.Lanes, at the last heartbeat
+	beyond   atomic.Int64 // pending rows in lanes past o.lanes, at the last heartbeat
 	wake     chan struct{}
 	quit     chan struct{} // closed by Stop: finish the batches in flight, then leave
 
@@ -199,23 +191,19 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, name string, opts OrderedOpti
 	if name == "" {
 		return nil, fmt.Errorf("%w: the worker name is empty", ErrInvalidOptions)
 	}
-	writerLanes := outbox.Lanes
-	if writerLanes == 0 {
-		writerLanes = relayer.LanesDefault
+	// The lane count is the outbox's, the one its writers hash keys with:
+	// there is no second setting to disagree with it.
+	lanes := outbox.Lanes
+	if lanes == 0 {
+		lanes = relayer.LanesDefault
 	}
-	if opts.Lanes == 0 {
-		opts.Lanes = writerLanes
+	if lanes < relayer.LanesMin || lanes > relayer.LanesMax {
+		return nil, fmt.Errorf("%w: Outbox.Lanes must be %d to %d, got %d", ErrInvalidOptions, relayer.LanesMin, relayer.LanesMax, outbox.Lanes)
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if opts.Lanes != writerLanes {
-		// Writers hash keys into the outbox's lanes; a worker scanning fewer
-		// never sees some of them, one scanning more finds others empty.
-		return nil, fmt.Errorf("%w: Lanes %d differs from the outbox's %d (relayer.Outbox.Lanes, default %d); writers and workers must agree, so leave OrderedOptions.Lanes zero",
-			ErrInvalidOptions, opts.Lanes, writerLanes, relayer.LanesDefault)
-	}
 	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
 	if err != nil {
 		return nil, err
@@ -236,6 +224,7 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, name string, opts OrderedOpti
 	workerNames.m[name] = true
 	o := &Ordered{
 		name:     name,
+		lanes:    lanes,
 		instance: uuid.NewString(),
 		token:    uuid.New(),
 		db:       db,
@@ -381,28 +370,28 @@ func (o *Ordered) heartbeat(ctx context.Context) error {
 	if rank < 0 {
 		return errors.New("own membership missing after heartbeat")
 	}
-	lanes := laneShare(rank, len(members), o.opts.Lanes)
+	lanes := laneShare(rank, len(members), o.lanes)
 	o.assigned.Store(&lanes)
 	o.members.Store(int64(len(members)))
 	if err := o.clock.sync(ctx, o.store); err != nil {
 		return err
 	}
-	beyond, err := o.store.RowsBeyondLanes(ctx, o.opts.Lanes)
+	beyond, err := o.store.RowsBeyondLanes(ctx, o.lanes)
 	if err != nil {
 		return err
 	}
 	o.beyond.Store(beyond)
 	if beyond > 0 {
-		o.opts.Logger.Error("dispatch: rows in lanes this worker never scans; a writer uses more lanes than the worker's Lanes",
-			slog.String("worker", o.name), slog.Int("lanes", o.opts.Lanes), slog.Int64("rows", beyond))
+		o.opts.Logger.Error("dispatch: rows in lanes this worker never scans; a writer uses more lanes than the worker's outbox",
+			slog.String("worker", o.name), slog.Int("lanes", o.lanes), slog.Int64("rows", beyond))
 	}
 	return nil
 }
 
 // RowsBeyondLanes returns how many pending rows (counted up to 10,000) the
-// last heartbeat found in lanes numbered Lanes or more. Such rows are never
-// delivered by this worker: their writers were configured with a different
-// lane count. Anything but zero is logged as an error at each heartbeat.
+// last heartbeat found in lanes numbered the outbox's lane count or more.
+// Such rows are never delivered by this worker: their writers were
+// configured with a different lane count. Anything but zero is logged as an error at each heartbeat.
 func (o *Ordered) RowsBeyondLanes() int64 { return o.beyond.Load() }
 
 // heartbeats runs on its own goroutine and pooled connections, never behind a

@@ -386,8 +386,8 @@ func TestOrderedNamesAndRoutesAreChecked(t *testing.T) {
 	} else {
 		must(t, again.Stop(context.Background()))
 	}
-	if _, err := dispatch.NewOrdered(b.db, relayer.Outbox{Lanes: 16}, "lanes-"+name, dispatch.OrderedOptions{Lanes: 32}); !errors.Is(err, dispatch.ErrInvalidOptions) {
-		t.Errorf("lane count mismatch = %v", err)
+	if _, err := dispatch.NewOrdered(b.db, relayer.Outbox{Lanes: 70000}, "lanes-"+name, dispatch.OrderedOptions{}); !errors.Is(err, dispatch.ErrInvalidOptions) {
+		t.Errorf("NewOrdered with Outbox.Lanes 70000 = %v, want ErrInvalidOptions", err)
 	}
 }
 

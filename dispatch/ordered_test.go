@@ -41,8 +41,8 @@ func TestOrderedOptionsValidate(t *testing.T) {
 		o     OrderedOptions
 		field string
 	}{
-		{OrderedOptions{Lanes: -1}, "Lanes"},
-		{OrderedOptions{Lanes: 65537}, "Lanes"},
+		{OrderedOptions{Concurrency: -1}, "Concurrency"},
+		{OrderedOptions{Concurrency: 65}, "Concurrency"},
 		{OrderedOptions{LeaseDuration: 500 * time.Millisecond}, "LeaseDuration"},
 		{OrderedOptions{LeaseDuration: 2 * time.Hour}, "LeaseDuration"},
 		{OrderedOptions{PollInterval: -time.Second}, "PollInterval"},
@@ -54,13 +54,13 @@ func TestOrderedOptionsValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want an error naming %s", c.o, err, c.field)
 		}
 	}
-	for _, ok := range []OrderedOptions{{}, {Lanes: 1}, {Lanes: 65536}, {LeaseDuration: time.Second}, {LeaseDuration: time.Hour, PollInterval: 19 * time.Minute}} {
+	for _, ok := range []OrderedOptions{{}, {Concurrency: 1}, {Concurrency: 64}, {LeaseDuration: time.Second}, {LeaseDuration: time.Hour, PollInterval: 19 * time.Minute}} {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("Validate(%+v) = %v", ok, err)
 		}
 	}
-	o, err := LoadOrderedOptions(MapSource(map[string]string{"Lanes": "64", "LeaseDuration": "10s", "PollInterval": "500ms", "BatchSize": "50"}))
-	if err != nil || o.Lanes != 64 || o.LeaseDuration != 10*time.Second || o.PollInterval != 500*time.Millisecond || o.BatchSize != 50 {
+	o, err := LoadOrderedOptions(MapSource(map[string]string{"Concurrency": "3", "LeaseDuration": "10s", "PollInterval": "500ms", "BatchSize": "50"}))
+	if err != nil || o.Concurrency != 3 || o.LeaseDuration != 10*time.Second || o.PollInterval != 500*time.Millisecond || o.BatchSize != 50 {
 		t.Errorf("LoadOrderedOptions = %+v, %v", o, err)
 	}
 	if _, err := LoadOrderedOptions(MapSource(map[string]string{"PollInterval": "20s"})); err == nil || !strings.Contains(err.Error(), "PollInterval") {

@@ -1,0 +1,375 @@
+package dispatch
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Runner defaults and limits.
+const (
+	// RunnerPoolHeadroomDefault is how many connections of a bounded pool
+	// the runner leaves to the application by default.
+	RunnerPoolHeadroomDefault = 2
+	// OrderedWorkersMax bounds RunnerOptions.OrderedWorkers.
+	OrderedWorkersMax = 16
+	// runnerBorrowed is the pooled connections the workers borrow briefly
+	// besides those they pin: leases, heartbeats, clock measurements.
+	runnerBorrowed = 1
+)
+
+// ErrPoolTooSmall is returned by [Runner.Start] when the *sql.DB's
+// MaxOpenConns leaves too few connections for the workers and the
+// application: the workers would wait for connections, or starve the
+// application of them.
+var ErrPoolTooSmall = errors.New("dispatch: connection pool too small for the workers")
+
+// RunnerOptions configure a [Runner]. The zero value runs every worker with
+// its defaults.
+type RunnerOptions struct {
+	// Direct configures direct dispatch. Its Recovery field is set by the
+	// runner.
+	Direct DirectOptions
+	// DisableDirect turns direct dispatch off: committed rows then wait for
+	// recovery (woken at each commit) instead of being sent at once.
+	DisableDirect bool
+	// Recovery configures recovery.
+	Recovery RecoveryOptions
+	// DisableRecovery turns recovery off in this process. Some process of the
+	// outbox must run it: without it, failed sends, crash leftovers and
+	// scheduled messages are never delivered.
+	DisableRecovery bool
+	// Ordered configures the ordered workers.
+	Ordered OrderedOptions
+	// OrderedWorkers is how many ordered workers this process runs, 0 to 16;
+	// they share the lanes with each other and with other processes'. Zero
+	// means one when the outbox routes a type to an ordered route, and none
+	// otherwise. One worker running several lanes at once
+	// (OrderedOptions.Concurrency) is usually enough per process.
+	OrderedWorkers int
+	// DisableOrdered runs no ordered worker in this process.
+	DisableOrdered bool
+	// Cleanup configures retention cleanup.
+	Cleanup CleanupOptions
+	// DisableCleanup turns retention cleanup off in this process.
+	DisableCleanup bool
+	// PoolHeadroom is how many connections of a bounded pool (a *sql.DB with
+	// MaxOpenConns set) must remain for the application besides the
+	// workers' own; 0 to MaxOpenConns. Start refuses a smaller pool. A pool
+	// without a bound is not checked. Default: 2.
+	PoolHeadroom int
+	// Logger is every worker's logger unless its own options set one.
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first field out of range, each worker's options
+// included.
+func (o RunnerOptions) Validate() error {
+	if err := o.Direct.Validate(); err != nil {
+		return fmt.Errorf("Direct: %w", err)
+	}
+	if err := o.Recovery.Validate(); err != nil {
+		return fmt.Errorf("Recovery: %w", err)
+	}
+	if err := o.Ordered.Validate(); err != nil {
+		return fmt.Errorf("Ordered: %w", err)
+	}
+	if err := o.Cleanup.Validate(); err != nil {
+		return fmt.Errorf("Cleanup: %w", err)
+	}
+	switch {
+	case o.OrderedWorkers < 0 || o.OrderedWorkers > OrderedWorkersMax:
+		return fmt.Errorf("%w: OrderedWorkers must be 0 to %d, got %d", ErrInvalidOptions, OrderedWorkersMax, o.OrderedWorkers)
+	case o.PoolHeadroom < 0:
+		return fmt.Errorf("%w: PoolHeadroom must not be negative, got %d", ErrInvalidOptions, o.PoolHeadroom)
+	}
+	return nil
+}
+
+// Runner runs an outbox's workers in one process: direct dispatch, recovery,
+// ordered workers and retention cleanup, each of which can be turned off. It
+// is the writer's commit listener ([enlist.Options].Listener), so that
+// committed rows reach direct dispatch:
+//
+//	runner, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{})
+//	writer, err := enlist.NewWriter(outbox, enlist.Options{Listener: runner})
+//	err = runner.Start(ctx)
+//	defer runner.Stop(shutdownCtx)
+//
+// Every worker takes the outbox's schema, prefix and lane count from the
+// outbox value, so writers and workers built from it cannot disagree. The
+// workers stay usable on their own ([NewDirect], [NewRecovery], [NewOrdered],
+// [NewCleanup]) for those who run them in different processes.
+type Runner struct {
+	db       *sql.DB
+	opts     RunnerOptions
+	store    *store.Store
+	direct   *Direct
+	recovery *Recovery
+	ordered  []*Ordered
+	cleanup  *Cleanup
+
+	mu      sync.Mutex
+	started bool
+	stopped chan struct{} // closed by Stop
+}
+
+// NewRunner builds the workers for outbox, validating every option; it does
+// not touch the database.
+func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, error) {
+	if db == nil {
+		return nil, fmt.Errorf("dispatch: NewRunner: %w", store.ErrNilDB)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.PoolHeadroom == 0 {
+		opts.PoolHeadroom = RunnerPoolHeadroomDefault
+	}
+	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{db: db, opts: opts, store: st, stopped: make(chan struct{})}
+	if !opts.DisableRecovery {
+		o := opts.Recovery
+		o.Logger = orLogger(o.Logger, opts.Logger)
+		if r.recovery, err = NewRecovery(db, outbox, o); err != nil {
+			return nil, err
+		}
+	}
+	if !opts.DisableDirect {
+		o := opts.Direct
+		o.Logger = orLogger(o.Logger, opts.Logger)
+		o.Recovery = r.recovery
+		if r.direct, err = NewDirect(db, outbox, o); err != nil {
+			return nil, err
+		}
+	}
+	workers := opts.OrderedWorkers
+	if workers == 0 && hasOrderedRoute(outbox) {
+		workers = 1
+	}
+	if opts.DisableOrdered {
+		workers = 0
+	}
+	for i := range workers {
+		o := opts.Ordered
+		o.Logger = orLogger(o.Logger, opts.Logger)
+		name := fmt.Sprintf("%s.%sordered-%d", st.Options().Schema, st.Options().TablePrefix, i+1)
+		w, err := NewOrdered(db, outbox, name, o)
+		if err != nil {
+			r.releaseNames()
+			return nil, err
+		}
+		r.ordered = append(r.ordered, w)
+	}
+	if !opts.DisableCleanup {
+		o := opts.Cleanup
+		o.Logger = orLogger(o.Logger, opts.Logger)
+		if r.cleanup, err = NewCleanup(db, outbox, o); err != nil {
+			r.releaseNames()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// orLogger returns l, or fallback when l is nil.
+func orLogger(l, fallback *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return fallback
+}
+
+func hasOrderedRoute(outbox relayer.Outbox) bool {
+	if outbox.Routes == nil {
+		return false
+	}
+	for _, r := range outbox.Routes.All() {
+		if r.Ordered {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseNames frees the names of ordered workers built but never started.
+func (r *Runner) releaseNames() {
+	for _, o := range r.ordered {
+		o.Stop(context.Background())
+	}
+}
+
+// Direct returns the direct dispatcher, or nil when it is turned off.
+func (r *Runner) Direct() *Direct { return r.direct }
+
+// Recovery returns the recovery worker, or nil when it is turned off.
+func (r *Runner) Recovery() *Recovery { return r.recovery }
+
+// Ordered returns the ordered workers.
+func (r *Runner) Ordered() []*Ordered { return r.ordered }
+
+// Cleanup returns the cleanup worker, or nil when it is turned off.
+func (r *Runner) Cleanup() *Cleanup { return r.cleanup }
+
+// StoreOptions returns the outbox's schema and prefix, for
+// [enlist.CommitListener].
+func (r *Runner) StoreOptions() store.Options { return r.store.Options() }
+
+// Committed hands committed rows to direct dispatch; with direct dispatch
+// turned off, it wakes recovery instead. It implements
+// [enlist.CommitListener].
+func (r *Runner) Committed(rows []relayer.Message) error {
+	if r.direct != nil {
+		return r.direct.Committed(rows)
+	}
+	if r.recovery != nil {
+		r.recovery.Wake()
+	}
+	return nil
+}
+
+// Connections returns how many connections the workers pin from the pool
+// while they run, and how many more they borrow for brief statements.
+func (r *Runner) Connections() (pinned, borrowed int) {
+	if r.direct != nil {
+		pinned += r.direct.opts.Workers
+	}
+	if r.recovery != nil {
+		pinned += r.recovery.opts.Workers
+	}
+	for _, o := range r.ordered {
+		pinned += o.opts.Concurrency
+	}
+	if r.cleanup != nil {
+		pinned++
+	}
+	return pinned, runnerBorrowed
+}
+
+// checkPool refuses a bounded pool without room for the workers and the
+// application.
+func (r *Runner) checkPool() error {
+	limit := r.db.Stats().MaxOpenConnections
+	if limit <= 0 {
+		return nil
+	}
+	pinned, borrowed := r.Connections()
+	need := pinned + borrowed + r.opts.PoolHeadroom
+	if limit < need {
+		return fmt.Errorf("%w: MaxOpenConns is %d; the workers pin %d and borrow %d, and PoolHeadroom keeps %d for the application: "+
+			"raise it to at least %d (db.SetMaxOpenConns), or run fewer workers", ErrPoolTooSmall, limit, pinned, borrowed, r.opts.PoolHeadroom, need)
+	}
+	return nil
+}
+
+// Start checks the pool, then starts recovery, the ordered workers, cleanup
+// and direct dispatch, in that order; they run until [Runner.Stop] or until
+// ctx ends. If one fails to start, those already started are stopped and the
+// error returned. A second Start fails.
+func (r *Runner) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.stopped:
+		return ErrStopped
+	default:
+	}
+	if r.started {
+		return errors.New("dispatch: runner already started")
+	}
+	if err := r.checkPool(); err != nil {
+		return err
+	}
+	r.started = true
+	var started []interface{ Stop(context.Context) error }
+	for _, w := range r.workers() {
+		if err := w.Start(ctx); err != nil {
+			sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			cancel() // stop at once: nothing was sent yet
+			for _, s := range started {
+				s.Stop(sctx)
+			}
+			for _, o := range r.ordered {
+				o.Stop(sctx) // frees the names of those not started
+			}
+			return err
+		}
+		started = append(started, w)
+	}
+	return nil
+}
+
+// worker is the lifecycle every worker kind shares.
+type worker interface {
+	Start(context.Context) error
+	Stop(context.Context) error
+}
+
+// workers returns the workers in start order.
+func (r *Runner) workers() []worker {
+	var ws []worker
+	if r.recovery != nil {
+		ws = append(ws, r.recovery)
+	}
+	for _, o := range r.ordered {
+		ws = append(ws, o)
+	}
+	if r.cleanup != nil {
+		ws = append(ws, r.cleanup)
+	}
+	if r.direct != nil {
+		ws = append(ws, r.direct)
+	}
+	return ws
+}
+
+// Stop stops every worker at once: each finishes what it has in flight (direct
+// dispatch drains its queue) within ctx's deadline, then is cancelled. It
+// returns the workers' errors joined (ctx's error when the deadline cut a
+// drain short). Stop is idempotent.
+func (r *Runner) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	select {
+	case <-r.stopped:
+	default:
+		close(r.stopped)
+	}
+	r.mu.Unlock()
+	ws := r.workers()
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() { errs[i] = w.Stop(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Run starts the workers and blocks until ctx ends or Stop is called. When ctx
+// ends, the workers are cancelled (use Stop for a drain) and Run returns
+// ctx's error.
+func (r *Runner) Run(ctx context.Context) error {
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-r.stopped:
+		return nil
+	case <-ctx.Done():
+	}
+	r.Stop(ctx) // ctx has ended: every worker is cancelled, Stop waits for them
+	return ctx.Err()
+}

@@ -1,0 +1,173 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testdb"
+)
+
+// runnerFor builds a runner on b's outbox and a writer that notifies it.
+func runnerFor(t *testing.T, b *bundle, opts dispatch.RunnerOptions) (*dispatch.Runner, *enlist.Writer) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = b.logger()
+	}
+	opts.Recovery.PollInterval = 50 * time.Millisecond
+	opts.Ordered.PollInterval = 50 * time.Millisecond
+	r, err := dispatch.NewRunner(b.db, b.outbox, opts)
+	must(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r.Stop(ctx)
+	})
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: r})
+	must(t, err)
+	return r, w
+}
+
+func publishWith(t *testing.T, b *bundle, w *enlist.Writer, msgs ...relayer.Outgoing) {
+	t.Helper()
+	must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
+		return tx.PublishAll(context.Background(), msgs...)
+	}))
+}
+
+// One runner delivers unordered messages at once, ordered ones in order and
+// scheduled ones when due, and stops cleanly.
+func TestRunnerDeliversEveryKind(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r, w := runnerFor(t, b, dispatch.RunnerOptions{})
+	if len(r.Ordered()) != 1 || r.Direct() == nil || r.Recovery() == nil || r.Cleanup() == nil {
+		t.Fatalf("runner workers: direct %v, recovery %v, %d ordered, cleanup %v; want all, one ordered",
+			r.Direct() != nil, r.Recovery() != nil, len(r.Ordered()), r.Cleanup() != nil)
+	}
+	must(t, r.Start(context.Background()))
+	if err := r.Start(context.Background()); err == nil {
+		t.Error("a second Start succeeded")
+	}
+	publishWith(t, b, w,
+		relayer.NewOutgoing(Placed{1}),
+		relayer.NewOutgoing(Shipped{1}, relayer.Key("k")),
+		relayer.NewOutgoing(Shipped{2}, relayer.Key("k")),
+		relayer.NewOutgoing(Billed{1}, relayer.DeliverAt(time.Now().Add(300*time.Millisecond))))
+	b.waitSent(t, 4)
+	b.waitRows(t, 0)
+	checkOrder(t, b.mem.Messages("orders.shipped"), []string{"k"}, 2, false)
+	if r.Direct().Stats().Sent != 1 || r.Recovery().Stats().Sent != 1 || r.Ordered()[0].Stats().Sent != 2 {
+		t.Errorf("sent by direct %d, recovery %d, ordered %d; want 1, 1, 2",
+			r.Direct().Stats().Sent, r.Recovery().Stats().Sent, r.Ordered()[0].Stats().Sent)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(t, r.Stop(ctx))
+	must(t, r.Stop(ctx))
+	if err := r.Start(context.Background()); !errors.Is(err, dispatch.ErrStopped) {
+		t.Errorf("Start after Stop = %v, want ErrStopped", err)
+	}
+}
+
+// Each worker kind can be turned off; with direct dispatch off, commits wake
+// recovery, which sends at once.
+func TestRunnerWithoutDirectDispatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r, w := runnerFor(t, b, dispatch.RunnerOptions{DisableDirect: true, DisableOrdered: true, DisableCleanup: true,
+		Recovery: dispatch.RecoveryOptions{MinAge: time.Hour}})
+	if r.Direct() != nil || len(r.Ordered()) != 0 || r.Cleanup() != nil || r.Recovery() == nil {
+		t.Fatal("workers turned off are still there")
+	}
+	if pinned, _ := r.Connections(); pinned != dispatch.RecoveryWorkersDefault {
+		t.Errorf("recovery alone pins %d connections, want %d", pinned, dispatch.RecoveryWorkersDefault)
+	}
+	must(t, r.Start(context.Background()))
+	publishWith(t, b, w, relayer.NewOutgoing(Placed{1}))
+	b.waitSent(t, 1)
+	b.waitRows(t, 0)
+}
+
+// A bounded pool without room for the workers and the application is refused
+// at Start, with the numbers and the fix.
+func TestRunnerRefusesASmallPool(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	db := testdb.Open(t, "pgx")
+	db.SetMaxOpenConns(2)
+	outbox := b.outbox
+	r, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{Logger: b.logger()})
+	must(t, err)
+	defer r.Stop(context.Background())
+	err = r.Start(context.Background())
+	if !errors.Is(err, dispatch.ErrPoolTooSmall) || !strings.Contains(err.Error(), "MaxOpenConns is 2") || !strings.Contains(err.Error(), "at least 9") {
+		t.Fatalf("Start with a pool of 2 = %v, want ErrPoolTooSmall asking for at least 9", err)
+	}
+	db.SetMaxOpenConns(9)
+	r2, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{Logger: b.logger(), DisableOrdered: true})
+	must(t, err)
+	must(t, r2.Start(context.Background()))
+	must(t, r2.Stop(context.Background()))
+}
+
+func TestRunnerOptions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	for name, opts := range map[string]dispatch.RunnerOptions{
+		"Direct":         {Direct: dispatch.DirectOptions{Workers: 99}},
+		"Recovery":       {Recovery: dispatch.RecoveryOptions{BatchSize: -1}},
+		"Ordered":        {Ordered: dispatch.OrderedOptions{Concurrency: 100}},
+		"Cleanup":        {Cleanup: dispatch.CleanupOptions{BatchSize: -1}},
+		"OrderedWorkers": {OrderedWorkers: 17},
+		"PoolHeadroom":   {PoolHeadroom: -1},
+	} {
+		_, err := dispatch.NewRunner(b.db, b.outbox, opts)
+		if !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s out of range: %v, want ErrInvalidOptions naming it", name, err)
+		}
+	}
+	if _, err := dispatch.NewRunner(nil, b.outbox, dispatch.RunnerOptions{}); err == nil {
+		t.Error("NewRunner with a nil *sql.DB succeeded")
+	}
+}
+
+// Run blocks until its context ends, cancelling the workers, or until Stop.
+func TestRunnerRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r, w := runnerFor(t, b, dispatch.RunnerOptions{DisableOrdered: true, DisableCleanup: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	publishWith(t, b, w, relayer.NewOutgoing(Placed{1}))
+	b.waitSent(t, 1)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run after its context ended = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+
+	r2, w2 := runnerFor(t, b, dispatch.RunnerOptions{DisableOrdered: true, DisableCleanup: true})
+	go func() { done <- r2.Run(context.Background()) }()
+	publishWith(t, b, w2, relayer.NewOutgoing(Placed{2}))
+	b.waitSent(t, 2) // running
+	must(t, r2.Stop(context.Background()))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after Stop = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after Stop")
+	}
+}
