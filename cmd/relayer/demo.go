@@ -215,66 +215,38 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.consume(ctx); err != nil {
 		return err
 	}
-	recovery, err := dispatch.NewRecovery(d.db, outbox, dispatch.RecoveryOptions{
-		PollInterval: 250 * time.Millisecond, Owner: "relayer-demo-" + d.token, Logger: log})
+	runner, err := dispatch.NewRunner(d.db, outbox, dispatch.RunnerOptions{
+		Direct:         dispatch.DirectOptions{QueueCapacity: 4096},
+		Recovery:       dispatch.RecoveryOptions{PollInterval: 250 * time.Millisecond, Owner: "relayer-demo-" + d.token},
+		Ordered:        dispatch.OrderedOptions{PollInterval: 50 * time.Millisecond},
+		OrderedWorkers: d.flags.workers,
+		DisableCleanup: true,
+		Logger:         log,
+	})
 	if err != nil {
 		return err
 	}
-	direct, err := dispatch.NewDirect(d.db, outbox, dispatch.DirectOptions{QueueCapacity: 4096, Recovery: recovery, Logger: log})
-	if err != nil {
-		return err
-	}
-	ordered := make([]*dispatch.Ordered, d.flags.workers)
-	for i := range ordered {
-		name := fmt.Sprintf("relayer-demo-%s-%d", d.token, i+1)
-		if ordered[i], err = dispatch.NewOrdered(d.db, outbox, name, dispatch.OrderedOptions{
-			PollInterval: 50 * time.Millisecond, Logger: log}); err != nil {
-			return err
-		}
-	}
-	type worker interface{ Stop(context.Context) error }
-	stopAll := func(ws ...worker) {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
-		defer cancel()
-		var wg sync.WaitGroup
-		for _, w := range ws {
-			wg.Go(func() {
-				if err := w.Stop(sctx); err != nil {
-					fmt.Fprintf(d.stderr, "relayer demo: stopping a dispatcher: %v\n", err)
-				}
-			})
-		}
-		wg.Wait()
-	}
-	// Stopped before the NATS connection and the database close.
+	// Stopped before the NATS connection and the database close, gracefully
+	// within stopTimeout rather than cancelled mid-batch; Ctrl-C stops the
+	// writers.
 	var stopOnce sync.Once
 	stopWorkers := func() {
 		stopOnce.Do(func() {
-			ws := []worker{direct, recovery}
-			for _, o := range ordered {
-				ws = append(ws, o)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+			defer cancel()
+			if err := runner.Stop(sctx); err != nil {
+				fmt.Fprintf(d.stderr, "relayer demo: stopping the dispatchers: %v\n", err)
 			}
-			stopAll(ws...)
 		})
 	}
-	// Ctrl-C stops the writers; the dispatchers are stopped gracefully by
-	// stopWorkers, within stopTimeout, rather than cancelled mid-batch.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	d.onCleanup(cancelWork)
 	d.onCleanup(stopWorkers)
-	if err := recovery.Start(workCtx); err != nil {
+	if err := runner.Start(workCtx); err != nil {
 		return err
-	}
-	if err := direct.Start(workCtx); err != nil {
-		return err
-	}
-	for _, o := range ordered {
-		if err := o.Start(workCtx); err != nil {
-			return fmt.Errorf("start ordered worker %s: %w", o.Name(), err)
-		}
 	}
 
-	writer, err := enlist.NewWriter(outbox, enlist.Options{Listener: direct,
+	writer, err := enlist.NewWriter(outbox, enlist.Options{Listener: runner,
 		Logger: slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 	if err != nil {
 		return err
@@ -328,8 +300,8 @@ wait:
 	time.Sleep(100 * time.Millisecond) // let a late duplicate show up before counting
 	stopWorkers()
 
-	by := deliveredBy{direct: direct.Stats().Sent, recovery: recovery.Stats().Sent}
-	for _, o := range ordered {
+	by := deliveredBy{direct: runner.Direct().Stats().Sent, recovery: runner.Recovery().Stats().Sent}
+	for _, o := range runner.Ordered() {
 		by.ordered += o.Stats().Sent
 	}
 	sum := d.track.summarize(start, elapsed)
@@ -366,8 +338,8 @@ func (d *demo) startDatabase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Writers, the direct dispatcher, each ordered worker and recovery's
-	// drainers pin or borrow connections at once.
+	// Writers and the runner's workers (dispatch.Runner.Connections) pin or
+	// borrow connections at once.
 	db.SetMaxOpenConns(16 + 2*d.flags.workers)
 	db.SetMaxIdleConns(16 + 2*d.flags.workers)
 	d.db = db
