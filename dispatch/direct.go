@@ -53,13 +53,10 @@ type DirectOptions struct {
 	ClaimDuration time.Duration
 	// Workers is how many goroutines take and send, each on its own pinned
 	// connection, from one shared queue; 1 to 16. One makes the fewest and
-	// largest statements: with 8 producers committing 10 messages per
-	// transaction on a 2-core machine, it added 9 µs of database CPU per
-	// message where two added 13–28 µs. A second worker lets one take the next
-	// rows while the other waits for its commit, which lowers latency and
-	// drains bursts of large transactions faster (100 messages per
-	// transaction: backlog 0.1–5.6k instead of 27–30k at the end of the same
-	// run). Default: 1.
+	// largest statements, the least database work per message. A second
+	// worker lets one take the next rows while the other waits for its
+	// commit, which lowers latency and drains bursts of large transactions
+	// faster (see docs/benchmarks.md). Default: 1.
 	Workers int
 	// Logger receives the dispatcher's logs. Default: slog.Default().
 	Logger *slog.Logger

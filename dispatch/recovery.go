@@ -37,9 +37,7 @@ const (
 type RecoveryOptions struct {
 	// BatchSize is how many rows one take statement removes, 1 to 10,000;
 	// sends are further bounded by each endpoint's MaxBatchSize. Large batches
-	// are what make draining a backlog fast: a 200,000-row backlog drained to
-	// the in-memory transport at 90–180k rows/s with 5,000-row takes on a
-	// 2-core machine, where a bare 1,000-row DELETE loop managed 135–265k.
+	// are what make draining a backlog fast (see docs/benchmarks.md).
 	// Default: 5000.
 	BatchSize int
 	// PollInterval is how long recovery waits after a scan found nothing, and so
@@ -60,11 +58,9 @@ type RecoveryOptions struct {
 	MinAge time.Duration
 	// Workers is how many goroutines take and send while this instance holds
 	// the lease, each on its own pinned connection; 1 to 16. Their takes run
-	// one at a time from a shared cursor, while the others send and commit:
-	// with a broker taking 5 ms per 1,000-message batch, a 200,000-row backlog
-	// drained at 104–123k rows/s with two against 72–84k with one. With an
-	// instant (in-memory) transport one is faster: 143–193k against 107–134k.
-	// Default: 2.
+	// one at a time from a shared cursor, while the others send and commit, so
+	// a second one pays when the broker takes time to answer and costs a
+	// little when it answers at once (see docs/benchmarks.md). Default: 2.
 	Workers int
 	// Owner describes this instance in the lease row. Default: host name and
 	// process id.
@@ -73,8 +69,8 @@ type RecoveryOptions struct {
 	Logger *slog.Logger
 }
 
-// LoadRecoveryOptions reads BatchSize, PollInterval, ClaimDuration and
-// LeaseDuration from a configuration source.
+// LoadRecoveryOptions reads BatchSize, PollInterval, ClaimDuration,
+// LeaseDuration, Workers and MinAge from a configuration source.
 func LoadRecoveryOptions(src Source) (RecoveryOptions, error) {
 	var o RecoveryOptions
 	l := loader{src: src}

@@ -57,6 +57,6 @@
 //
 // The outbox table is created with fillfactor 50: a claim updates only columns
 // no index covers, and with room left on each page PostgreSQL makes that a
-// heap-only update, writing no index entries. Measured on a 200,000-row
-// backlog, claiming 1,000 rows took about half as long as with full pages.
+// heap-only update, writing no index entries (docs/benchmarks.md has the
+// figure).
 package store
