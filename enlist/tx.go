@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/relayer-go/relayer"
 )
@@ -13,7 +14,10 @@ import (
 // *sql.Tx, so every method of database/sql keeps its meaning; Commit and
 // Rollback do what the embedded ones do, then end the outbox side of the
 // transaction. Commit through Tx, not through the embedded *sql.Tx, or the
-// listener is not told (the rows are still committed, and recovery sends them).
+// listener is not told (the rows are still committed, and recovery sends them
+// later). A Tx that published messages and is garbage collected without its
+// Commit or Rollback having been called is logged as a warning that names
+// the fix.
 type Tx struct {
 	*sql.Tx
 	e *Enlistment
@@ -36,7 +40,9 @@ func (w *Writer) Begin(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*T
 // Wrap returns tx, a transaction the caller already began, ready for
 // publishing. Commit it through the returned Tx.
 func (w *Writer) Wrap(tx *sql.Tx) *Tx {
-	return &Tx{Tx: tx, e: w.Enlist()}
+	t := &Tx{Tx: tx, e: w.Enlist()}
+	runtime.AddCleanup(t, (*Enlistment).dropped, t.e)
+	return t
 }
 
 // Publish writes one message in the transaction: one round trip.

@@ -321,6 +321,22 @@ func (e *Enlistment) Committed() {
 	}
 }
 
+// dropped reports an enlistment whose transaction value was garbage collected
+// while it still held published rows: its transaction was ended some other
+// way than through the wrapper's Commit or Rollback (most often a commit
+// through the embedded *sql.Tx), so the listener was never told.
+func (e *Enlistment) dropped() {
+	e.mu.Lock()
+	n, ended := len(e.rows), e.ended
+	e.mu.Unlock()
+	if ended || n == 0 {
+		return
+	}
+	e.w.logger.Warn("enlist: a transaction that published messages was dropped without Commit or Rollback on the enlist.Tx; "+
+		"if it committed through the embedded *sql.Tx, direct dispatch never heard of them and recovery sends them later: commit with tx.Commit()",
+		slog.Int("rows", n))
+}
+
 // RolledBack ends the enlistment without notifying: the rows are gone with the
 // transaction. Calls after the first do nothing.
 func (e *Enlistment) RolledBack() {
