@@ -25,6 +25,8 @@ type Route struct {
 // Routes is not safe for concurrent modification.
 type Routes struct {
 	byType map[string]Route
+	// goNamed holds the types AddType named after their Go type.
+	goNamed map[string]bool
 }
 
 // Add registers the route for a message type. It fails with an error wrapping
@@ -50,8 +52,29 @@ func (r *Routes) Add(messageType string, route Route) error {
 }
 
 // AddType registers the route for the message type of T, named by [TypeName].
+// A type without a MessageType method ([Typer]) is named after its Go package
+// and type, so renaming either changes the name consumers see; writers warn
+// about such routes (see [Routes.GoNamed]).
 func AddType[T any](r *Routes, route Route) error {
-	return r.Add(TypeName[T](), route)
+	name := TypeName[T]()
+	if err := r.Add(name, route); err != nil {
+		return err
+	}
+	if !implementsTyper(reflect.TypeFor[T]()) {
+		if r.goNamed == nil {
+			r.goNamed = make(map[string]bool)
+		}
+		r.goNamed[name] = true
+	}
+	return nil
+}
+
+// GoNamed returns, sorted, the message types that [AddType] named after their
+// Go type because it has no MessageType method. The type name travels with
+// every message as a contract with consumers in other services; a
+// MessageType method keeps it stable when the Go code is renamed or moved.
+func (r *Routes) GoNamed() []string {
+	return slices.Sorted(maps.Keys(r.goNamed))
 }
 
 // Lookup returns the route of a message type, or an error wrapping [ErrNoRoute].
@@ -79,7 +102,7 @@ func (r *Routes) All() iter.Seq2[string, Route] {
 
 // Clone returns an independent copy.
 func (r *Routes) Clone() *Routes {
-	return &Routes{byType: maps.Clone(r.byType)}
+	return &Routes{byType: maps.Clone(r.byType), goNamed: maps.Clone(r.goNamed)}
 }
 
 // Typer is implemented by messages that name their own type. MessageType must
@@ -112,10 +135,7 @@ func typeName(t reflect.Type) string {
 	if t.Kind() == reflect.Interface {
 		return ""
 	}
-	base := t
-	for base.Kind() == reflect.Pointer {
-		base = base.Elem()
-	}
+	base := derefType(t)
 	switch {
 	case base.Implements(typerType):
 		return reflect.Zero(base).Interface().(Typer).MessageType()
@@ -123,4 +143,18 @@ func typeName(t reflect.Type) string {
 		return reflect.New(base).Interface().(Typer).MessageType()
 	}
 	return base.String()
+}
+
+func derefType(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// implementsTyper reports whether t, its pointer or its base type names
+// itself.
+func implementsTyper(t reflect.Type) bool {
+	base := derefType(t)
+	return base.Implements(typerType) || reflect.PointerTo(base).Implements(typerType)
 }

@@ -21,6 +21,10 @@ import (
 // OrderPlaced is a message the example publishes.
 type OrderPlaced struct{ ID string }
 
+// MessageType names the type on the wire, for consumers in other services,
+// whatever the Go package and type are called.
+func (OrderPlaced) MessageType() string { return "orders.OrderPlaced" }
+
 // exampleSchema is a schema of this test run's own, so that runs can overlap;
 // a service names its own (for example "messaging").
 var exampleSchema = "quickstart_" + strconv.Itoa(os.Getpid())

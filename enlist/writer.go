@@ -105,6 +105,10 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 				ErrStoreMismatch, got.Schema, got.TablePrefix, want.Schema, want.TablePrefix)
 		}
 	}
+	if named := w.routes.GoNamed(); len(named) > 0 {
+		w.logger.Warn("enlist: message types named after their Go package and type; renaming either changes the type consumers receive: give each a MessageType method (relayer.Typer)",
+			slog.Any("types", named))
+	}
 	return w, nil
 }
 

@@ -3,6 +3,7 @@ package enlist_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -130,5 +131,17 @@ func TestValidateRefusesWhatPublishWould(t *testing.T) {
 		if err := w.Validate(ctx, relayer.NewOutgoing(enlisttest.Placed{N: 1}), m); !errors.Is(err, relayer.ErrInvalidMessage) {
 			t.Errorf("%s: Validate = %v, want ErrInvalidMessage", name, err)
 		}
+	}
+}
+
+// A writer warns about routes whose type name follows the Go type.
+func TestWriterWarnsAboutGoNamedTypes(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	if _, err := enlist.NewWriter(relayer.Outbox{Routes: routes(t)}, enlist.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "MessageType method") || !strings.Contains(logs.String(), "enlisttest.Placed") {
+		t.Errorf("no warning naming the Go-named type:\n%s", logs)
 	}
 }
