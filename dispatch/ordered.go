@@ -29,10 +29,6 @@ const (
 	OrderedConcurrencyMax     = 64
 )
 
-// ErrDuplicateWorker is returned by [NewOrdered] when a dispatcher with the same
-// name already exists in this process.
-var ErrDuplicateWorker = errors.New("dispatch: ordered worker name already in use")
-
 // OrderedOptions configure an [Ordered] dispatcher. The zero value of each field
 // means its default.
 type OrderedOptions struct {
@@ -53,6 +49,9 @@ type OrderedOptions struct {
 	// its own slot while the others go on; with Concurrency n, up to n-1 slow
 	// lanes leave the rest flowing. Default: 2.
 	Concurrency int
+	// Name describes the worker in its logs and in the owner column of its
+	// lease rows, for operators; any text. Default: host name and process id.
+	Name string
 	// Logger receives the worker's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -105,17 +104,12 @@ func (o OrderedOptions) withDefaults() OrderedOptions {
 	if o.Concurrency == 0 {
 		o.Concurrency = OrderedConcurrencyDefault
 	}
+	o.Name = ownerOrDefault(o.Name)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	return o
 }
-
-// workerNames holds the names of this process's ordered dispatchers.
-var workerNames = struct {
-	sync.Mutex
-	m map[string]bool
-}{m: make(map[string]bool)}
 
 // Ordered delivers ordered rows in per-key order through leased lanes shared by
 // every ordered worker on the same tables.
@@ -180,16 +174,13 @@ type Ordered struct {
 	done    chan struct{}
 }
 
-// NewOrdered returns an ordered dispatcher named name (explicit and
-// case-sensitive; two dispatchers of one name cannot coexist in a process). It
-// validates everything that needs no I/O; [Ordered.Start] checks the ordered
-// routes' capabilities.
-func NewOrdered(db *sql.DB, outbox relayer.Outbox, name string, opts OrderedOptions) (*Ordered, error) {
+// NewOrdered returns an ordered dispatcher for the outbox. It validates
+// everything that needs no I/O; [Ordered.Start] checks the ordered routes'
+// capabilities. Every ordered worker on the same tables, in this process or
+// another, joins one group that shares the lanes.
+func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordered, error) {
 	if db == nil {
 		return nil, fmt.Errorf("dispatch: NewOrdered: %w", store.ErrNilDB)
-	}
-	if name == "" {
-		return nil, fmt.Errorf("%w: the worker name is empty", ErrInvalidOptions)
 	}
 	// The lane count is the outbox's, the one its writers hash keys with:
 	// there is no second setting to disagree with it.
@@ -216,14 +207,8 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, name string, opts OrderedOpti
 	if outbox.Routes != nil {
 		routes = outbox.Routes.Clone()
 	}
-	workerNames.Lock()
-	defer workerNames.Unlock()
-	if workerNames.m[name] {
-		return nil, fmt.Errorf("%w: %q", ErrDuplicateWorker, name)
-	}
-	workerNames.m[name] = true
 	o := &Ordered{
-		name:     name,
+		name:     opts.Name,
 		lanes:    lanes,
 		instance: uuid.NewString(),
 		token:    uuid.New(),
@@ -328,13 +313,6 @@ func (o *Ordered) Stop(ctx context.Context) error {
 		close(o.quit)
 	}
 	o.mu.Unlock()
-	if !stopped {
-		defer func() {
-			workerNames.Lock()
-			delete(workerNames.m, o.name)
-			workerNames.Unlock()
-		}()
-	}
 	if !started {
 		return nil
 	}

@@ -60,8 +60,10 @@ func (b *bundle) orderedWorker(t testing.TB, db *sql.DB, tr relayer.Transport, o
 	if opts.Logger == nil {
 		opts.Logger = b.logger()
 	}
-	name := fmt.Sprintf("%s-%d", t.Name(), workerSeq.Add(1))
-	o, err := dispatch.NewOrdered(db, outbox, name, opts)
+	if opts.Name == "" {
+		opts.Name = fmt.Sprintf("%s-%d", t.Name(), workerSeq.Add(1))
+	}
+	o, err := dispatch.NewOrdered(db, outbox, opts)
 	must(t, err)
 	must(t, o.Start(context.Background()))
 	t.Cleanup(func() {
@@ -360,34 +362,26 @@ func TestOrderedSlowSendsCommitAConfirmedPrefix(t *testing.T) {
 	checkOrder(t, b.mem.All(), []string{"slow"}, 12, false)
 }
 
-func TestOrderedNamesAndRoutesAreChecked(t *testing.T) {
+func TestOrderedRoutesAndLanesAreChecked(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	name := t.Name()
-	o, err := dispatch.NewOrdered(b.db, b.outbox, name, dispatch.OrderedOptions{})
+	o, err := dispatch.NewOrdered(b.db, b.outbox, dispatch.OrderedOptions{Name: t.Name()})
 	must(t, err)
-	if _, err := dispatch.NewOrdered(b.db, b.outbox, name, dispatch.OrderedOptions{}); !errors.Is(err, dispatch.ErrDuplicateWorker) {
-		t.Errorf("second worker named %q = %v", name, err)
-	}
-	upper, err := dispatch.NewOrdered(b.db, b.outbox, strings.ToUpper(name), dispatch.OrderedOptions{})
-	if err != nil {
-		t.Errorf("names are case-sensitive, but %v", err)
-	} else {
-		defer upper.Stop(context.Background())
+	if o.Name() != t.Name() {
+		t.Errorf("Name = %q, want %q", o.Name(), t.Name())
 	}
 	b.mem.SetCapabilities("orders.shipped", relayer.Capabilities{MaxBatchSize: 10})
 	if err := o.Start(context.Background()); !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), "OrderedByKey") {
 		t.Errorf("Start with an unordered endpoint on an ordered route = %v", err)
 	}
 	must(t, o.Stop(context.Background()))
-	again, err := dispatch.NewOrdered(b.db, b.outbox, name, dispatch.OrderedOptions{})
-	if err != nil {
-		t.Errorf("name not freed by Stop: %v", err)
-	} else {
-		must(t, again.Stop(context.Background()))
-	}
-	if _, err := dispatch.NewOrdered(b.db, relayer.Outbox{Lanes: 70000}, "lanes-"+name, dispatch.OrderedOptions{}); !errors.Is(err, dispatch.ErrInvalidOptions) {
+	if _, err := dispatch.NewOrdered(b.db, relayer.Outbox{Lanes: 70000}, dispatch.OrderedOptions{}); !errors.Is(err, dispatch.ErrInvalidOptions) {
 		t.Errorf("NewOrdered with Outbox.Lanes 70000 = %v, want ErrInvalidOptions", err)
+	}
+	unnamed, err := dispatch.NewOrdered(b.db, b.outbox, dispatch.OrderedOptions{})
+	must(t, err)
+	if unnamed.Name() == "" {
+		t.Error("an unnamed worker has no name; want host name and process id")
 	}
 }
 

@@ -35,7 +35,7 @@ func TestOrderedLaneCountComesFromTheOutbox(t *testing.T) {
 	b.shipped(t, keys, 1, 40)
 	tr := b.mem
 	outbox.Transports = map[string]relayer.Transport{"mem": tr}
-	o, err := dispatch.NewOrdered(b.db, outbox, t.Name()+"-worker", dispatch.OrderedOptions{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond, Logger: b.logger()})
+	o, err := dispatch.NewOrdered(b.db, outbox, dispatch.OrderedOptions{Name: t.Name(), LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond, Logger: b.logger()})
 	must(t, err)
 	must(t, o.Start(context.Background()))
 	if got := len(o.Lanes()); got != 16 {

@@ -166,10 +166,9 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	for i := range workers {
 		o := opts.Ordered
 		o.Logger = orLogger(o.Logger, opts.Logger)
-		name := fmt.Sprintf("%s.%sordered-%d", st.Options().Schema, st.Options().TablePrefix, i+1)
-		w, err := NewOrdered(db, outbox, name, o)
+		o.Name = fmt.Sprintf("%s ordered-%d", ownerOrDefault(o.Name), i+1)
+		w, err := NewOrdered(db, outbox, o)
 		if err != nil {
-			r.releaseNames()
 			return nil, err
 		}
 		r.ordered = append(r.ordered, w)
@@ -178,7 +177,6 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 		o := opts.Cleanup
 		o.Logger = orLogger(o.Logger, opts.Logger)
 		if r.cleanup, err = NewCleanup(db, outbox, o); err != nil {
-			r.releaseNames()
 			return nil, err
 		}
 	}
@@ -203,13 +201,6 @@ func hasOrderedRoute(outbox relayer.Outbox) bool {
 		}
 	}
 	return false
-}
-
-// releaseNames frees the names of ordered workers built but never started.
-func (r *Runner) releaseNames() {
-	for _, o := range r.ordered {
-		o.Stop(context.Background())
-	}
 }
 
 // Direct returns the direct dispatcher, or nil when it is turned off.
@@ -301,9 +292,6 @@ func (r *Runner) Start(ctx context.Context) error {
 			cancel() // stop at once: nothing was sent yet
 			for _, s := range started {
 				s.Stop(sctx)
-			}
-			for _, o := range r.ordered {
-				o.Stop(sctx) // frees the names of those not started
 			}
 			return err
 		}
