@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"sync/atomic"
@@ -67,21 +68,39 @@ type group struct {
 	msgs []*relayer.Message
 }
 
-// groupRows groups rows by endpoint in order of first appearance.
+// groupRows groups notified rows by endpoint in order of first appearance.
 func groupRows(rows []relayer.Message) []group {
 	var groups []group
-	index := make(map[endpoint]int)
-	for i := range rows {
-		e := endpoint{rows[i].Transport, rows[i].Destination}
-		g, ok := index[e]
-		if !ok {
-			g = len(groups)
-			index[e] = g
-			groups = append(groups, group{endpoint: e})
+	for e, idx := range groupByEndpoint(rows, func(m *relayer.Message) endpoint { return endpoint{m.Transport, m.Destination} }) {
+		g := group{endpoint: e, msgs: make([]*relayer.Message, len(idx))}
+		for i, k := range idx {
+			g.msgs[i] = &rows[k]
 		}
-		groups[g].msgs = append(groups[g].msgs, &rows[i])
+		groups = append(groups, g)
 	}
 	return groups
+}
+
+// groupByEndpoint yields each endpoint of items in order of first appearance,
+// with the indexes of its items in their order. It is how direct dispatch
+// and recovery split what they send by (transport, destination).
+func groupByEndpoint[T any](items []T, of func(*T) endpoint) iter.Seq2[endpoint, []int] {
+	return func(yield func(endpoint, []int) bool) {
+		var order []endpoint
+		index := make(map[endpoint][]int)
+		for i := range items {
+			e := of(&items[i])
+			if _, ok := index[e]; !ok {
+				order = append(order, e)
+			}
+			index[e] = append(index[e], i)
+		}
+		for _, e := range order {
+			if !yield(e, index[e]) {
+				return
+			}
+		}
+	}
 }
 
 // sender delivers groups of unordered rows: the claim, send, and fenced

@@ -430,14 +430,15 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 		mu    sync.Mutex // guards t's outcome and reuse
 		slots = make(chan struct{}, groupSendsMax)
 	)
-	for _, g := range groupStored(rows) {
-		msgs := make([]*relayer.Message, len(g.rows))
-		prior := make([]store.Taken, len(g.rows))
-		for i := range g.rows {
-			msgs[i] = &g.rows[i].Message
-			prior[i] = store.Taken{ID: g.rows[i].ID, Attempts: g.rows[i].Attempts, LastError: g.rows[i].LastError}
+	for e, idx := range groupByEndpoint(rows, func(r *store.Row) endpoint { return endpoint{r.Transport, r.Destination} }) {
+		msgs := make([]*relayer.Message, len(idx))
+		prior := make([]store.Taken, len(idx))
+		for i, k := range idx {
+			r := &rows[k]
+			msgs[i] = &r.Message
+			prior[i] = store.Taken{ID: r.ID, Attempts: r.Attempts, LastError: r.LastError}
 		}
-		tr, size, ok := d.sender.resolve(ctx, g.endpoint, len(g.rows))
+		tr, size, ok := d.sender.resolve(ctx, e, len(idx))
 		if !ok {
 			mu.Lock()
 			t.keep(msgs, prior) // released untouched, like a skipped direct group
@@ -451,7 +452,7 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 			abandoned := false
 			for start := 0; start < len(msgs); start += size {
 				end := min(start+size, len(msgs))
-				if d.sender.sendTaken(ctx, part, g.endpoint, tr, msgs[start:end], prior[start:end]) {
+				if d.sender.sendTaken(ctx, part, e, tr, msgs[start:end], prior[start:end]) {
 					abandoned = true
 				}
 			}
@@ -489,41 +490,4 @@ func (r *Recovery) setAsideCorrupt(t *take, rows []store.Row) []store.Row {
 			slog.String("id", rows[i].ID.String()), slog.String("error", rows[i].Corrupt.Error()))
 	}
 	return good
-}
-
-// storedGroup is the claimed rows of one endpoint.
-type storedGroup struct {
-	endpoint
-	rows []store.Row
-}
-
-// groupStored groups rows by endpoint in order of first appearance, keeping id
-// order within each group.
-func groupStored(rows []store.Row) []storedGroup {
-	if len(rows) > 0 {
-		first := endpoint{rows[0].Transport, rows[0].Destination}
-		same := true
-		for i := range rows {
-			if rows[i].Transport != first.transport || rows[i].Destination != first.destination {
-				same = false
-				break
-			}
-		}
-		if same {
-			return []storedGroup{{endpoint: first, rows: rows}}
-		}
-	}
-	var groups []storedGroup
-	index := make(map[endpoint]int)
-	for i := range rows {
-		e := endpoint{rows[i].Transport, rows[i].Destination}
-		g, ok := index[e]
-		if !ok {
-			g = len(groups)
-			index[e] = g
-			groups = append(groups, storedGroup{endpoint: e})
-		}
-		groups[g].rows = append(groups[g].rows, rows[i])
-	}
-	return groups
 }
