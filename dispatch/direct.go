@@ -141,12 +141,10 @@ type Direct struct {
 	stats   counters
 	clock   dbClock
 
-	mu      sync.RWMutex
-	queue   chan []relayer.Message
-	closed  bool // the queue is closed: no more notifications
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu     sync.RWMutex
+	queue  chan []relayer.Message
+	closed bool // the queue is closed: no more notifications
+	loop   loop // its graceful stop is the drain of the closed queue
 }
 
 // NewDirect returns a direct dispatcher for the outbox, sending through
@@ -173,7 +171,7 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 		opts:  opts,
 		store: st,
 		queue: make(chan []relayer.Message, opts.QueueCapacity),
-		done:  make(chan struct{}),
+		loop:  newLoop(true),
 	}
 	caps := newCapCache(CapabilityCacheSize)
 	clock := &d.clock
@@ -280,18 +278,7 @@ func (e *PendingError) PendingRows() int { return e.Rows }
 // ctx ends, work in flight is cancelled and what was not sent stays in the
 // table for recovery. Start returns an error if called twice.
 func (d *Direct) Start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.started {
-		return errors.New("dispatch: direct dispatcher already started")
-	}
-	if d.closed {
-		return ErrStopped
-	}
-	d.started = true
-	ctx, d.cancel = context.WithCancel(ctx)
-	go d.run(ctx)
-	return nil
+	return d.loop.start(ctx, "direct dispatcher", d.run)
 }
 
 // Stop stops accepting notifications and drains the queue, sending what it
@@ -302,37 +289,13 @@ func (d *Direct) Start(ctx context.Context) error {
 // returns. Stop is idempotent.
 func (d *Direct) Stop(ctx context.Context) error {
 	d.closeQueue()
-	d.mu.RLock()
-	started := d.started
-	d.mu.RUnlock()
-	if !started {
-		return nil
-	}
-	select {
-	case <-d.done:
-		return nil
-	case <-ctx.Done():
-	}
-	d.cancel()
-	<-d.done
-	return ctx.Err()
+	return d.loop.stop(ctx)
 }
 
 // Run starts the dispatcher and blocks until ctx ends, then stops it without
 // draining (unsent rows stay for recovery). It returns nil when the dispatcher
 // was stopped by [Direct.Stop], ctx's error otherwise.
-func (d *Direct) Run(ctx context.Context) error {
-	if err := d.Start(ctx); err != nil {
-		return err
-	}
-	select {
-	case <-d.done:
-		return nil
-	case <-ctx.Done():
-		<-d.done
-		return ctx.Err()
-	}
-}
+func (d *Direct) Run(ctx context.Context) error { return d.loop.run(ctx, "direct dispatcher", d.run) }
 
 func (d *Direct) closeQueue() {
 	d.mu.Lock()
@@ -351,7 +314,6 @@ const gatherRows = 1000
 // run runs the workers and, once they have all returned, counts what is still
 // queued as left for recovery.
 func (d *Direct) run(ctx context.Context) {
-	defer close(d.done)
 	defer d.abandonQueued()
 	var wg sync.WaitGroup
 	for _, s := range d.senders {

@@ -18,9 +18,9 @@ func ownerOrDefault(owner string) string {
 	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }
 
-// loop is the lifecycle shared by workers with one background goroutine: a
-// first Start runs it, later Starts fail, Stop ends it and waits within its
-// context, and Run blocks until the goroutine ends. A graceful loop's Stop
+// loop is the lifecycle every worker kind shares: a first Start runs its body
+// on a goroutine, later Starts fail, Stop ends it and returns once the body
+// has returned, and Run blocks until the body ends. A graceful loop's Stop
 // first closes quit and lets the body finish its work in flight, cancelling
 // only when Stop's context ends; otherwise Stop cancels at once.
 type loop struct {
@@ -49,6 +49,13 @@ func (l *loop) quitting() bool {
 
 // start runs body on its own goroutine; body must return when ctx ends.
 func (l *loop) start(ctx context.Context, what string, body func(ctx context.Context)) error {
+	return l.startAfter(ctx, what, nil, body)
+}
+
+// startAfter is start with a step run first, synchronously and under the
+// lifecycle's lock: when prepare fails, nothing starts, the error is
+// returned, and a later Start may try again.
+func (l *loop) startAfter(ctx context.Context, what string, prepare func(ctx context.Context) error, body func(ctx context.Context)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
@@ -56,6 +63,11 @@ func (l *loop) start(ctx context.Context, what string, body func(ctx context.Con
 	}
 	if l.started {
 		return errors.New("dispatch: " + what + " already started")
+	}
+	if prepare != nil {
+		if err := prepare(ctx); err != nil {
+			return err
+		}
 	}
 	l.started = true
 	ctx, l.cancel = context.WithCancel(ctx)
@@ -84,13 +96,11 @@ func (l *loop) stop(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	// Cancelled: wait for the body to return, so that no goroutine outlives
+	// Stop.
 	l.cancel()
-	select {
-	case <-l.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	<-l.done
+	return ctx.Err()
 }
 
 func (l *loop) run(ctx context.Context, what string, body func(ctx context.Context)) error {

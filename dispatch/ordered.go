@@ -165,13 +165,7 @@ type Ordered struct {
 	members  atomic.Int64
 	beyond   atomic.Int64 // pending rows in lanes past o.lanes, at the last heartbeat
 	wake     chan struct{}
-	quit     chan struct{} // closed by Stop: finish the batches in flight, then leave
-
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	loop     loop
 }
 
 // NewOrdered returns an ordered dispatcher for the outbox. It validates
@@ -217,8 +211,7 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordere
 		store:    st,
 		routes:   routes,
 		wake:     make(chan struct{}, 1),
-		quit:     make(chan struct{}),
-		done:     make(chan struct{}),
+		loop:     newLoop(true),
 	}
 	o.sender = &sender{
 		transports: transports,
@@ -264,14 +257,20 @@ func requireOrdering(c relayer.Capabilities) error {
 // the membership, and starts the worker. It runs until [Ordered.Stop] or until
 // ctx ends.
 func (o *Ordered) Start(ctx context.Context) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.started {
-		return errors.New("dispatch: ordered dispatcher already started")
+	return o.loop.startAfter(ctx, "ordered dispatcher", o.join, o.work)
+}
+
+// Run starts the worker and blocks until ctx ends or Stop is called.
+func (o *Ordered) Run(ctx context.Context) error {
+	if err := o.Start(ctx); err != nil {
+		return err
 	}
-	if o.stopped {
-		return ErrStopped
-	}
+	<-o.loop.done
+	return ctx.Err()
+}
+
+// join checks the ordered routes' endpoints and joins the membership.
+func (o *Ordered) join(ctx context.Context) error {
 	for typ, r := range o.routes.All() {
 		if !r.Ordered {
 			continue
@@ -287,17 +286,16 @@ func (o *Ordered) Start(ctx context.Context) error {
 	if err := o.heartbeat(ctx); err != nil {
 		return fmt.Errorf("dispatch: join membership: %w", err)
 	}
-	o.started = true
-	ctx, o.cancel = context.WithCancel(ctx)
+	return nil
+}
+
+// work heartbeats and dispatches until ctx ends or Stop, then leaves.
+func (o *Ordered) work(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { o.heartbeats(ctx) })
 	wg.Go(func() { o.run(ctx) })
-	go func() {
-		wg.Wait()
-		o.leave()
-		close(o.done)
-	}()
-	return nil
+	wg.Wait()
+	o.leave()
 }
 
 // Stop lets the batch in flight finish and commit, then releases the worker's
@@ -305,26 +303,7 @@ func (o *Ordered) Start(ctx context.Context) error {
 // instead leaves them to expire. If ctx ends first, the batch is cancelled (it
 // rolls back, and its rows are sent again by the next owner) and Stop returns
 // ctx's error. Stop is idempotent.
-func (o *Ordered) Stop(ctx context.Context) error {
-	o.mu.Lock()
-	started, stopped := o.started, o.stopped
-	o.stopped = true
-	if !stopped {
-		close(o.quit)
-	}
-	o.mu.Unlock()
-	if !started {
-		return nil
-	}
-	select {
-	case <-o.done:
-		return nil
-	case <-ctx.Done():
-	}
-	o.cancel()
-	<-o.done
-	return ctx.Err()
-}
+func (o *Ordered) Stop(ctx context.Context) error { return o.loop.stop(ctx) }
 
 // leave releases every lease this instance holds.
 func (o *Ordered) leave() {
@@ -384,7 +363,7 @@ func (o *Ordered) heartbeats(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-o.quit:
+		case <-o.loop.quit:
 			return
 		case <-t.C:
 		}
@@ -544,7 +523,7 @@ func (o *Ordered) run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-o.quit:
+		case <-o.loop.quit:
 		case <-o.wake:
 			fruitless = false
 		case r := <-results:
@@ -589,7 +568,7 @@ func (o *Ordered) idle(ctx context.Context, results <-chan laneDone, finished fu
 		select {
 		case <-ctx.Done():
 			return
-		case <-o.quit:
+		case <-o.loop.quit:
 			return
 		case <-t.C:
 			return
@@ -603,14 +582,7 @@ func (o *Ordered) idle(ctx context.Context, results <-chan laneDone, finished fu
 	}
 }
 
-func (o *Ordered) quitting() bool {
-	select {
-	case <-o.quit:
-		return true
-	default:
-		return false
-	}
-}
+func (o *Ordered) quitting() bool { return o.loop.quitting() }
 
 // releaseSurplus gives up the leases of lanes that left this instance's share
 // and have no batch in flight, so a lane is only released after its batch
