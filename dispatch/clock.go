@@ -28,7 +28,7 @@ func (c *dbClock) now() time.Time {
 }
 
 // sync measures the offset: the server's time against the midpoint of the
-// round trip that read it.
+// round trip that read it, or zero when it is within half that round trip.
 func (c *dbClock) sync(ctx context.Context, st *store.Store) error {
 	before := time.Now()
 	server, err := st.ServerTime(ctx)
@@ -36,8 +36,14 @@ func (c *dbClock) sync(ctx context.Context, st *store.Store) error {
 		return err
 	}
 	after := time.Now()
-	mid := before.Add(after.Sub(before) / 2)
-	c.offset.Store(int64(server.Sub(mid)))
+	half := after.Sub(before) / 2
+	offset := server.Sub(before.Add(half))
+	if offset.Abs() <= half {
+		// The round trip cannot tell an offset this small from none: take
+		// the clocks to agree rather than add noise to every instant.
+		offset = 0
+	}
+	c.offset.Store(int64(offset))
 	c.synced.Store(after.UnixNano())
 	return nil
 }

@@ -39,3 +39,29 @@ func TestTakingConnBoundsIdleTransactions(t *testing.T) {
 		t.Errorf("after release: idle_in_transaction_session_timeout = %s, want the default 0", setting)
 	}
 }
+
+// A server on this machine shares its clock: the measured offset, within the
+// round trip's uncertainty, is taken as none.
+func TestClockOfALocalServerHasNoOffset(t *testing.T) {
+	t.Parallel()
+	db := testdb.Open(t, "pgx")
+	st, err := store.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c dbClock
+	if !c.stale() {
+		t.Error("a clock never measured is not stale")
+	}
+	for range 20 {
+		if err := c.sync(context.Background(), st); err != nil {
+			t.Fatal(err)
+		}
+		if off := time.Duration(c.offset.Load()); off != 0 {
+			t.Fatalf("offset to a local server = %s, want 0", off)
+		}
+	}
+	if c.stale() {
+		t.Error("a clock just measured is stale")
+	}
+}

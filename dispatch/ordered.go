@@ -425,113 +425,143 @@ func (o *Ordered) newSlot() *laneSlot {
 }
 
 func (o *Ordered) run(ctx context.Context) {
-	slots := make([]*laneSlot, 0, o.opts.Concurrency)
-	free := make([]*laneSlot, 0, o.opts.Concurrency)
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		for _, sl := range slots {
-			sl.conn.release(cctx)
-		}
-	}()
-	results := make(chan laneDone, o.opts.Concurrency)
-	running := map[int]bool{} // lanes with a batch in flight
-	held := map[int]bool{}    // lanes whose lease this instance took
-	// slot returns a free slot, making one when fewer than Concurrency exist.
-	slot := func() *laneSlot {
-		if n := len(free); n > 0 {
-			sl := free[n-1]
-			free = free[:n-1]
-			return sl
-		}
-		if len(slots) < o.opts.Concurrency {
-			sl := o.newSlot()
-			slots = append(slots, sl)
-			return sl
-		}
-		return nil
+	s := &laneScheduler{
+		o:       o,
+		results: make(chan laneDone, o.opts.Concurrency),
+		running: map[int]bool{},
+		held:    map[int]bool{},
 	}
-	// pending holds the ready lanes not started yet, in the order found: a
-	// probe fills it, and a lane whose batch made progress goes back to its
-	// end, since it may hold more. Lanes are probed again once it is empty,
-	// so that one probe serves many batches.
-	var pending []int
-	// fruitless is set by a probe and cleared by any progress: when every
-	// lane the last probe found ended without progress (failing or stalled
-	// heads), the next probe waits for the poll, even while other lanes are
-	// busy, so that a failing head is not retried in a loop.
-	fruitless := false
-	finished := func(r laneDone) bool {
-		delete(running, r.lane)
-		free = append(free, r.slot)
-		if r.err != nil {
-			r.slot.conn.broken()
-			o.logError("dispatch: ordered batch", r.err, slog.Int("lane", r.lane))
-			return false
-		}
-		if r.progress {
-			held[r.lane] = true
-			fruitless = false
-			if !slices.Contains(pending, r.lane) {
-				pending = append(pending, r.lane)
-			}
-		}
-		return r.progress
-	}
+	defer s.close(ctx)
 	for ctx.Err() == nil && !o.quitting() {
-		if len(pending) == 0 && fruitless {
-			o.idle(ctx, results, finished)
-			fruitless = false
+		if len(s.pending) == 0 && !s.refill(ctx) {
+			o.idle(ctx, s.results, s.finished)
+			s.fruitless = false
 			continue
 		}
-		if len(pending) == 0 {
-			// The probe runs on a free slot's connection; there is none only
-			// when every slot is busy, and then the next batch to end says
-			// what to do.
-			if sl := slot(); sl != nil {
-				pending = o.probe(ctx, sl, held, running)
-				free = append(free, sl)
-				fruitless = true
-				if len(pending) == 0 && len(running) == 0 {
-					o.idle(ctx, results, finished)
-					fruitless = false
-					continue
-				}
-			}
-		}
-		for len(pending) > 0 {
-			lane := pending[0]
-			if running[lane] || !slices.Contains(*o.assigned.Load(), lane) {
-				pending = pending[1:] // in flight, or the share changed
-				continue
-			}
-			sl := slot()
-			if sl == nil {
-				break
-			}
-			pending = pending[1:]
-			running[lane] = true
-			go func() {
-				var r laneDone
-				sl.buf, r.progress, r.err = o.batch(ctx, sl.conn, sl.buf, lane)
-				r.slot, r.lane = sl, lane
-				results <- r
-			}()
-		}
-		if len(running) == 0 {
+		s.startPending(ctx)
+		if len(s.running) == 0 {
 			continue
 		}
 		select {
 		case <-ctx.Done():
 		case <-o.loop.quit:
 		case <-o.wake:
-			fruitless = false
-		case r := <-results:
-			finished(r)
+			s.fruitless = false
+		case r := <-s.results:
+			s.finished(r)
 		}
 	}
-	for len(running) > 0 {
-		finished(<-results)
+}
+
+// laneScheduler is the state of an ordered worker's dispatch loop: its
+// Concurrency slots and the lanes it knows to be ready. Only the worker's run
+// goroutine uses it; batches report on results.
+type laneScheduler struct {
+	o       *Ordered
+	slots   []*laneSlot // every slot made so far
+	free    []*laneSlot
+	results chan laneDone
+	running map[int]bool // lanes with a batch in flight
+	held    map[int]bool // lanes whose lease this instance took
+	// pending holds the ready lanes not started yet, in the order found: a
+	// probe fills it, and a lane whose batch made progress goes back to its
+	// end, since it may hold more. Lanes are probed again once it is empty,
+	// so that one probe serves many batches.
+	pending []int
+	// fruitless is set by a probe and cleared by any progress: when every
+	// lane the last probe found ended without progress (failing or stalled
+	// heads), the next probe waits for the poll, even while other lanes are
+	// busy, so that a failing head is not retried in a loop.
+	fruitless bool
+}
+
+// slot returns a free slot, making one when fewer than Concurrency exist, or
+// nil when every slot is busy.
+func (s *laneScheduler) slot() *laneSlot {
+	if n := len(s.free); n > 0 {
+		sl := s.free[n-1]
+		s.free = s.free[:n-1]
+		return sl
+	}
+	if len(s.slots) < s.o.opts.Concurrency {
+		sl := s.o.newSlot()
+		s.slots = append(s.slots, sl)
+		return sl
+	}
+	return nil
+}
+
+// refill probes for ready lanes, on a free slot's connection. It reports
+// false when the worker should wait for the poll instead: every lane the last
+// probe found ended without progress, or the probe found nothing while no
+// batch runs. With every slot busy it probes nothing: the next batch to end
+// says what to do.
+func (s *laneScheduler) refill(ctx context.Context) bool {
+	if s.fruitless {
+		return false
+	}
+	sl := s.slot()
+	if sl == nil {
+		return true
+	}
+	s.pending = s.o.probe(ctx, sl, s.held, s.running)
+	s.free = append(s.free, sl)
+	s.fruitless = true
+	return len(s.pending) > 0 || len(s.running) > 0
+}
+
+// startPending starts a batch for each pending lane while slots are free.
+func (s *laneScheduler) startPending(ctx context.Context) {
+	for len(s.pending) > 0 {
+		lane := s.pending[0]
+		if s.running[lane] || !slices.Contains(*s.o.assigned.Load(), lane) {
+			s.pending = s.pending[1:] // in flight, or the share changed
+			continue
+		}
+		sl := s.slot()
+		if sl == nil {
+			return
+		}
+		s.pending = s.pending[1:]
+		s.running[lane] = true
+		go func() {
+			var r laneDone
+			sl.buf, r.progress, r.err = s.o.batch(ctx, sl.conn, sl.buf, lane)
+			r.slot, r.lane = sl, lane
+			s.results <- r
+		}()
+	}
+}
+
+// finished records a batch's end and reports whether it made progress.
+func (s *laneScheduler) finished(r laneDone) bool {
+	delete(s.running, r.lane)
+	s.free = append(s.free, r.slot)
+	if r.err != nil {
+		r.slot.conn.broken()
+		s.o.logError("dispatch: ordered batch", r.err, slog.Int("lane", r.lane))
+		return false
+	}
+	if r.progress {
+		s.held[r.lane] = true
+		s.fruitless = false
+		if !slices.Contains(s.pending, r.lane) {
+			s.pending = append(s.pending, r.lane)
+		}
+	}
+	return r.progress
+}
+
+// close waits for the batches in flight and returns the slots' connections
+// to the pool.
+func (s *laneScheduler) close(ctx context.Context) {
+	for len(s.running) > 0 {
+		s.finished(<-s.results)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, sl := range s.slots {
+		sl.conn.release(cctx)
 	}
 }
 
@@ -626,7 +656,6 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(ctx, start.Add(o.opts.LeaseDuration/2))
 	defer cancel()
-	admitUntil := start.Add(o.opts.LeaseDuration / 4)
 
 	st, err := conn.store(ctx)
 	if err != nil {
@@ -652,19 +681,11 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 		return buf, false, err
 	}
 	now := o.clock.now()
-	admitted := 0
-	for admitted < len(buf) {
-		r := &buf[admitted]
-		if r.DeliverAt.After(now) || r.ClaimedUntil.After(now) {
-			break // a scheduled or claimed head stalls the lane; nothing overtakes it
-		}
-		admitted++
-	}
-	if admitted == 0 {
+	rows := admit(buf, now)
+	if len(rows) == 0 {
 		return buf, false, end("ROLLBACK")
 	}
-	rows := buf[:admitted]
-	ids := make([]uuid.UUID, admitted)
+	ids := make([]uuid.UUID, len(rows))
 	for i := range rows {
 		ids[i] = rows[i].ID
 	}
@@ -673,15 +694,45 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 	if err != nil {
 		return buf, false, err
 	}
-	if n != int64(admitted) {
-		return buf, false, fmt.Errorf("lane %d: claimed %d of %d head rows under the lane lock", lane, n, admitted)
+	if n != int64(len(rows)) {
+		return buf, false, fmt.Errorf("lane %d: claimed %d of %d head rows under the lane lock", lane, n, len(rows))
 	}
+	sent, failure, err := o.sendPrefix(ctx, conn, lane, rows, start.Add(o.opts.LeaseDuration/4))
+	if err != nil {
+		return buf, false, err
+	}
+	if err := o.settle(ctx, st, lane, ids, sent, failure, claim.Token); err != nil {
+		return buf, false, err
+	}
+	if err := end("COMMIT"); err != nil {
+		return buf, false, err
+	}
+	o.stats.deleted.Add(uint64(sent))
+	return buf, sent > 0, nil
+}
 
+// admit returns the prefix of a lane's head rows that may be sent at now: up
+// to the first row that is scheduled for later or claimed, since a scheduled
+// or claimed head stalls its lane and nothing overtakes it.
+func admit(rows []store.Row, now time.Time) []store.Row {
+	for i := range rows {
+		if rows[i].DeliverAt.After(now) || rows[i].ClaimedUntil.After(now) {
+			return rows[:i]
+		}
+	}
+	return rows
+}
+
+// sendPrefix sends rows one by one until one fails, or until admitUntil has
+// passed (keeping the rest of the deadline for committing the confirmed
+// prefix). It returns how many were sent and the failure that stopped it, if
+// any; an error means the batch must roll back (a send outlived the batch).
+func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, rows []store.Row, admitUntil time.Time) (int, *store.Failure, error) {
 	sent := 0
-	var failure *store.Failure
+	defer func() { o.stats.sent.Add(uint64(sent)) }()
 	for i := range rows {
 		if i > 0 && time.Now().After(admitUntil) {
-			break // keep the rest of the deadline for committing the confirmed prefix
+			return sent, nil, nil
 		}
 		tr, err := o.resolve(ctx, &rows[i].Message)
 		if err == nil {
@@ -696,28 +747,33 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 			o.opts.Logger.Warn("dispatch: ordered send returned after the batch deadline; the lane was held until then and its rows will be sent again",
 				slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", rows[i].ID.String()),
 				slog.String("error", err.Error()))
-			return buf, false, err
+			return sent, nil, err
 		}
 		if err != nil {
-			failure = &store.Failure{ID: rows[i].ID, Error: err.Error()}
-			break
+			return sent, &store.Failure{ID: rows[i].ID, Error: err.Error()}, nil
 		}
 		sent++
 	}
-	o.stats.sent.Add(uint64(sent))
+	return sent, nil, nil
+}
+
+// settle records a batch's outcome under its claim: it deletes the sent
+// prefix (all of it, or the batch rolls back), records the failed row's
+// attempt and error, and releases the claims of the rest.
+func (o *Ordered) settle(ctx context.Context, st *store.Store, lane int, ids []uuid.UUID, sent int, failure *store.Failure, token uuid.UUID) error {
 	if sent > 0 {
-		n, err := st.CompleteBatch(ctx, ids[:sent], claim.Token, o.clock.now())
+		n, err := st.CompleteBatch(ctx, ids[:sent], token, o.clock.now())
 		if err != nil {
-			return buf, false, err
+			return err
 		}
 		if n != int64(sent) {
-			return buf, false, fmt.Errorf("lane %d: deleted %d of %d sent rows; rolling back, they will be sent again", lane, n, sent)
+			return fmt.Errorf("lane %d: deleted %d of %d sent rows; rolling back, they will be sent again", lane, n, sent)
 		}
 	}
 	rest := ids[sent:]
 	if failure != nil {
-		if ok, err := st.Fail(ctx, failure.ID, claim.Token, failure.Error, o.clock.now()); err != nil {
-			return buf, false, err
+		if ok, err := st.Fail(ctx, failure.ID, token, failure.Error, o.clock.now()); err != nil {
+			return err
 		} else if ok {
 			o.stats.failed.Add(1)
 		}
@@ -727,15 +783,11 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 		rest = rest[1:]
 	}
 	if len(rest) > 0 {
-		if _, err := st.ReleaseBatch(ctx, rest, claim.Token, o.clock.now()); err != nil {
-			return buf, false, err
+		if _, err := st.ReleaseBatch(ctx, rest, token, o.clock.now()); err != nil {
+			return err
 		}
 	}
-	if err := end("COMMIT"); err != nil {
-		return buf, false, err
-	}
-	o.stats.deleted.Add(uint64(sent))
-	return buf, sent > 0, nil
+	return nil
 }
 
 // errLateSend reports a send that returned after its batch's deadline.
