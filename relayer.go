@@ -1,3 +1,37 @@
+// Package relayer is a transactional outbox for Go services on PostgreSQL.
+//
+// A service writes its business rows and the messages it wants to publish in one
+// database transaction. Relayer stores the messages in an outbox table and then
+// delivers them to a message broker at least once: right after commit, in
+// per-key order through leased lanes shared by several workers, and through
+// recovery for whatever was left behind. Consumers deduplicate with the inbox.
+//
+// This package holds the vocabulary every other package speaks:
+//
+//   - [Message]: one outgoing message as it is stored and sent, with its UUIDv7
+//     identity ([NewID]), headers in their exact bytes, optional ordering key and
+//     lane, optional delivery time and the trace context it was created under.
+//   - [Transport]: a broker adapter that sends one message or a batch and reports
+//     each destination's [Capabilities].
+//   - [Route] and [Routes]: where each message type goes, and whether it is
+//     ordered. Message types are named by [TypeOf] and [TypeName].
+//   - [Serializer], with [JSON] as the default.
+//   - [Lane]: the lane of an ordering key, FNV-1a-32 of the key's UTF-8 bytes
+//     modulo the lane count.
+//
+// The mechanisms live in sub-packages: headers (the binary header codec), store
+// (the PostgreSQL store and its schema), and the enlistment and dispatch
+// packages built on them. This package imports only the standard library, the
+// uuid package and headers, so a service pays for the data layers and brokers
+// it actually uses.
+//
+// # Guarantees
+//
+// Delivery is at least once: a committed message is never dropped, and may be
+// delivered again after a crash between the broker's acceptance and the
+// database's record of it. Messages with one ordering key are delivered in id
+// order among the rows a lane scan sees; UUIDv7 order is creation order within a
+// process, not commit order across concurrent writers.
 package relayer
 
 import (
