@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relayer-go/relayer/internal/pgcluster"
+	"github.com/relayer-go/relayer/store"
+)
+
+// startDatabase opens --database-url or a throwaway cluster.
+func (d *demo) startDatabase(ctx context.Context) error {
+	url := d.flags.databaseURL
+	if url == "" {
+		d.logf("starting a throwaway PostgreSQL cluster (use --database-url to bring your own)")
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		cluster, err := pgcluster.Start(sctx, pgcluster.Options{Install: true,
+			Logf: func(format string, args ...any) { fmt.Fprintf(d.stderr, "postgres: "+format+"\n", args...) }})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("start a throwaway PostgreSQL cluster: %w (or pass --database-url)", err)
+		}
+		d.onCleanup(func() {
+			if err := cluster.Stop(); err != nil {
+				fmt.Fprintf(d.stderr, "relayer demo: stopping PostgreSQL: %v\n", err)
+			}
+		})
+		url = cluster.URL()
+	}
+	db, err := openDB(ctx, url)
+	if err != nil {
+		return err
+	}
+	// Writers and the runner's workers (dispatch.Runner.Connections) pin or
+	// borrow connections at once.
+	db.SetMaxOpenConns(16 + 2*d.flags.workers)
+	db.SetMaxIdleConns(16 + 2*d.flags.workers)
+	d.db = db
+	d.onCleanup(func() { db.Close() })
+	return nil
+}
+
+// startNATS connects to --nats-url or to an embedded JetStream server, and
+// creates the run's stream.
+func (d *demo) startNATS(ctx context.Context) error {
+	url := d.flags.natsURL
+	if url == "" {
+		dir, err := os.MkdirTemp("", "relayer-demo-nats-")
+		if err != nil {
+			return err
+		}
+		d.onCleanup(func() { os.RemoveAll(dir) })
+		s, err := server.NewServer(&server.Options{
+			Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
+		})
+		if err != nil {
+			return fmt.Errorf("embedded NATS server: %w", err)
+		}
+		s.Start()
+		d.onCleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+		if !s.ReadyForConnections(10 * time.Second) {
+			return errors.New("embedded NATS server did not get ready within 10s")
+		}
+		url = s.ClientURL()
+	}
+	nc, err := nats.Connect(url, nats.Name("relayer-demo"), nats.MaxReconnects(0))
+	if err != nil {
+		return fmt.Errorf("--nats-url: %w", err)
+	}
+	d.onCleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return err
+	}
+	d.js = js
+	d.stream = "RELAYER_DEMO_" + strings.ToUpper(d.token)
+	prefix := "relayer-demo." + d.token + "."
+	d.subject = [kindCount]string{prefix + "orders.placed", prefix + "customers.activity", prefix + "orders.reminders"}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(sctx, jetstream.StreamConfig{
+		Name: d.stream, Subjects: []string{prefix + ">"}, Storage: jetstream.MemoryStorage, Duplicates: 2 * time.Minute,
+	}); err != nil {
+		return fmt.Errorf("create JetStream stream %s: %w", d.stream, err)
+	}
+	d.onCleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(dctx, d.stream)
+	})
+	return nil
+}
+
+// ordersTable is the quoted name of the business table.
+func (d *demo) ordersTable() string { return pgx.Identifier{d.flags.schema, "demo_orders"}.Sanitize() }
+
+// prepareTables migrates the outbox and empties it and the orders table, so
+// that rows of an earlier, interrupted run are not delivered into this one.
+func (d *demo) prepareTables(ctx context.Context) error {
+	opts := store.Options{Schema: d.flags.schema}
+	if _, err := store.Migrate(ctx, d.db, opts); err != nil {
+		return err
+	}
+	t := tablesOf(opts)
+	_, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.ordersTable()+` (
+    id          text PRIMARY KEY,
+    customer    text NOT NULL,
+    total_cents bigint NOT NULL,
+    path        text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+TRUNCATE `+d.ordersTable()+`, `+t.outbox+`, `+t.dead+`, `+t.leases)
+	if err != nil {
+		return fmt.Errorf("prepare demo tables: %w", err)
+	}
+	return nil
+}
+
+// consume reads the run's stream back with an ordered consumer, which hands
+// over messages in stream order.
+func (d *demo) consume(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cons, err := d.js.OrderedConsumer(sctx, d.stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return fmt.Errorf("consumer on %s: %w", d.stream, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { d.track.received(m, d.subject) })
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", d.stream, err)
+	}
+	d.onCleanup(cc.Stop)
+	return nil
+}
