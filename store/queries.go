@@ -28,9 +28,14 @@ type queries struct {
 	acquireLease  string
 	releaseLease  string
 
-	laneProbe    string
-	beyondLanes  string
-	serverTime   string
+	laneProbe   string
+	beyondLanes string
+	serverTime  string
+
+	listLeases   string
+	listDead     string
+	listParked   string
+	reset        string
 	laneHead     string
 	laneClaim    string
 	releaseOwner string
@@ -174,7 +179,16 @@ WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
 		// scanned. Bounded, so that a large mismatch costs little to report.
 		beyondLanes: `SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + `
     WHERE lane >= $1 AND parked_at IS NULL LIMIT 10000) AS b`,
-		serverTime:   `SELECT clock_timestamp()`,
+		serverTime: `SELECT clock_timestamp()`,
+		// Operator reads (see ops.go).
+		listLeases: `SELECT name, owner, owner_token, expires_at FROM ` + n.leases + `
+WHERE expires_at > now() ORDER BY name`,
+		reset: `TRUNCATE ` + n.outbox + `, ` + n.dead + `, ` + n.leases,
+		listDead: `SELECT id, message_type, destination, coalesce(ordering_key, ''), attempts,
+    coalesce(last_error, ''), reason, dead_at FROM ` + n.dead + ` ORDER BY dead_at DESC, id LIMIT $1`,
+		listParked: `SELECT id, message_type, destination, coalesce(ordering_key, ''), attempts,
+    coalesce(last_error, ''), '', parked_at FROM ` + n.outbox + `
+WHERE parked_at IS NOT NULL ORDER BY lane NULLS LAST, ordering_key, id LIMIT $1`,
 		releaseOwner: `DELETE FROM ` + n.leases + ` WHERE owner_token = $1`,
 		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at <= now()`,
 		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at > now() ORDER BY name`,

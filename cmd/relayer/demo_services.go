@@ -113,15 +113,21 @@ func (d *demo) prepareTables(ctx context.Context) error {
 	if _, err := store.Migrate(ctx, d.db, opts); err != nil {
 		return err
 	}
-	t := tablesOf(opts)
-	_, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.ordersTable()+` (
+	st, err := store.New(d.db, opts)
+	if err != nil {
+		return err
+	}
+	if err := st.Reset(ctx); err != nil {
+		return fmt.Errorf("prepare demo tables: %w", err)
+	}
+	_, err = d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.ordersTable()+` (
     id          text PRIMARY KEY,
     customer    text NOT NULL,
     total_cents bigint NOT NULL,
     path        text NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
-TRUNCATE `+d.ordersTable()+`, `+t.outbox+`, `+t.dead+`, `+t.leases)
+TRUNCATE `+d.ordersTable())
 	if err != nil {
 		return fmt.Errorf("prepare demo tables: %w", err)
 	}

@@ -111,22 +111,6 @@ func openDB(ctx context.Context, url string) (*sql.DB, error) {
 	return db, nil
 }
 
-// tables are the quoted, schema-qualified names of an outbox's tables, for
-// the read-only queries of the operator commands. They are built from
-// validated options only.
-type tables struct {
-	outbox, dead, leases string
-}
-
-func tablesOf(o store.Options) tables {
-	schema := o.Schema
-	if schema == "" {
-		schema = store.SchemaDefault
-	}
-	q := func(name string) string { return pgx.Identifier{schema, o.TablePrefix + name}.Sanitize() }
-	return tables{outbox: q("outbox"), dead: q("dead"), leases: q("relayer_leases")}
-}
-
 func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f outboxFlags
 	fs := newFlagSet("schema", "Prints the DDL of an outbox: one idempotent script, to run in one transaction or feed to a migration tool.",
@@ -210,39 +194,34 @@ type holder struct {
 
 // leases reads the live leases: members with their lanes, the recovery
 // holder, and lanes held by a token no live member has.
-func readLeases(ctx context.Context, db *sql.DB, t tables) (members []member, recovery *holder, orphans []int, err error) {
-	rows, err := db.QueryContext(ctx, `SELECT name, owner, owner_token::text, expires_at FROM `+t.leases+
-		` WHERE expires_at > now() ORDER BY name`)
+func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []member, recovery *holder, orphans []int, err error) {
+	st, err := store.New(db, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	leases, err := st.LiveLeases(ctx)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read leases: %w", err)
 	}
-	defer rows.Close()
 	type laneLease struct {
 		lane  int
 		token string
 	}
 	var lanes []laneLease
-	for rows.Next() {
-		var name, owner, token string
-		var expires time.Time
-		if err := rows.Scan(&name, &owner, &token, &expires); err != nil {
-			return nil, nil, nil, fmt.Errorf("read leases: %w", err)
-		}
+	for _, l := range leases {
+		token := l.Token.String()
 		switch {
-		case strings.HasPrefix(name, "member:"):
-			members = append(members, member{ID: strings.TrimPrefix(name, "member:"), Owner: owner,
-				ExpiresAt: expires.UTC(), Lanes: []int{}, token: token})
-		case strings.HasPrefix(name, "lane:"):
-			n, err := strconv.Atoi(strings.TrimPrefix(name, "lane:"))
+		case strings.HasPrefix(l.Name, "member:"):
+			members = append(members, member{ID: strings.TrimPrefix(l.Name, "member:"), Owner: l.Owner,
+				ExpiresAt: l.ExpiresAt, Lanes: []int{}, token: token})
+		case strings.HasPrefix(l.Name, "lane:"):
+			n, err := strconv.Atoi(strings.TrimPrefix(l.Name, "lane:"))
 			if err == nil {
 				lanes = append(lanes, laneLease{n, token})
 			}
-		case name == dispatch.RecoveryLeaseName:
-			recovery = &holder{Owner: owner, ExpiresAt: expires.UTC()}
+		case l.Name == dispatch.RecoveryLeaseName:
+			recovery = &holder{Owner: l.Owner, ExpiresAt: l.ExpiresAt}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, nil, fmt.Errorf("read leases: %w", err)
 	}
 	for _, l := range lanes {
 		i := slices.IndexFunc(members, func(m member) bool { return m.token == l.token })
@@ -277,7 +256,7 @@ func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsRep
 	if !s.OldestDueAt.IsZero() {
 		r.OldestAge = max(0, now.Sub(s.OldestDueAt).Seconds())
 	}
-	r.Members, r.Recovery, r.OrphanLanes, err = readLeases(ctx, db, tablesOf(opts))
+	r.Members, r.Recovery, r.OrphanLanes, err = readLeases(ctx, db, opts)
 	if r.Members == nil {
 		r.Members = []member{}
 	}
@@ -402,7 +381,7 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer db.Close()
-	members, _, orphans, err := readLeases(ctx, db, tablesOf(opts))
+	members, _, orphans, err := readLeases(ctx, db, opts)
 	if err != nil {
 		return err
 	}
@@ -478,34 +457,29 @@ func runStuck(ctx context.Context, what, summary string, args []string, stdout, 
 		return err
 	}
 	defer db.Close()
-	t := tablesOf(opts)
-	var query string
-	if what == "dead" {
-		query = `SELECT id::text, message_type, destination, coalesce(ordering_key, ''), attempts,
-    coalesce(last_error, ''), reason, dead_at FROM ` + t.dead + ` ORDER BY dead_at DESC, id LIMIT $1`
-	} else {
-		query = `SELECT id::text, message_type, destination, coalesce(ordering_key, ''), attempts,
-    coalesce(last_error, ''), '', parked_at FROM ` + t.outbox + `
-WHERE parked_at IS NOT NULL ORDER BY lane NULLS LAST, ordering_key, id LIMIT $1`
+	st, err := store.New(db, opts)
+	if err != nil {
+		return err
 	}
-	rows, err := db.QueryContext(ctx, query, *limit)
+	list := st.ListParked
+	if what == "dead" {
+		list = st.ListDead
+	}
+	stuck, err := list(ctx, *limit)
 	if err != nil {
 		return fmt.Errorf("list %s rows: %w", what, err)
 	}
-	defer rows.Close()
-	var list []stuckRow
-	for rows.Next() {
-		var r stuckRow
-		if err := rows.Scan(&r.ID, &r.Type, &r.Destination, &r.Key, &r.Attempts, &r.LastError, &r.Reason, &r.Since); err != nil {
-			return fmt.Errorf("list %s rows: %w", what, err)
-		}
-		r.Since = r.Since.UTC()
-		list = append(list, r)
+	rows := make([]stuckRow, len(stuck))
+	for i, r := range stuck {
+		rows[i] = stuckRow{ID: r.ID.String(), Type: r.Type, Destination: r.Destination, Key: r.Key,
+			Attempts: r.Attempts, LastError: r.LastError, Reason: r.Reason, Since: r.Since}
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("list %s rows: %w", what, err)
-	}
-	if *asJSON {
+	return printStuck(stdout, what, describe(opts), rows, *asJSON, *limit)
+}
+
+// printStuck prints dead or parked rows as JSON lines or a table.
+func printStuck(stdout io.Writer, what, outbox string, list []stuckRow, asJSON bool, limit int) error {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		for _, r := range list {
 			if err := enc.Encode(r); err != nil {
@@ -515,7 +489,7 @@ WHERE parked_at IS NOT NULL ORDER BY lane NULLS LAST, ordering_key, id LIMIT $1`
 		return nil
 	}
 	if len(list) == 0 {
-		fmt.Fprintf(stdout, "no %s rows in outbox %s\n", what, describe(opts))
+		fmt.Fprintf(stdout, "no %s rows in outbox %s\n", what, outbox)
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -540,8 +514,8 @@ WHERE parked_at IS NOT NULL ORDER BY lane NULLS LAST, ordering_key, id LIMIT $1`
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(list) == *limit {
-		fmt.Fprintf(stdout, "(first %d rows; raise --limit for more)\n", *limit)
+	if len(list) == limit {
+		fmt.Fprintf(stdout, "(first %d rows; raise --limit for more)\n", limit)
 	}
 	return nil
 }

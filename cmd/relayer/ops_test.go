@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
@@ -277,4 +278,19 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// testTables are the quoted names of an outbox's tables, for the raw SQL
+// that sets up states no API produces yet.
+type testTables struct {
+	outbox, dead, leases string
+}
+
+func tablesOf(o store.Options) testTables {
+	schema := o.Schema
+	if schema == "" {
+		schema = store.SchemaDefault
+	}
+	q := func(name string) string { return pgx.Identifier{schema, o.TablePrefix + name}.Sanitize() }
+	return testTables{outbox: q("outbox"), dead: q("dead"), leases: q("relayer_leases")}
 }
