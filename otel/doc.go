@@ -33,8 +33,10 @@
 //
 // # Metrics
 //
-// A wrapped transport counts the messages the broker accepted and refused and
-// measures each call ([MetricSent], [MetricFailed], [MetricSendDuration]).
+// A wrapped transport counts the messages it sent, failures marked with
+// error.type, and measures each call ([MetricSent],
+// [MetricOperationDuration]), under the messaging semantic conventions' names;
+// the outbox's own gauges keep relayer.* names.
 //
 // [ObserveStore] registers gauges of an outbox table, read with one statement
 // per collection: the backlog of deliverable rows, how long the oldest of them

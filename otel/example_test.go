@@ -54,7 +54,7 @@ func ExampleWrapTransport() {
 	consumer := relayerotel.ConsumerContext(context.Background(), received.Headers)
 	fmt.Println("consumer continues the send:", trace.SpanContextFromContext(consumer).SpanID() == send.SpanContext().SpanID())
 	// Output:
-	// orders.placed publish - producer
+	// send orders.placed - producer
 	// child of the request: true
 	// traceparent names the send: true
 	// consumer continues the send: true

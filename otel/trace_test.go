@@ -157,7 +157,7 @@ func TestSendParentedToCreationContext(t *testing.T) {
 		t.Fatalf("%d send spans, want 1", len(spans))
 	}
 	send := spans[0]
-	if send.Name() != "orders.placed publish" {
+	if send.Name() != "send orders.placed" {
 		t.Errorf("span name %q", send.Name())
 	}
 	if got, want := send.Parent(), create.SpanContext(); got.TraceID() != want.TraceID() || got.SpanID() != want.SpanID() || !got.IsRemote() {
@@ -174,7 +174,7 @@ func TestSendParentedToCreationContext(t *testing.T) {
 		"messaging.system":           "memory",
 		"messaging.destination.name": "orders.placed",
 		"messaging.operation.type":   "send",
-		"messaging.operation.name":   "publish",
+		"messaging.operation.name":   "send",
 		"messaging.message.id":       msg.ID.String(),
 		"relayer.transport":          "mem",
 	}

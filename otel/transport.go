@@ -21,11 +21,14 @@ const (
 	TransportKey = attribute.Key("relayer.transport")
 )
 
-// Metric names of a wrapped transport.
+// Metric names of a wrapped transport, those of the OpenTelemetry messaging
+// semantic conventions.
 const (
-	MetricSent         = "relayer.transport.sent"
-	MetricFailed       = "relayer.transport.failed"
-	MetricSendDuration = "relayer.transport.send.duration"
+	// MetricSent counts the messages sent to the broker; those that failed
+	// carry error.type.
+	MetricSent = "messaging.client.sent.messages"
+	// MetricOperationDuration is the duration of each Send or SendBatch call.
+	MetricOperationDuration = "messaging.client.operation.duration"
 )
 
 // durationBuckets suit broker round trips, from a local broker's millisecond
@@ -34,7 +37,7 @@ const (
 var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // operationName is the verb of the span name and of messaging.operation.name.
-const operationName = "publish"
+const operationName = "send"
 
 // WrapTransport returns a [relayer.Transport] that traces and measures every
 // send of tr and otherwise behaves exactly like tr: it passes every message
@@ -43,8 +46,8 @@ const operationName = "publish"
 //
 // # Spans
 //
-// Each message sent gets a span of kind producer named "<destination>
-// publish", parented to the creation context stored with the message (see
+// Each message sent gets a span of kind producer named "send <destination>"
+// (the messaging semantic conventions' name), parented to the creation context stored with the message (see
 // [TraceContext]), or, for a message stored without one, to the span in the
 // ctx of the call. When the creation context is the parent, the span also
 // links to it and, if ctx carries a span of its own (a worker's), to that one,
@@ -77,10 +80,12 @@ const operationName = "publish"
 //
 // # Metrics
 //
-// [MetricSent] and [MetricFailed] count messages accepted and refused by the
-// broker; a call that failed without a *relayer.BatchError naming the
-// messages counts all of its messages as failed. [MetricSendDuration] records
-// the duration of each Send or SendBatch call, in seconds. All carry
+// [MetricSent] (messaging.client.sent.messages) counts the messages sent,
+// those the broker refused with error.type; a call that failed without a
+// *relayer.BatchError naming the messages counts all of its messages as
+// failed. [MetricOperationDuration] (messaging.client.operation.duration)
+// records the duration of each Send or SendBatch call, in seconds. All carry
+// messaging.operation.name ("send"), messaging.operation.type,
 // messaging.destination.name, relayer.transport and, when set,
 // messaging.system; failures and the durations of failed calls also carry
 // error.type. Keep the number of destinations bounded: each is a time series.
@@ -109,12 +114,9 @@ func WrapTransport(tr relayer.Transport, opts ...Option) relayer.Transport {
 	// An instrument that cannot be made is reported to the global error
 	// handler; the API still returns a usable no-op instrument with the error.
 	t.sent, err = meter.Int64Counter(MetricSent, metric.WithUnit("{message}"),
-		metric.WithDescription("Messages the broker accepted."))
+		metric.WithDescription("Number of messages sent to the broker, by outcome."))
 	errs = errors.Join(errs, err)
-	t.failed, err = meter.Int64Counter(MetricFailed, metric.WithUnit("{message}"),
-		metric.WithDescription("Messages whose send failed."))
-	errs = errors.Join(errs, err)
-	t.duration, err = meter.Float64Histogram(MetricSendDuration, metric.WithUnit("s"),
+	t.duration, err = meter.Float64Histogram(MetricOperationDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of each Send or SendBatch call to the broker."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	errs = errors.Join(errs, err)
@@ -130,7 +132,7 @@ type transport struct {
 	system        attribute.KeyValue
 	hasSystem     bool
 	transportName string
-	sent, failed  metric.Int64Counter
+	sent          metric.Int64Counter
 	duration      metric.Float64Histogram
 }
 
@@ -159,7 +161,7 @@ func (t *transport) Send(ctx context.Context, msg *relayer.Message) error {
 	if err == nil {
 		t.sent.Add(sctx, 1, metric.WithAttributeSet(set))
 	} else {
-		t.failed.Add(sctx, 1, metric.WithAttributeSet(withErrorType(set, errorType(err))))
+		t.sent.Add(sctx, 1, metric.WithAttributeSet(withErrorType(set, errorType(err))))
 	}
 	t.recordDuration(sctx, set, err, end.Sub(start))
 	return err
@@ -224,7 +226,7 @@ func (t *transport) SendBatch(ctx context.Context, msgs []*relayer.Message) erro
 		t.sent.Add(ctx, sent, metric.WithAttributeSet(set))
 	}
 	for typ, n := range failed {
-		t.failed.Add(ctx, n, metric.WithAttributeSet(withErrorType(set, typ)))
+		t.sent.Add(ctx, n, metric.WithAttributeSet(withErrorType(set, typ)))
 	}
 	t.recordDuration(ctx, set, err, end.Sub(start))
 	return err
@@ -262,7 +264,7 @@ func (t *transport) startSpan(ctx context.Context, msg *relayer.Message, size in
 		}
 		opts = append(opts, trace.WithLinks(links...))
 	}
-	return t.tracer.Start(parent, msg.Destination+" "+operationName, opts...)
+	return t.tracer.Start(parent, operationName+" "+msg.Destination, opts...)
 }
 
 // outgoing returns what tr is given for msg: msg itself when sctx has no
@@ -285,11 +287,14 @@ func (t *transport) transportOf(msg *relayer.Message) string {
 }
 
 func (t *transport) metricAttrs(msg *relayer.Message) attribute.Set {
-	if t.hasSystem {
-		return attribute.NewSet(t.system,
-			semconv.MessagingDestinationName(msg.Destination), TransportKey.String(t.transportOf(msg)))
+	kvs := []attribute.KeyValue{
+		semconv.MessagingOperationName(operationName), semconv.MessagingOperationTypeSend,
+		semconv.MessagingDestinationName(msg.Destination), TransportKey.String(t.transportOf(msg)),
 	}
-	return attribute.NewSet(semconv.MessagingDestinationName(msg.Destination), TransportKey.String(t.transportOf(msg)))
+	if t.hasSystem {
+		kvs = append(kvs, t.system)
+	}
+	return attribute.NewSet(kvs...)
 }
 
 func (t *transport) recordDuration(ctx context.Context, set attribute.Set, err error, d time.Duration) {
