@@ -76,37 +76,6 @@ func sortByID(rows []Row) {
 	slices.SortFunc(rows, func(a, b Row) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 }
 
-// ClaimIDs is [Store.ClaimBatch] for callers that already hold the rows'
-// content, such as a dispatcher told about a commit: it returns only the ids it
-// claimed, in ascending order, appended to dst[:0].
-func (s *Store) ClaimIDs(ctx context.Context, dst, ids []uuid.UUID, c Claim, now time.Time) ([]uuid.UUID, error) {
-	now = pgTime(now)
-	dst = dst[:0]
-	if err := c.validate(now); err != nil {
-		return dst, err
-	}
-	if len(ids) == 0 {
-		return dst, nil
-	}
-	rows, err := s.db.QueryContext(ctx, s.q.claimIDs, uuidArray(ids), c.Token, pgTime(c.Until), now)
-	if err != nil {
-		return dst, wrap(ctx, "claim ids", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			return dst[:0], wrap(ctx, "claim ids", err)
-		}
-		dst = append(dst, id)
-	}
-	if err := rows.Err(); err != nil {
-		return dst[:0], wrap(ctx, "claim ids", err)
-	}
-	slices.SortFunc(dst, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
-	return dst, nil
-}
-
 // Renew extends a live claim to the later of its current expiry and until. It
 // reports false, changing nothing, when token is not the row's current token or
 // the claim has expired at now.

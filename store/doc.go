@@ -29,7 +29,26 @@
 // never overwrite the progress of the next owner.
 //
 // Instants are UTC with microsecond precision, as PostgreSQL stores them; the
-// store truncates every instant it is given. Pass instants from one clock.
+// store truncates every instant it is given. Pass instants from one clock (the
+// dispatchers pass the database's, measured against their own).
+//
+// # What the dispatchers use
+//
+// The claim protocol above is the store's contract for integrations. The
+// package's own dispatchers build on two protocols:
+//
+//   - Takes, for unordered rows (direct dispatch and recovery): a transaction
+//     deletes the rows it will send ([Store.TakeIDs] by id,
+//     [Store.TakeNextUnorderedExcept] after a cursor, passing over set-aside
+//     destinations), holds them locked while the broker is called, writes back
+//     the rows it did not send with [Store.Restore], and commits. A crash or a
+//     lost connection rolls the take back and every row is there again.
+//   - Lanes, for ordered rows: a transaction takes or renews the lane's lease
+//     row ([Store.AcquireLease]), reads the lane's head ([Store.ReadLaneHead]),
+//     claims the admitted prefix ([Store.ClaimLaneRows]), and settles it with
+//     [Store.CompleteBatch], [Store.Fail] and [Store.ReleaseBatch] before
+//     committing; [Store.ProbeLanes] finds the lanes worth that, and
+//     [Store.Heartbeat] keeps the workers' membership.
 //
 // # Drivers
 //

@@ -47,35 +47,6 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 	return wrap(ctx, "release lease", err)
 }
 
-// ClaimNextUnordered claims, in one statement, up to limit eligible unordered
-// rows with ids after the cursor, in id order, skipping rows others are
-// claiming at this moment, and returns them appended to dst[:0] in id order.
-// Rows created after createdBefore are left alone unless they were scheduled
-// for later than their creation: those are the rows direct dispatch is still
-// expected to send. A zero createdBefore means now.
-func (s *Store) ClaimNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, c Claim, now, createdBefore time.Time) ([]Row, error) {
-	now = pgTime(now)
-	if err := c.validate(now); err != nil {
-		return dst[:0], err
-	}
-	if limit <= 0 {
-		return dst[:0], fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
-	}
-	if createdBefore.IsZero() {
-		createdBefore = now
-	}
-	rows, err := s.db.QueryContext(ctx, s.q.claimNext, after, limit, c.Token, pgTime(c.Until), now, pgTime(createdBefore))
-	if err != nil {
-		return dst[:0], wrap(ctx, "claim next", err)
-	}
-	dst, err = scanRows(ctx, "claim next", rows, dst[:0])
-	if err != nil {
-		return dst, err
-	}
-	sortByID(dst)
-	return dst, nil
-}
-
 // ReleaseBatch gives up token's live claims on ids without recording an
 // attempt, so that the rows are eligible again at once. It returns how many
 // claims it released.

@@ -55,7 +55,7 @@ func TestLeaseTakeoverOnlyAfterExpiry(t *testing.T) {
 	})
 }
 
-func TestClaimNextUnorderedAndRelease(t *testing.T) {
+func TestReleaseBatchFreesOnlyItsClaims(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
@@ -72,13 +72,9 @@ func TestClaimNextUnorderedAndRelease(t *testing.T) {
 			t.Fatal("claim failed")
 		}
 		c := store.Claim{Token: uuid.New(), Until: b.t0.Add(time.Minute)}
-		got, err := b.store.ClaimNextUnordered(ctx, nil, uuid.Nil, 2, c, b.t0, time.Time{})
-		if err != nil || !slices.Equal(ids(got), []uuid.UUID{want[0], want[2]}) {
-			t.Fatalf("first page = %v, %v; want %v (skipping the held row)", ids(got), err, []uuid.UUID{want[0], want[2]})
-		}
-		got, err = b.store.ClaimNextUnordered(ctx, got, want[2], 10, c, b.t0, time.Time{})
-		if err != nil || !slices.Equal(ids(got), want[3:]) {
-			t.Fatalf("after the cursor = %v, %v; want %v (no future or ordered rows)", ids(got), err, want[3:])
+		got, err := b.store.ClaimBatch(ctx, nil, append(slices.Clone(want), future.ID), c, b.t0)
+		if wantIDs := []uuid.UUID{want[0], want[2], want[3], want[4]}; err != nil || !slices.Equal(ids(got), wantIDs) {
+			t.Fatalf("ClaimBatch = %v, %v; want %v (not the held row, not the future one)", ids(got), err, wantIDs)
 		}
 		n, err := b.store.ReleaseBatch(ctx, want, c.Token, b.t0)
 		if err != nil || n != 4 {

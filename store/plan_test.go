@@ -44,13 +44,11 @@ func TestWorkerSessionsAvoidFrozenPlans(t *testing.T) {
 		{"readUnordered", s.q.readUnordered, id + ", " + now + ", 100"},
 		{"claim", s.q.claim, id + ", " + id + ", " + now + ", " + now},
 		{"claimBatch", s.q.claimBatch, ids + ", " + id + ", " + now + ", " + now},
-		{"claimIDs", s.q.claimIDs, ids + ", " + id + ", " + now + ", " + now},
 		{"renew", s.q.renew, id + ", " + id + ", " + now + ", " + now},
 		{"complete", s.q.complete, id + ", " + id + ", " + now},
 		{"completeBatch", s.q.completeBatch, ids + ", " + id + ", " + now},
 		{"fail", s.q.fail, id + ", " + id + ", 'e', " + now},
 		{"failBatch", s.q.failBatch, ids + ", " + text + ", " + id + ", " + now},
-		{"claimNext", s.q.claimNext, id + ", 1000, " + id + ", " + now + ", " + now + ", " + now},
 		{"releaseBatch", s.q.releaseBatch, ids + ", " + id + ", " + now},
 	}
 	for _, conn := range []*sql.Conn{tuned, plain} {
@@ -273,7 +271,7 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				{"completeBatch", s.q.completeBatch, ids.String() + ", " + id + ", " + now, pkey},
 				{"releaseBatch", s.q.releaseBatch, ids.String() + ", " + id + ", " + now, pkey},
 				{"fail", s.q.fail, id + ", " + id + ", 'e', " + now, pkey},
-				{"claimIDs", s.q.claimIDs, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
+				{"claimBatch", s.q.claimBatch, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
 				{"takeIDs", s.q.takeIDs, ids.String() + ", " + now, pkey},
 				{"laneHead", s.q.laneHead, "3, 100", laneIdx},
 				{"readLane", s.q.readLane, "3, " + id + ", " + now + ", 100", laneIdx},

@@ -12,7 +12,6 @@ type queries struct {
 	countDead     string
 	claim         string
 	claimBatch    string
-	claimIDs      string
 	renew         string
 	complete      string
 	completeBatch string
@@ -20,7 +19,6 @@ type queries struct {
 	failBatch     string
 	insert        string
 	insertOne     string
-	claimNext     string
 	releaseBatch  string
 	takeIDs       string
 	takeNext      string
@@ -97,19 +95,6 @@ WHERE id = ANY(ARRAY(
     SELECT id FROM ` + n.outbox + `
     WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4") + `
     FOR UPDATE SKIP LOCKED))
-RETURNING ` + rowColumns,
-		// claimIDs is claimBatch returning only the ids, for callers that hold the
-		// rows' content already.
-		claimIDs: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
-WHERE id = ANY(ARRAY(
-    SELECT id FROM ` + n.outbox + `
-    WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4") + `
-    FOR UPDATE SKIP LOCKED))
-RETURNING id`,
-		// Recovery's claim: the next due unordered rows after a cursor, in id
-		// order, skipping rows other workers are claiming right now.
-		claimNext: `UPDATE ` + n.outbox + ` SET claim_token = $3, claimed_until = $4
-WHERE id = ANY(ARRAY(` + nextUnordered("$5", "$6", "", "") + `))
 RETURNING ` + rowColumns,
 		// Takes delete inside the caller's transaction (see take.go). The inner
 		// SELECT skips rows other transactions lock; ANY(ARRAY(...)) keeps the

@@ -551,7 +551,7 @@ func TestCorruptHeadersFailExplicitly(t *testing.T) {
 	})
 }
 
-func TestClaimIDsReturnsOnlyWhatItClaimed(t *testing.T) {
+func TestClaimBatchReturnsOnlyWhatItClaimed(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
@@ -562,9 +562,10 @@ func TestClaimIDsReturnsOnlyWhatItClaimed(t *testing.T) {
 			t.Fatal("claim failed")
 		}
 		c := store.Claim{Token: uuid.New(), Until: b.t0.Add(time.Minute)}
-		got, err := b.store.ClaimIDs(ctx, nil, []uuid.UUID{m3.ID, m2.ID, m1.ID, newID(t)}, c, b.t0)
+		rows, err := b.store.ClaimBatch(ctx, nil, []uuid.UUID{m3.ID, m2.ID, m1.ID, newID(t)}, c, b.t0)
+		got := ids(rows)
 		if want := sortedIDs(m1, m3); err != nil || !slices.Equal(got, want) {
-			t.Errorf("ClaimIDs = %v, %v; want %v", got, err, want)
+			t.Errorf("ClaimBatch = %v, %v; want %v", got, err, want)
 		}
 		if n, _ := b.store.CompleteBatch(ctx, got, c.Token, b.t0); n != 2 {
 			t.Errorf("the claimed ids were not held by the claim: deleted %d", n)

@@ -82,8 +82,8 @@ func (s *Store) TakeIDs(ctx context.Context, dst []Taken, ids []uuid.UUID, now t
 // rows with ids after the cursor, in id order, skipping rows locked by other
 // transactions, and returns them appended to dst[:0] in id order. Rows created
 // after createdBefore are left alone unless they were scheduled for later than
-// their creation (see [Store.ClaimNextUnordered]); a zero createdBefore means
-// now. Like [Store.TakeIDs] it needs a store bound to a transaction.
+// their creation: those are the rows direct dispatch is still expected to
+// send. A zero createdBefore means now. Like [Store.TakeIDs] it needs a store bound to a transaction.
 func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time) ([]Row, error) {
 	return s.TakeNextUnorderedExcept(ctx, dst, after, limit, now, createdBefore, nil)
 }

@@ -210,9 +210,9 @@ func TestTakeIDsSkipsRowsAnotherTransactionHolds(t *testing.T) {
 		// A claim in autocommit skips the rows both takes hold.
 		c := store.Claim{Token: uuid.New(), Until: now.Add(time.Minute)}
 		all := []uuid.UUID{m1.ID, m2.ID, m3.ID, m4.ID}
-		claimed, err := b.store.ClaimIDs(ctx, nil, all, c, now)
-		if err != nil || len(claimed) != 0 {
-			t.Fatalf("ClaimIDs while takes hold every row = %v, %v; want none", claimed, err)
+		claimedRows, err := b.store.ClaimBatch(ctx, nil, all, c, now)
+		if err != nil || len(claimedRows) != 0 {
+			t.Fatalf("ClaimBatch while takes hold every row = %v, %v; want none", ids(claimedRows), err)
 		}
 
 		// tx1 gives its rows back, tx2 keeps its own.
@@ -222,9 +222,9 @@ func TestTakeIDsSkipsRowsAnotherTransactionHolds(t *testing.T) {
 		if err := tx2.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		claimed, err = b.store.ClaimIDs(ctx, nil, all, c, now)
-		if want := sortedIDs(m1, m2); err != nil || !slices.Equal(claimed, want) {
-			t.Errorf("ClaimIDs after tx1 rolled back and tx2 committed = %v, %v; want %v", claimed, err, want)
+		claimedRows, err = b.store.ClaimBatch(ctx, nil, all, c, now)
+		if want := sortedIDs(m1, m2); err != nil || !slices.Equal(ids(claimedRows), want) {
+			t.Errorf("ClaimBatch after tx1 rolled back and tx2 committed = %v, %v; want %v", ids(claimedRows), err, want)
 		}
 		if left := b.outboxRows(t); len(left) != 2 {
 			t.Errorf("%d rows left, want the 2 tx1 gave back", len(left))
@@ -485,9 +485,9 @@ func TestRestoreWritesTakenRowsBack(t *testing.T) {
 		if got, want := ids(inTx), sortedIDs(failed, unsent, long); !slices.Equal(got, want) {
 			t.Errorf("read inside the take after Restore = %v, want %v", got, want)
 		}
-		claimed, err := b.store.ClaimIDs(ctx, nil, []uuid.UUID{failed.ID, unsent.ID, sent.ID, long.ID}, store.NewClaim(now, time.Minute), now)
+		claimed, err := b.store.ClaimBatch(ctx, nil, []uuid.UUID{failed.ID, unsent.ID, sent.ID, long.ID}, store.NewClaim(now, time.Minute), now)
 		if err != nil || len(claimed) != 0 {
-			t.Errorf("ClaimIDs during the take = %v, %v; want none", claimed, err)
+			t.Errorf("ClaimBatch during the take = %v, %v; want none", ids(claimed), err)
 		}
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
