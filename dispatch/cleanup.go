@@ -192,7 +192,7 @@ func NewCleanup(db *sql.DB, outbox relayer.Outbox, opts CleanupOptions) (*Cleanu
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	st, err := store.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}

@@ -158,7 +158,7 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	st, err := store.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}

@@ -189,7 +189,7 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordere
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	st, err := store.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}

@@ -182,7 +182,7 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	st, err := store.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}

@@ -136,7 +136,7 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	if opts.PoolHeadroom == 0 {
 		opts.PoolHeadroom = RunnerPoolHeadroomDefault
 	}
-	st, err := store.New(db, store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	st, err := store.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}

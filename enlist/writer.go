@@ -70,7 +70,7 @@ type Writer struct {
 // NewWriter validates outbox and opts and returns a writer. It does not touch
 // the database.
 func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
-	st, err := store.Unbound(store.Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix})
+	st, err := store.Unbound(store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/relayer-go/relayer"
 )
 
 // Identifier limits. PostgreSQL truncates names longer than 63 bytes; the prefix
@@ -27,6 +29,14 @@ type Options struct {
 	// outboxes can share a schema. It must be empty or match [a-z_][a-z0-9_]* and
 	// be at most TablePrefixMaxLen bytes. Default: "".
 	TablePrefix string
+}
+
+// OptionsOf returns the table names of an outbox: its Schema and
+// TablePrefix. Build every store, migration, inbox and health check of an
+// outbox from the same relayer.Outbox value through it, so that they name
+// the same tables as its writers and workers.
+func OptionsOf(outbox relayer.Outbox) Options {
+	return Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix}
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
