@@ -41,8 +41,17 @@ func (w *Writer) Begin(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*T
 // publishing. Commit it through the returned Tx.
 func (w *Writer) Wrap(tx *sql.Tx) *Tx {
 	t := &Tx{Tx: tx, e: w.Enlist()}
-	runtime.AddCleanup(t, (*Enlistment).dropped, t.e)
+	ReportDropped(t, t.e)
 	return t
+}
+
+// ReportDropped makes the writer log a warning if tx, a transaction wrapper
+// that owns e, is garbage collected while e still holds published rows: the
+// transaction was then ended around the wrapper (for example by committing the
+// *sql.Tx it embeds), and the listener was never told. Adapters call it for
+// their own wrapper types; e must not reference tx.
+func ReportDropped[T any](tx *T, e *Enlistment) {
+	runtime.AddCleanup(tx, (*Enlistment).dropped, e)
 }
 
 // Publish writes one message in the transaction: one round trip.

@@ -57,7 +57,11 @@ func (w *Writer) Beginx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions) (
 
 // Wrap returns tx, a transaction the caller already began, ready for
 // publishing.
-func (w *Writer) Wrap(tx *sqlx.Tx) *Tx { return &Tx{Tx: tx, e: w.w.Enlist()} }
+func (w *Writer) Wrap(tx *sqlx.Tx) *Tx {
+	t := &Tx{Tx: tx, e: w.w.Enlist()}
+	enlist.ReportDropped(t, t.e)
+	return t
+}
 
 // RunInTx runs fn in a transaction on db: committed when fn returns nil, rolled
 // back when it returns an error or panics.
