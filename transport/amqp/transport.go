@@ -285,6 +285,22 @@ func (t *Transport) deliver(ctx context.Context, msgs []*relayer.Message) (errs 
 	}
 	p.drainReturns() // none are expected; see publisher.returns
 
+	confirms, published, stopped := t.publishAll(ctx, p, msgs, pubs, errs)
+	if published == 0 {
+		if stopped != nil && valid == len(msgs) {
+			return nil, stopped
+		}
+		return errs, nil
+	}
+	t.settle(ctx, p, msgs, confirms, errs)
+	return errs, nil
+}
+
+// publishAll publishes the messages whose errs entry is nil, in order, until
+// ctx ends or the channel fails; the messages not published then get the
+// reason, which it also returns. It returns the confirms (nil where nothing
+// was published) and how many were published.
+func (t *Transport) publishAll(ctx context.Context, p *publisher, msgs []*relayer.Message, pubs []amqp.Publishing, errs []error) ([]*amqp.DeferredConfirmation, int, error) {
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	published := 0
 	var stopped error // why publishing stopped early
@@ -313,13 +329,14 @@ func (t *Transport) deliver(ctx context.Context, msgs []*relayer.Message) (errs 
 		}
 		errs[i] = stopped
 	}
-	if published == 0 {
-		if stopped != nil && valid == len(msgs) {
-			return nil, stopped
-		}
-		return errs, nil
-	}
+	return confirms, published, stopped
+}
 
+// settle waits for the confirms of the published messages and records each
+// message's outcome in errs: confirmed (or returned unroutable), nacked, lost
+// with a closed channel, or abandoned when ctx ended first. A channel whose
+// confirms may still arrive is discarded.
+func (t *Transport) settle(ctx context.Context, p *publisher, msgs []*relayer.Message, confirms []*amqp.DeferredConfirmation, errs []error) {
 	abandoned := awaitConfirms(ctx, p, confirms)
 	returned := p.takeReturns(msgs, confirms)
 	closed := p.closedError()
@@ -355,7 +372,6 @@ func (t *Transport) deliver(ctx context.Context, msgs []*relayer.Message) (errs 
 		// channel keeps them away from the next send.
 		t.discard(p)
 	}
-	return errs, nil
 }
 
 // awaitConfirms waits for every non-nil confirm, until the channel closes, or until
