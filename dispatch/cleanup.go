@@ -100,25 +100,13 @@ func (o CleanupOptions) Validate() error {
 }
 
 func (o CleanupOptions) withDefaults() CleanupOptions {
-	if o.InboxRetention == 0 {
-		o.InboxRetention = CleanupInboxRetentionDefault
-	}
-	if o.DeadRetention == 0 {
-		o.DeadRetention = CleanupDeadRetentionDefault
-	}
-	if o.BatchSize == 0 {
-		o.BatchSize = CleanupBatchSizeDefault
-	}
-	if o.Interval == 0 {
-		o.Interval = CleanupIntervalDefault
-	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = CleanupLeaseDurationDefault
-	}
+	setDefault(&o.InboxRetention, CleanupInboxRetentionDefault)
+	setDefault(&o.DeadRetention, CleanupDeadRetentionDefault)
+	setDefault(&o.BatchSize, CleanupBatchSizeDefault)
+	setDefault(&o.Interval, CleanupIntervalDefault)
+	setDefault(&o.LeaseDuration, CleanupLeaseDurationDefault)
 	o.Owner = ownerOrDefault(o.Owner)
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	setDefault(&o.Logger, slog.Default())
 	return o
 }
 

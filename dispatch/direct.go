@@ -103,21 +103,11 @@ func (o DirectOptions) Validate() error {
 }
 
 func (o DirectOptions) withDefaults() DirectOptions {
-	if o.QueueCapacity == 0 {
-		o.QueueCapacity = QueueCapacityDefault
-	}
-	if o.BatchSize == 0 {
-		o.BatchSize = BatchSizeDefault
-	}
-	if o.ClaimDuration == 0 {
-		o.ClaimDuration = ClaimDurationDefault
-	}
-	if o.Workers == 0 {
-		o.Workers = DirectWorkersDefault
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	setDefault(&o.QueueCapacity, QueueCapacityDefault)
+	setDefault(&o.BatchSize, BatchSizeDefault)
+	setDefault(&o.ClaimDuration, ClaimDurationDefault)
+	setDefault(&o.Workers, DirectWorkersDefault)
+	setDefault(&o.Logger, slog.Default())
 	return o
 }
 

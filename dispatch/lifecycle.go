@@ -110,3 +110,12 @@ func (l *loop) run(ctx context.Context, what string, body func(ctx context.Conte
 	<-l.done
 	return ctx.Err()
 }
+
+// setDefault sets *v to def when *v is its type's zero value: an option left
+// unset takes its default.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}

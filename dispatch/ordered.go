@@ -89,25 +89,17 @@ func (o OrderedOptions) Validate() error {
 }
 
 func (o OrderedOptions) withDefaults() OrderedOptions {
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = LaneLeaseDurationDefault
-	}
+	setDefault(&o.LeaseDuration, LaneLeaseDurationDefault)
 	if o.PollInterval == 0 {
 		o.PollInterval = OrderedPollDefault
 		if o.PollInterval >= o.LeaseDuration/3 {
 			o.PollInterval = o.LeaseDuration / 4
 		}
 	}
-	if o.BatchSize == 0 {
-		o.BatchSize = BatchSizeDefault
-	}
-	if o.Concurrency == 0 {
-		o.Concurrency = OrderedConcurrencyDefault
-	}
+	setDefault(&o.BatchSize, BatchSizeDefault)
+	setDefault(&o.Concurrency, OrderedConcurrencyDefault)
 	o.Name = ownerOrDefault(o.Name)
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	setDefault(&o.Logger, slog.Default())
 	return o
 }
 

@@ -106,28 +106,14 @@ func (o RecoveryOptions) Validate() error {
 }
 
 func (o RecoveryOptions) withDefaults() RecoveryOptions {
-	if o.BatchSize == 0 {
-		o.BatchSize = RecoveryBatchSizeDefault
-	}
-	if o.PollInterval == 0 {
-		o.PollInterval = RecoveryPollIntervalDefault
-	}
-	if o.ClaimDuration == 0 {
-		o.ClaimDuration = ClaimDurationDefault
-	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = RecoveryLeaseDurationDefault
-	}
-	if o.Workers == 0 {
-		o.Workers = RecoveryWorkersDefault
-	}
-	if o.MinAge == 0 {
-		o.MinAge = RecoveryMinAgeDefault
-	}
+	setDefault(&o.BatchSize, RecoveryBatchSizeDefault)
+	setDefault(&o.PollInterval, RecoveryPollIntervalDefault)
+	setDefault(&o.ClaimDuration, ClaimDurationDefault)
+	setDefault(&o.LeaseDuration, RecoveryLeaseDurationDefault)
+	setDefault(&o.Workers, RecoveryWorkersDefault)
+	setDefault(&o.MinAge, RecoveryMinAgeDefault)
 	o.Owner = ownerOrDefault(o.Owner)
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	setDefault(&o.Logger, slog.Default())
 	return o
 }
 

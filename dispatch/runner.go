@@ -130,12 +130,8 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.PoolHeadroom == 0 {
-		opts.PoolHeadroom = RunnerPoolHeadroomDefault
-	}
+	setDefault(&opts.Logger, slog.Default())
+	setDefault(&opts.PoolHeadroom, RunnerPoolHeadroomDefault)
 	st, err := store.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
@@ -143,14 +139,14 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	r := &Runner{db: db, opts: opts, store: st, stopped: make(chan struct{})}
 	if !opts.DisableRecovery {
 		o := opts.Recovery
-		o.Logger = orLogger(o.Logger, opts.Logger)
+		setDefault(&o.Logger, opts.Logger)
 		if r.recovery, err = NewRecovery(db, outbox, o); err != nil {
 			return nil, err
 		}
 	}
 	if !opts.DisableDirect {
 		o := opts.Direct
-		o.Logger = orLogger(o.Logger, opts.Logger)
+		setDefault(&o.Logger, opts.Logger)
 		o.Recovery = r.recovery
 		if r.direct, err = NewDirect(db, outbox, o); err != nil {
 			return nil, err
@@ -165,7 +161,7 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	}
 	for i := range workers {
 		o := opts.Ordered
-		o.Logger = orLogger(o.Logger, opts.Logger)
+		setDefault(&o.Logger, opts.Logger)
 		o.Name = fmt.Sprintf("%s ordered-%d", ownerOrDefault(o.Name), i+1)
 		w, err := NewOrdered(db, outbox, o)
 		if err != nil {
@@ -175,20 +171,12 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	}
 	if !opts.DisableCleanup {
 		o := opts.Cleanup
-		o.Logger = orLogger(o.Logger, opts.Logger)
+		setDefault(&o.Logger, opts.Logger)
 		if r.cleanup, err = NewCleanup(db, outbox, o); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
-}
-
-// orLogger returns l, or fallback when l is nil.
-func orLogger(l, fallback *slog.Logger) *slog.Logger {
-	if l != nil {
-		return l
-	}
-	return fallback
 }
 
 func hasOrderedRoute(outbox relayer.Outbox) bool {
