@@ -55,9 +55,12 @@ func buildQueries(n names) *queries {
 	// lock. Rows created after createdBefore are left to direct dispatch,
 	// unless they were scheduled for later than their creation.
 	//
-	// A row stamped after now was written by a writer whose clock runs ahead
-	// of the database's: its age is unknown, and it is taken like an old
-	// one, so that a skewed writer's rows are not left waiting for its lead.
+	// A row stamped more than the minimum age (now - createdBefore) after
+	// now was written by a writer whose clock runs ahead of the database's:
+	// its age is unknown, and it is taken like an old one, so that a skewed
+	// writer's rows are not left waiting for its lead. (Rows stamped just
+	// after now are fresh rows of a writer a little ahead, or of clock
+	// measurement noise: they stay with direct dispatch.)
 	// With skipTransports and skipDestinations (parallel text arrays), rows of
 	// those endpoints are passed over.
 	nextUnordered := func(now, createdBefore, skipTransports, skipDestinations string) string {
@@ -69,7 +72,8 @@ func buildQueries(n names) *queries {
 		return `
     SELECT id FROM ` + n.outbox + `
     WHERE lane IS NULL AND id > $1 AND ` + elig(now) + `
-      AND (created_at <= ` + createdBefore + ` OR deliver_at > created_at OR created_at > ` + now + `)` + skip + `
+      AND (created_at <= ` + createdBefore + ` OR deliver_at > created_at
+           OR created_at > ` + now + ` + (` + now + ` - ` + createdBefore + `))` + skip + `
     ORDER BY id LIMIT $2
     FOR UPDATE SKIP LOCKED`
 	}
