@@ -1,10 +1,13 @@
 package dispatch
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -104,26 +107,79 @@ func (a *setAside) state(e endpoint) *asideState {
 	return st
 }
 
-// end records how the send ended: timedOut sets the endpoint aside for the
-// next interval; a send that completed in time (delivered or refused by the
-// broker) brings it back.
-func (w *sendWatch) end(timedOut bool) {
+// outcome is how a watched send ended, for the endpoint's state.
+type outcome int
+
+const (
+	// completed: delivered, or refused by the broker for reasons of the
+	// message; the endpoint is back.
+	completed outcome = iota
+	// timedOut: the send ran into its deadline.
+	timedOut
+	// unavailable: the broker or the destination is down
+	// (relayer.ErrUnavailable).
+	unavailable
+	// interrupted: the worker is stopping; says nothing of the endpoint.
+	interrupted
+)
+
+// setAsideUnavailableMin is the first interval an unavailable destination is
+// set aside for; a timeout's is setAsideMin, since each try costs a claim's
+// deadline.
+const setAsideUnavailableMin = time.Second
+
+// end records how the send ended: a timeout or an unavailable destination
+// sets the endpoint aside for the next interval, doubling each time; a send
+// that completed brings it back.
+func (w *sendWatch) end(o outcome) {
 	w.timer.Stop()
 	a := w.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w.ended = true
-	st := a.m[w.e]
-	if w.crossed && st != nil {
+	if st := a.m[w.e]; w.crossed && st != nil {
 		st.slow--
 	}
+	a.settle(w.e, o)
+}
+
+// record notes how an unwatched send to e ended.
+func (a *setAside) record(e endpoint, o outcome) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.settle(e, o)
+}
+
+// settle applies a send's outcome to e's state; a.mu is held.
+func (a *setAside) settle(e endpoint, o outcome) {
+	st := a.m[e]
 	switch {
-	case timedOut:
-		st = a.state(w.e)
-		st.backoff = min(max(2*st.backoff, setAsideMin), setAsideMax)
+	case o == timedOut || o == unavailable:
+		first := setAsideMin
+		if o == unavailable {
+			first = setAsideUnavailableMin
+		}
+		st = a.state(e)
+		st.backoff = min(max(2*st.backoff, first), setAsideMax)
 		jitter := time.Duration(rand.Int64N(int64(st.backoff)/5+1)) - st.backoff/10
 		st.until = time.Now().Add(st.backoff + jitter)
-	case st != nil && st.slow == 0:
-		delete(a.m, w.e)
+	case o == completed && st != nil && st.slow == 0:
+		delete(a.m, e)
 	}
+}
+
+// outcomeOf classifies a send's error; stopping is whether the worker's own
+// context ended.
+func outcomeOf(err error, stopping bool) outcome {
+	switch {
+	case err == nil:
+		return completed
+	case stopping:
+		return interrupted
+	case errors.Is(err, context.DeadlineExceeded):
+		return timedOut
+	case errors.Is(err, relayer.ErrUnavailable):
+		return unavailable
+	}
+	return completed
 }

@@ -288,7 +288,7 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 	}
 	sendErr := send(ctx, tr, msgs, t.until)
 	if watch != nil {
-		watch.end(errors.Is(sendErr, context.DeadlineExceeded) && ctx.Err() == nil)
+		watch.end(outcomeOf(sendErr, ctx.Err() != nil))
 	}
 	var batchErr *relayer.BatchError
 	switch {
@@ -309,7 +309,7 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		failed, first := 0, ""
 		for i, m := range msgs {
 			if err := batchErr.Errs[i]; err != nil {
-				t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + 1, LastError: err.Error()})
+				t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + spent(err), LastError: err.Error()})
 				if failed == 0 {
 					first = err.Error()
 				}
@@ -322,12 +322,22 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		s.logFailure(e, failed, first)
 	default:
 		for i, m := range msgs {
-			t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + 1, LastError: sendErr.Error()})
+			t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + spent(sendErr), LastError: sendErr.Error()})
 		}
 		t.failed += len(msgs)
 		s.logFailure(e, len(msgs), sendErr.Error())
 	}
 	return false
+}
+
+// spent is the attempts a failed send costs its message: none when the
+// destination was unavailable (relayer.ErrUnavailable), which says nothing of
+// the message, one otherwise.
+func spent(err error) int {
+	if errors.Is(err, relayer.ErrUnavailable) {
+		return 0
+	}
+	return 1
 }
 
 func (s *sender) logFailure(e endpoint, rows int, firstErr string) {

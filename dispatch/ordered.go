@@ -158,6 +158,9 @@ type Ordered struct {
 	beyond   atomic.Int64 // pending rows in lanes past o.lanes, at the last heartbeat
 	wake     chan struct{}
 	loop     loop
+	// aside is the destinations set aside as slow or unavailable; a runner
+	// shares one among its workers.
+	aside *setAside
 }
 
 // NewOrdered returns an ordered dispatcher for the outbox. It validates
@@ -204,6 +207,7 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordere
 		routes:   routes,
 		wake:     make(chan struct{}, 1),
 		loop:     newLoop(true),
+		aside:    newSetAside(),
 	}
 	o.sender = &sender{
 		transports: transports,
@@ -726,9 +730,23 @@ func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, ro
 		if i > 0 && time.Now().After(admitUntil) {
 			return sent, nil, nil
 		}
-		tr, err := o.resolve(ctx, &rows[i].Message)
+		m := &rows[i].Message
+		e := endpoint{m.Transport, m.Destination}
+		if o.aside.skipped(e) {
+			return sent, nil, nil // the destination is set aside: the rest waits, untouched
+		}
+		tr, err := o.resolve(ctx, m)
 		if err == nil {
-			err = o.sendHeld(ctx, conn, tr, &rows[i].Message)
+			err = o.sendHeld(ctx, conn, tr, m)
+			o.aside.record(e, outcomeOf(err, false))
+		}
+		if errors.Is(err, relayer.ErrUnavailable) && !errors.Is(err, errLateSend) {
+			// The destination is down: the row keeps its attempts and
+			// waits, with the lane, until the destination is back.
+			o.opts.Logger.Warn("dispatch: ordered destination unavailable; the lane waits at this row, attempts untouched",
+				slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", rows[i].ID.String()),
+				slog.String("error", err.Error()))
+			return sent, nil, nil
 		}
 		if errors.Is(err, errLateSend) {
 			// Whether the broker has the row is unknown, and the deadline

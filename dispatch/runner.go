@@ -167,6 +167,12 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 		if err != nil {
 			return nil, err
 		}
+		switch { // one view of the destinations per runner
+		case r.recovery != nil:
+			w.aside = r.recovery.aside
+		case r.direct != nil:
+			w.aside = r.direct.senders[0].aside
+		}
 		r.ordered = append(r.ordered, w)
 	}
 	if !opts.DisableCleanup {

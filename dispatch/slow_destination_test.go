@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,4 +131,69 @@ func enlistWith(t *testing.T, b *bundle, d *dispatch.Direct, msgs ...relayer.Out
 	return w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
 		return tx.PublishAll(context.Background(), msgs...)
 	})
+}
+
+// outage fails every send with relayer.ErrUnavailable while down is set, and
+// counts the messages it was handed meanwhile: each is a row taken and
+// written back.
+type outage struct {
+	relayer.Transport
+	down    atomic.Bool
+	refused atomic.Int64
+}
+
+func (o *outage) Send(ctx context.Context, m *relayer.Message) error {
+	return o.SendBatch(ctx, []*relayer.Message{m})
+}
+
+func (o *outage) SendBatch(ctx context.Context, ms []*relayer.Message) error {
+	if o.down.Load() {
+		o.refused.Add(int64(len(ms)))
+		return fmt.Errorf("broker down: %w", relayer.ErrUnavailable)
+	}
+	return o.Transport.SendBatch(ctx, ms)
+}
+
+// While a destination is unavailable, recovery and the ordered workers set it
+// aside instead of taking and writing back its rows at every poll, and spend
+// no attempts; once it is back, everything is delivered once.
+func TestUnavailableDestinationIsSetAsideWithoutSpendingAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	var msgs []relayer.Outgoing
+	for i := range 400 {
+		msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
+	}
+	b.enlistOnly(t, msgs...)
+	b.shipped(t, keyList(20), 20, 400)
+	tr := &outage{Transport: b.mem}
+	tr.down.Store(true)
+	outbox := b.outbox
+	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{DisableCleanup: true, Logger: b.logger(),
+		Recovery: dispatch.RecoveryOptions{PollInterval: 20 * time.Millisecond, MinAge: time.Millisecond},
+		Ordered:  dispatch.OrderedOptions{PollInterval: 20 * time.Millisecond}})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	defer r.Stop(context.Background())
+	time.Sleep(1500 * time.Millisecond) // 75 polls of each worker
+	refused := tr.refused.Load()
+	var attempts int
+	must(t, b.db.QueryRow(`SELECT coalesce(max(attempts), 0) FROM "`+b.schema+`".ob_outbox`).Scan(&attempts))
+	t.Logf("outage of 1.5s: %d messages handed to the transport and refused (backlog 800)", refused)
+	if attempts != 0 {
+		t.Errorf("rows spent up to %d attempts during the outage, want none", attempts)
+	}
+	// The unordered backlog is taken once, and again at the first probe; the
+	// ordered lanes each try their head once per interval.
+	if refused > 3*400+3*20 {
+		t.Errorf("%d messages were taken and refused in 1.5s: the destination was not set aside", refused)
+	}
+	tr.down.Store(false)
+	b.waitSent(t, 800)
+	b.waitRows(t, 0)
+	checkOrder(t, b.mem.Messages("orders.shipped"), keyList(20), 20, true)
+	if n := b.mem.Len(); n != 800 {
+		t.Errorf("delivered %d messages, want each of the 800 once", n)
+	}
 }
