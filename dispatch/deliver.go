@@ -232,6 +232,9 @@ type take struct {
 	sent    int
 	failed  int
 	restore []store.Row
+	// recorded is set when a row to write back spent an attempt: the take
+	// then has something to record even if it sent nothing.
+	recorded bool
 }
 
 // begin opens a take on the pinned connection, with a claim that lasts the
@@ -310,6 +313,7 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		for i, m := range msgs {
 			if err := batchErr.Errs[i]; err != nil {
 				t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + spent(err), LastError: err.Error()})
+				t.recorded = t.recorded || spent(err) > 0
 				if failed == 0 {
 					first = err.Error()
 				}
@@ -324,6 +328,7 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		for i, m := range msgs {
 			t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + spent(sendErr), LastError: sendErr.Error()})
 		}
+		t.recorded = t.recorded || spent(sendErr) > 0
 		t.failed += len(msgs)
 		s.logFailure(e, len(msgs), sendErr.Error())
 	}
@@ -350,6 +355,15 @@ func (s *sender) logFailure(e endpoint, rows int, firstErr string) {
 // sent rows for good. If either fails, the take rolls back: every row is back
 // as it was, attempts untouched, and the sent ones will be sent again.
 func (s *sender) finish(ctx context.Context, t *take) error {
+	if t.sent == 0 && !t.recorded {
+		// Nothing was delivered and nothing needs recording (the destination
+		// was unavailable or slow, or the rows were kept unsent): rolling back
+		// puts every row back as it was without writing it again, so that an
+		// outage does not rewrite the backlog.
+		t.tx.Rollback()
+		s.stats.failed.Add(uint64(t.failed))
+		return nil
+	}
 	err := t.st.Restore(ctx, t.restore)
 	committing := err == nil
 	if err == nil {

@@ -677,7 +677,7 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 		return buf, false, err
 	}
 	now := o.clock.now()
-	rows := admit(buf, now)
+	rows := o.untilSetAside(admit(buf, now))
 	if len(rows) == 0 {
 		return buf, false, end("ROLLBACK")
 	}
@@ -697,6 +697,11 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 	if err != nil {
 		return buf, false, err
 	}
+	if sent == 0 && failure == nil {
+		// Nothing sent and nothing to record (the destination is set
+		// aside): the claims go with the rollback, no row is rewritten.
+		return buf, false, end("ROLLBACK")
+	}
 	if err := o.settle(ctx, st, lane, ids, sent, failure, claim.Token); err != nil {
 		return buf, false, err
 	}
@@ -713,6 +718,17 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 func admit(rows []store.Row, now time.Time) []store.Row {
 	for i := range rows {
 		if rows[i].DeliverAt.After(now) || rows[i].ClaimedUntil.After(now) {
+			return rows[:i]
+		}
+	}
+	return rows
+}
+
+// untilSetAside cuts rows before the first whose destination is set aside as
+// slow or unavailable: the lane waits there, its rows untouched.
+func (o *Ordered) untilSetAside(rows []store.Row) []store.Row {
+	for i := range rows {
+		if o.aside.skipped(endpoint{rows[i].Transport, rows[i].Destination}) {
 			return rows[:i]
 		}
 	}

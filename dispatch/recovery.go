@@ -447,6 +447,7 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 			t.sent += part.sent
 			t.failed += part.failed
 			t.restore = append(t.restore, part.restore...)
+			t.recorded = t.recorded || part.recorded
 			reuse = reuse && !abandoned
 		})
 	}
