@@ -61,6 +61,10 @@ type Outbox struct {
 	// Lanes is the number of ordered lanes, [LanesMin] to [LanesMax]. Every writer
 	// and worker of the outbox must use the same count. Default: [LanesDefault].
 	Lanes int
+	// Retry is how dispatchers retry failed sends and when they give up on a
+	// message, for every route whose own Retry leaves a field zero. Default:
+	// 10 attempts, waiting 1s after the first failure, doubling up to 5m.
+	Retry Retry
 	// TraceContext returns the W3C trace context (traceparent and tracestate) to
 	// store with each message enlisted under ctx. Default: none is stored.
 	TraceContext func(ctx context.Context) (traceParent, traceState string)

@@ -18,6 +18,9 @@ type Route struct {
 	// message on an ordered route needs an ordering key, and the destination must
 	// report [Capabilities.OrderedByKey].
 	Ordered bool
+	// Retry is how failed sends of this type are retried; each zero field
+	// means the outbox's value ([Outbox].Retry).
+	Retry Retry
 }
 
 // Routes maps message types to routes. The zero value is an empty table ready to
@@ -40,6 +43,9 @@ func (r *Routes) Add(messageType string, route Route) error {
 		return fmt.Errorf("%w: type %q: Transport is empty", ErrInvalidRoute, messageType)
 	case route.Destination == "":
 		return fmt.Errorf("%w: type %q: Destination is empty", ErrInvalidRoute, messageType)
+	}
+	if err := route.Retry.Validate(); err != nil {
+		return fmt.Errorf("%w: type %q: %w", ErrInvalidRoute, messageType, err)
 	}
 	if _, dup := r.byType[messageType]; dup {
 		return fmt.Errorf("%w: type %q already has a route (two Go types with one name need a MessageType method)", ErrInvalidRoute, messageType)

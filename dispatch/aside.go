@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,12 +13,16 @@ import (
 	"github.com/relayer-go/relayer/store"
 )
 
-// Slow destinations are set aside for a while after a send to them times out:
-// first for setAsideMin, then twice as long after each further timeout, up to
+// Destinations are set aside (paused) after a send to them times out or finds
+// them unavailable: first for setAsideMin (setAsideUnavailableMin when
+// unavailable), then twice as long after each further failure, up to
 // setAsideMax, each interval jittered by up to a fifth so that instances do
-// not come back in step. A send that has been running for a sixth of its
-// deadline sets its destination aside while it runs, so that the other
-// workers stop taking that destination's rows before it even times out.
+// not come back in step. When an interval ends, the destination stays paused
+// until one probe send, made by whichever worker claims it first, finds it
+// back: one send at a time tests a sick destination, never a flood. A send
+// that has been running for a sixth of its deadline sets its destination
+// aside while it runs, so that the other workers stop taking that
+// destination's rows before it even times out.
 const (
 	setAsideMin = 5 * time.Second
 	setAsideMax = time.Minute
@@ -38,10 +44,18 @@ type setAside struct {
 }
 
 type asideState struct {
-	until   time.Time     // set aside until then, after a timeout
+	paused  bool          // a send timed out or found it unavailable, and no send completed since
+	until   time.Time     // no probe before then
 	backoff time.Duration // the last interval
 	slow    int           // sends to it running past the slow mark
+	probing uint64        // the generation of the probe in flight, or 0
+	gen     uint64        // the last probe generation handed out
+	since   time.Time     // when the pause began
+	lastErr string        // the error that paused it last
 }
+
+// aside reports whether workers must pass e over: paused, or slow right now.
+func (st *asideState) aside() bool { return st != nil && (st.paused || st.slow > 0) }
 
 func newSetAside() *setAside { return &setAside{m: make(map[endpoint]*asideState)} }
 
@@ -49,8 +63,7 @@ func newSetAside() *setAside { return &setAside{m: make(map[endpoint]*asideState
 func (a *setAside) skipped(e endpoint) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := a.m[e]
-	return st != nil && (st.slow > 0 || time.Now().Before(st.until))
+	return a.m[e].aside()
 }
 
 // list returns the endpoints set aside now.
@@ -58,12 +71,87 @@ func (a *setAside) list() []store.Endpoint {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []store.Endpoint
-	now := time.Now()
 	for e, st := range a.m {
-		if st.slow > 0 || now.Before(st.until) {
+		if st.aside() {
 			out = append(out, store.Endpoint{Transport: e.transport, Destination: e.destination})
 		}
 	}
+	return out
+}
+
+// probeDue returns the paused endpoints whose interval has ended and that no
+// probe is testing.
+func (a *setAside) probeDue() []endpoint {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []endpoint
+	now := time.Now()
+	for e, st := range a.m {
+		if st.paused && st.probing == 0 && st.slow == 0 && !now.Before(st.until) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// claimProbe makes the caller the one worker that may send to the paused
+// endpoint e, once, to test whether it is back. It returns the probe's
+// generation, or 0 when e is not due for a probe (not paused, its interval
+// still running, or another probe in flight). The send's outcome, recorded
+// as for any send, ends the probe; a caller that ends up not sending calls
+// [setAside.release].
+func (a *setAside) claimProbe(e endpoint) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.m[e]
+	if st == nil || !st.paused || st.probing != 0 || st.slow > 0 || time.Now().Before(st.until) {
+		return 0
+	}
+	st.gen++
+	st.probing = st.gen
+	return st.gen
+}
+
+// release ends probe gen of e if no send ended it: nothing was learned, and
+// the next probe waits for setAsideUnavailableMin.
+func (a *setAside) release(e endpoint, gen uint64) {
+	if gen == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if st := a.m[e]; st != nil && st.probing == gen {
+		st.probing = 0
+		st.until = time.Now().Add(setAsideUnavailableMin)
+	}
+}
+
+// Paused is a destination that dispatch passes over: its rows wait in the
+// table, attempts unspent, until a probe send finds it back.
+type Paused struct {
+	Transport   string
+	Destination string
+	// Since is when the pause began.
+	Since time.Time
+	// NextProbe is when a probe send may next test it.
+	NextProbe time.Time
+	// LastError is the error of the send that paused it last.
+	LastError string
+}
+
+// paused returns the paused endpoints, by transport and destination.
+func (a *setAside) paused() []Paused {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Paused
+	for e, st := range a.m {
+		if st.paused {
+			out = append(out, Paused{Transport: e.transport, Destination: e.destination, Since: st.since, NextProbe: st.until, LastError: st.lastErr})
+		}
+	}
+	slices.SortFunc(out, func(x, y Paused) int {
+		return cmp.Or(cmp.Compare(x.Transport, y.Transport), cmp.Compare(x.Destination, y.Destination))
+	})
 	return out
 }
 
@@ -96,7 +184,7 @@ func (a *setAside) state(e endpoint) *asideState {
 		if len(a.m) >= setAsideEntriesMax {
 			now := time.Now()
 			for k, v := range a.m {
-				if v.slow == 0 && !now.Before(v.until) {
+				if !v.paused && v.slow == 0 && !now.Before(v.until) {
 					delete(a.m, k)
 				}
 			}
@@ -128,10 +216,10 @@ const (
 // deadline.
 const setAsideUnavailableMin = time.Second
 
-// end records how the send ended: a timeout or an unavailable destination
-// sets the endpoint aside for the next interval, doubling each time; a send
-// that completed brings it back.
-func (w *sendWatch) end(o outcome) {
+// end records how the send ended, with its error: a timeout or an
+// unavailable destination sets the endpoint aside for the next interval,
+// doubling each time; a send that completed brings it back.
+func (w *sendWatch) end(o outcome, err error) {
 	w.timer.Stop()
 	a := w.a
 	a.mu.Lock()
@@ -140,19 +228,23 @@ func (w *sendWatch) end(o outcome) {
 	if st := a.m[w.e]; w.crossed && st != nil {
 		st.slow--
 	}
-	a.settle(w.e, o)
+	a.settle(w.e, o, err)
 }
 
 // record notes how an unwatched send to e ended.
-func (a *setAside) record(e endpoint, o outcome) {
+func (a *setAside) record(e endpoint, o outcome, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.settle(e, o)
+	a.settle(e, o, err)
 }
 
-// settle applies a send's outcome to e's state; a.mu is held.
-func (a *setAside) settle(e endpoint, o outcome) {
+// settle applies a send's outcome to e's state; a.mu is held. Any outcome
+// ends the probe in flight.
+func (a *setAside) settle(e endpoint, o outcome, err error) {
 	st := a.m[e]
+	if st != nil {
+		st.probing = 0
+	}
 	switch {
 	case o == timedOut || o == unavailable:
 		first := setAsideMin
@@ -160,11 +252,19 @@ func (a *setAside) settle(e endpoint, o outcome) {
 			first = setAsideUnavailableMin
 		}
 		st = a.state(e)
+		if !st.paused {
+			st.paused, st.since = true, time.Now()
+		}
+		if err != nil {
+			st.lastErr = err.Error()
+		}
 		st.backoff = min(max(2*st.backoff, first), setAsideMax)
 		jitter := time.Duration(rand.Int64N(int64(st.backoff)/5+1)) - st.backoff/10
 		st.until = time.Now().Add(st.backoff + jitter)
 	case o == completed && st != nil && st.slow == 0:
 		delete(a.m, e)
+	case o == completed && st != nil:
+		st.paused = false
 	}
 }
 

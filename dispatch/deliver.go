@@ -44,13 +44,23 @@ type Stats struct {
 	// worker's runs over the outbox.
 	Scans uint64
 	// CorruptRows counts rows recovery took but could not send because their
-	// stored headers do not decode; they are written back unchanged and
-	// logged, each time a pass meets them.
+	// stored headers do not decode; they are moved to the dead letters.
 	CorruptRows uint64
+	// DeadLettered counts unordered rows moved to the dead letters: failed
+	// for good (relayer.ErrPermanent), out of attempts, or corrupt.
+	DeadLettered uint64
+	// Parked counts ordered rows parked with their key: failed for good or
+	// out of attempts.
+	Parked uint64
+	// Probes counts single-row sends recovery made to test whether a paused
+	// destination is back.
+	Probes uint64
 }
 
 type counters struct {
 	sent, deleted, failed, expired, skipped, completionFailures, left, scans, corrupt atomic.Uint64
+	// buried counts rows a take committed to the dead letters.
+	buried, parked, probes atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -58,7 +68,8 @@ func (c *counters) snapshot() Stats {
 		Sent: c.sent.Load(), Deleted: c.deleted.Load(), Failed: c.failed.Load(),
 		Expired: c.expired.Load(), SkippedGroups: c.skipped.Load(),
 		CompletionFailures: c.completionFailures.Load(), LeftForRecovery: c.left.Load(), Scans: c.scans.Load(),
-		CorruptRows: c.corrupt.Load(),
+		CorruptRows: c.corrupt.Load(), DeadLettered: c.buried.Load(), Parked: c.parked.Load(),
+		Probes: c.probes.Load(),
 	}
 }
 
@@ -133,8 +144,11 @@ type sender struct {
 	// aside is the destinations set aside as slow, shared by the workers of
 	// a dispatcher (and a direct dispatcher's recovery).
 	aside *setAside
-	// clock is the database's clock, for eligibility; deadlines stay local.
+	// clock is the database's clock, for eligibility and retry times;
+	// deadlines stay local.
 	clock *dbClock
+	// retries is each message type's retry policy.
+	retries *retries
 }
 
 // chainIdle is how long a direct worker keeps a chained transaction open while
@@ -173,6 +187,12 @@ func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
 		return nil
 	}
 	for start := 0; start < len(g.msgs); start += size {
+		if start > 0 && s.aside.skipped(g.endpoint) {
+			// Set aside since the first chunk (or that chunk was its
+			// probe): the rest stays in the table for recovery.
+			s.stats.left.Add(uint64(len(g.msgs) - start))
+			return nil
+		}
 		if err := s.deliverChunk(ctx, conn, tr, g.endpoint, g.msgs[start:min(start+size, len(g.msgs))]); err != nil {
 			return err
 		}
@@ -230,11 +250,37 @@ type take struct {
 	// running at it is abandoned.
 	until   time.Time
 	sent    int
-	failed  int
+	nfailed int
 	restore []store.Row
-	// recorded is set when a row to write back spent an attempt: the take
-	// then has something to record even if it sent nothing.
+	// dead is the rows leaving delivery, for the dead letters, with their
+	// reasons.
+	dead    []store.Row
+	reasons []string
+	// recorded is set when a row to write back spent an attempt, or a row
+	// leaves delivery: the take then has something to record even if it sent
+	// nothing.
 	recorded bool
+}
+
+// failed notes the failed send of m, which had failed prior.Attempts times
+// before, as the retry policy judges it: written back to wait for its retry
+// (or at once, unchanged, when its destination was unavailable), or moved to
+// the dead letters.
+func (t *take) failed(s *sender, m *relayer.Message, prior store.Taken, err error) {
+	v := s.retries.judge(m, prior.Attempts, err, s.clock.now())
+	row := store.Row{Message: *m, Attempts: v.attempts, LastError: err.Error(), RetryAt: v.retryAt}
+	if v.attempts == prior.Attempts {
+		row.LastError = prior.LastError // an unavailable destination says nothing of the message
+	}
+	t.nfailed++
+	if v.reason != "" {
+		t.dead = append(t.dead, row)
+		t.reasons = append(t.reasons, v.reason)
+		t.recorded = true
+		return
+	}
+	t.restore = append(t.restore, row)
+	t.recorded = t.recorded || v.attempts > prior.Attempts
 }
 
 // begin opens a take on the pinned connection, with a claim that lasts the
@@ -291,7 +337,7 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 	}
 	sendErr := send(ctx, tr, msgs, t.until)
 	if watch != nil {
-		watch.end(outcomeOf(sendErr, ctx.Err() != nil))
+		watch.end(outcomeOf(sendErr, ctx.Err() != nil), sendErr)
 	}
 	var batchErr *relayer.BatchError
 	switch {
@@ -309,11 +355,10 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		t.keep(msgs, prior)
 		return true
 	case errors.As(sendErr, &batchErr) && len(batchErr.Errs) == len(msgs):
-		failed, first := 0, ""
+		failed, dead, first := 0, len(t.dead), ""
 		for i, m := range msgs {
 			if err := batchErr.Errs[i]; err != nil {
-				t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + spent(err), LastError: err.Error()})
-				t.recorded = t.recorded || spent(err) > 0
+				t.failed(s, m, prior[i], err)
 				if failed == 0 {
 					first = err.Error()
 				}
@@ -321,34 +366,22 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 			}
 		}
 		t.sent += len(msgs) - failed
-		t.failed += failed
 		s.stats.sent.Add(uint64(len(msgs) - failed))
-		s.logFailure(e, failed, first)
+		s.logFailure(e, failed, len(t.dead)-dead, first)
 	default:
+		dead := len(t.dead)
 		for i, m := range msgs {
-			t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts + spent(sendErr), LastError: sendErr.Error()})
+			t.failed(s, m, prior[i], sendErr)
 		}
-		t.recorded = t.recorded || spent(sendErr) > 0
-		t.failed += len(msgs)
-		s.logFailure(e, len(msgs), sendErr.Error())
+		s.logFailure(e, len(msgs), len(t.dead)-dead, sendErr.Error())
 	}
 	return false
 }
 
-// spent is the attempts a failed send costs its message: none when the
-// destination was unavailable (relayer.ErrUnavailable), which says nothing of
-// the message, one otherwise.
-func spent(err error) int {
-	if errors.Is(err, relayer.ErrUnavailable) {
-		return 0
-	}
-	return 1
-}
-
-func (s *sender) logFailure(e endpoint, rows int, firstErr string) {
-	s.logger.Warn("dispatch: send failed; attempts recorded and rows released",
+func (s *sender) logFailure(e endpoint, rows, dead int, firstErr string) {
+	s.logger.Warn("dispatch: send failed; rows wait for their retry, or leave delivery once out of attempts",
 		slog.String("transport", e.transport), slog.String("destination", e.destination),
-		slog.Int("rows", rows), slog.String("error", firstErr))
+		slog.Int("rows", rows), slog.Int("dead", dead), slog.String("error", firstErr))
 }
 
 // finish writes back the rows t did not send and commits, which removes the
@@ -361,10 +394,13 @@ func (s *sender) finish(ctx context.Context, t *take) error {
 		// puts every row back as it was without writing it again, so that an
 		// outage does not rewrite the backlog.
 		t.tx.Rollback()
-		s.stats.failed.Add(uint64(t.failed))
+		s.stats.failed.Add(uint64(t.nfailed))
 		return nil
 	}
 	err := t.st.Restore(ctx, t.restore)
+	if err == nil {
+		err = t.st.Bury(ctx, t.dead, t.reasons)
+	}
 	committing := err == nil
 	if err == nil {
 		if s.chain {
@@ -399,7 +435,8 @@ func (s *sender) finish(ctx context.Context, t *take) error {
 		return err
 	}
 	s.stats.deleted.Add(uint64(t.sent))
-	s.stats.failed.Add(uint64(t.failed))
+	s.stats.failed.Add(uint64(t.nfailed))
+	s.stats.buried.Add(uint64(len(t.dead)))
 	if s.chain {
 		s.open = &take{tx: t.tx, st: t.st}
 	}

@@ -152,7 +152,7 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 	if err != nil {
 		return nil, err
 	}
-	transports, err := checkTransports(outbox)
+	transports, retries, err := checkOutbox(outbox)
 	if err != nil {
 		return nil, err
 	}
@@ -180,23 +180,29 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 			chain:      true,
 			aside:      aside,
 			clock:      clock,
+			retries:    retries,
 		})
 	}
 	return d, nil
 }
 
-// checkTransports snapshots the named transports, refusing nil ones. A route
-// naming an unregistered transport is not an error here: its rows are skipped
-// and logged, and recovery sends them once the transport is registered.
-func checkTransports(outbox relayer.Outbox) (map[string]relayer.Transport, error) {
+// checkOutbox snapshots the named transports, refusing nil ones, and the
+// retry policies, refusing one out of range. A route naming an unregistered
+// transport is not an error here: its rows are skipped and logged, and
+// recovery sends them once the transport is registered.
+func checkOutbox(outbox relayer.Outbox) (map[string]relayer.Transport, *retries, error) {
 	transports := make(map[string]relayer.Transport, len(outbox.Transports))
 	for name, tr := range outbox.Transports {
 		if tr == nil {
-			return nil, fmt.Errorf("%w: Outbox.Transports[%q] is nil", ErrInvalidOptions, name)
+			return nil, nil, fmt.Errorf("%w: Outbox.Transports[%q] is nil", ErrInvalidOptions, name)
 		}
 		transports[name] = tr
 	}
-	return transports, nil
+	retries, err := newRetries(outbox)
+	if err != nil {
+		return nil, nil, err
+	}
+	return transports, retries, nil
 }
 
 // Options returns the effective options, defaults applied.
@@ -398,16 +404,22 @@ func (d *Direct) dispatch(ctx context.Context, s *sender, conn *workerConn, rows
 		if ctx.Err() != nil {
 			return
 		}
+		var probe uint64
 		if s.aside.skipped(g.endpoint) {
-			// Sends to it are slow or time out: its rows stay in the table,
+			// Sends to it are slow, time out or find it unavailable: unless
+			// this worker may probe it, its rows stay in the table,
 			// untouched, and recovery sends them once it is back, while this
 			// worker goes on with the other destinations.
-			d.stats.left.Add(uint64(len(g.msgs)))
-			d.opts.Logger.Debug("dispatch: destination set aside as slow; rows left for recovery",
-				slog.String("transport", g.transport), slog.String("destination", g.destination), slog.Int("rows", len(g.msgs)))
-			continue
+			if probe = s.aside.claimProbe(g.endpoint); probe == 0 {
+				d.stats.left.Add(uint64(len(g.msgs)))
+				d.opts.Logger.Debug("dispatch: destination set aside; rows left for recovery",
+					slog.String("transport", g.transport), slog.String("destination", g.destination), slog.Int("rows", len(g.msgs)))
+				continue
+			}
 		}
-		if err := s.deliver(ctx, conn, g); err != nil {
+		err := s.deliver(ctx, conn, g)
+		s.aside.release(g.endpoint, probe)
+		if err != nil {
 			conn.broken()
 			if ctx.Err() == nil {
 				d.opts.Logger.Error("dispatch: database error; group left for recovery",

@@ -379,8 +379,12 @@ func TestSendFailureIsRecordedAndReleased(t *testing.T) {
 	if len(rows) != 2 || rows[1].id != id[0] || rows[1].attempts != 1 || rows[1].lastErr.String != "broker down" || rows[1].claimed {
 		t.Errorf("rows after a failed single send: %+v", rows)
 	}
-	if n, _ := b.store.CountEligible(context.Background(), time.Now()); n != 2 {
-		t.Errorf("eligible rows = %d, want both failed rows released", n)
+	// Released, each to wait for its retry: at most 1s (the default
+	// backoff) after its failure.
+	var waiting int
+	must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_outbox WHERE retry_at > created_at`).Scan(&waiting))
+	if n, _ := b.store.CountEligible(context.Background(), time.Now().Add(1100*time.Millisecond)); n != 2 || waiting != 2 {
+		t.Errorf("eligible rows after the backoff = %d, with a retry time %d; want both failed rows released", n, waiting)
 	}
 }
 

@@ -34,21 +34,46 @@
 //
 // Rows direct dispatch does not send stay in the table: ordered rows (the
 // ordered dispatcher's), rows scheduled for later, rows of groups skipped for a
-// missing transport or a failed capability lookup, rows of destinations set
-// aside as slow (below), and rows of notifications it could not queue.
+// missing transport or a failed capability lookup, rows of paused
+// destinations (see Failures), and rows of notifications it could not queue.
 // Recovery delivers them.
 //
-// # Slow destinations
+// # Failures
 //
-// A send still running after a sixth of its claim sets its (transport,
-// destination) aside while it runs; a send that times out sets it aside for 5
-// seconds, doubling with each further timeout up to a minute (jittered), and a
-// send that completes in time brings it back. Direct dispatch leaves the rows
-// of a set-aside destination in the table, and recovery's takes pass over
-// them, so they stay untouched, attempts unspent, while other destinations
-// flow. A direct dispatcher shares the set of the recovery it wakes
-// (DirectOptions.Recovery). Within one recovery take, each destination is sent
-// on its own goroutine with the whole claim as its budget.
+// A send fails for one of three kinds of reasons, and each ends differently:
+//
+//   - The destination is down (the transport's error wraps
+//     relayer.ErrUnavailable) or slow (a send still running after a sixth of
+//     its claim, or timing out). The (transport, destination) is paused: for
+//     1 second when unavailable, 5 after a timeout, doubling with each
+//     further failure up to a minute (jittered). The direct, recovery and
+//     ordered workers of a [Runner] share the pauses (a direct dispatcher
+//     shares those of the recovery it wakes). While it is paused, direct
+//     dispatch leaves the destination's rows in the table, recovery's takes
+//     pass over them, and an ordered lane waits at its first row for it: no
+//     row is taken, rewritten or charged an attempt. When an interval ends,
+//     one worker sends one probe (recovery: a single row taken for it) and
+//     the others keep passing the destination over; a probe that succeeds
+//     ends the pause, one that fails starts the next interval.
+//   - The message is refused for good (relayer.ErrPermanent), or has failed
+//     as many times as its retry policy allows (relayer.Retry, per route with
+//     the outbox's as fallback; default 10). An unordered message moves to the
+//     dead letters in the transaction that took it, with its content,
+//     attempts, last error and reason (store.ReasonPermanent,
+//     store.ReasonExhausted). An ordered message is parked, and holds its key:
+//     the key's later messages wait, unsent, while the lane's other keys go
+//     on. Rows whose stored headers do not decode are dead-lettered as
+//     store.ReasonCorrupt, their bytes unchanged.
+//   - Any other failure spends one attempt and makes the message wait for its
+//     retry time, on the database's clock: the policy's Backoff (default 1s)
+//     after the first failure, doubling up to MaxBackoff (default 5m), each
+//     shortened by up to a fifth at random. A waiting ordered message holds
+//     its key, not its lane.
+//
+// Dead letters and parked keys wait for an operator: see the store's
+// redrive methods and the relayer command's dead and parked commands. Within
+// one recovery take, each destination is sent on its own goroutine with the
+// whole claim as its budget, so that a slow one holds up only its own rows.
 //
 // # Clocks
 //

@@ -188,7 +188,7 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordere
 	if err != nil {
 		return nil, err
 	}
-	transports, err := checkTransports(outbox)
+	transports, retries, err := checkOutbox(outbox)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +216,8 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordere
 		claimFor:   opts.LeaseDuration / 2,
 		logger:     opts.Logger,
 		stats:      &o.stats,
+		clock:      &o.clock,
+		retries:    retries,
 	}
 	empty := []int{}
 	o.assigned.Store(&empty)
@@ -677,7 +679,8 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 		return buf, false, err
 	}
 	now := o.clock.now()
-	rows := o.untilSetAside(admit(buf, now))
+	rows, probe := o.untilSetAside(admit(buf, now))
+	defer o.aside.release(probe.e, probe.gen)
 	if len(rows) == 0 {
 		return buf, false, end("ROLLBACK")
 	}
@@ -693,7 +696,7 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 	if n != int64(len(rows)) {
 		return buf, false, fmt.Errorf("lane %d: claimed %d of %d head rows under the lane lock", lane, n, len(rows))
 	}
-	sent, failure, err := o.sendPrefix(ctx, conn, lane, rows, start.Add(o.opts.LeaseDuration/4))
+	sent, failure, err := o.sendPrefix(ctx, conn, lane, rows, start.Add(o.opts.LeaseDuration/4), probe)
 	if err != nil {
 		return buf, false, err
 	}
@@ -724,22 +727,43 @@ func admit(rows []store.Row, now time.Time) []store.Row {
 	return rows
 }
 
+// probeClaim is a probe of a paused destination that a batch claimed.
+type probeClaim struct {
+	e   endpoint
+	gen uint64 // 0: none
+}
+
 // untilSetAside cuts rows before the first whose destination is set aside as
-// slow or unavailable: the lane waits there, its rows untouched.
-func (o *Ordered) untilSetAside(rows []store.Row) []store.Row {
+// slow or unavailable: the lane waits there, its rows untouched. When that
+// destination is due for a probe and the batch claims it, the row is kept as
+// the batch's last, to be sent as the probe.
+func (o *Ordered) untilSetAside(rows []store.Row) ([]store.Row, probeClaim) {
 	for i := range rows {
-		if o.aside.skipped(endpoint{rows[i].Transport, rows[i].Destination}) {
-			return rows[:i]
+		e := endpoint{rows[i].Transport, rows[i].Destination}
+		if o.aside.skipped(e) {
+			if gen := o.aside.claimProbe(e); gen != 0 {
+				return rows[:i+1], probeClaim{e: e, gen: gen}
+			}
+			return rows[:i], probeClaim{}
 		}
 	}
-	return rows
+	return rows, probeClaim{}
+}
+
+// laneFailure is the failed send that stopped a batch, as the retry policy
+// judged it.
+type laneFailure struct {
+	store.Failure
+	// park: the row leaves delivery and holds its key.
+	park bool
 }
 
 // sendPrefix sends rows one by one until one fails, or until admitUntil has
 // passed (keeping the rest of the deadline for committing the confirmed
-// prefix). It returns how many were sent and the failure that stopped it, if
+// prefix); the last row is the probe of a paused destination when probe is
+// set. It returns how many were sent and the failure that stopped it, if
 // any; an error means the batch must roll back (a send outlived the batch).
-func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, rows []store.Row, admitUntil time.Time) (int, *store.Failure, error) {
+func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, rows []store.Row, admitUntil time.Time, probe probeClaim) (int, *laneFailure, error) {
 	sent := 0
 	defer func() { o.stats.sent.Add(uint64(sent)) }()
 	for i := range rows {
@@ -748,13 +772,14 @@ func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, ro
 		}
 		m := &rows[i].Message
 		e := endpoint{m.Transport, m.Destination}
-		if o.aside.skipped(e) {
+		isProbe := probe.gen != 0 && i == len(rows)-1
+		if !isProbe && o.aside.skipped(e) {
 			return sent, nil, nil // the destination is set aside: the rest waits, untouched
 		}
 		tr, err := o.resolve(ctx, m)
 		if err == nil {
 			err = o.sendHeld(ctx, conn, tr, m)
-			o.aside.record(e, outcomeOf(err, false))
+			o.aside.record(e, outcomeOf(err, false), err)
 		}
 		if errors.Is(err, relayer.ErrUnavailable) && !errors.Is(err, errLateSend) {
 			// The destination is down: the row keeps its attempts and
@@ -776,7 +801,8 @@ func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, ro
 			return sent, nil, err
 		}
 		if err != nil {
-			return sent, &store.Failure{ID: rows[i].ID, Error: err.Error()}, nil
+			v := o.sender.retries.judge(m, rows[i].Attempts, err, o.clock.now())
+			return sent, &laneFailure{Failure: store.Failure{ID: rows[i].ID, Error: err.Error(), RetryAt: v.retryAt}, park: v.reason != ""}, nil
 		}
 		sent++
 	}
@@ -786,7 +812,7 @@ func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, ro
 // settle records a batch's outcome under its claim: it deletes the sent
 // prefix (all of it, or the batch rolls back), records the failed row's
 // attempt and error, and releases the claims of the rest.
-func (o *Ordered) settle(ctx context.Context, st *store.Store, lane int, ids []uuid.UUID, sent int, failure *store.Failure, token uuid.UUID) error {
+func (o *Ordered) settle(ctx context.Context, st *store.Store, lane int, ids []uuid.UUID, sent int, failure *laneFailure, token uuid.UUID) error {
 	if sent > 0 {
 		n, err := st.CompleteBatch(ctx, ids[:sent], token, o.clock.now())
 		if err != nil {
@@ -798,14 +824,26 @@ func (o *Ordered) settle(ctx context.Context, st *store.Store, lane int, ids []u
 	}
 	rest := ids[sent:]
 	if failure != nil {
-		if ok, err := st.Fail(ctx, failure.ID, token, failure.Error, o.clock.now()); err != nil {
-			return err
-		} else if ok {
-			o.stats.failed.Add(1)
+		record, msg := st.FailBatch, "dispatch: ordered send failed; its key waits for the retry, the lane's other keys go on"
+		if failure.park {
+			record, msg = st.Park, "dispatch: ordered send failed for good or out of attempts; the row is parked and holds its key until redriven"
 		}
-		o.opts.Logger.Warn("dispatch: ordered send failed; the lane waits at this row",
-			slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", failure.ID.String()),
-			slog.String("error", failure.Error))
+		n, err := record(ctx, []store.Failure{failure.Failure}, token, o.clock.now())
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("lane %d: recorded the failure of %s on %d rows; rolling back", lane, failure.ID, n)
+		}
+		o.stats.failed.Add(1)
+		if failure.park {
+			o.stats.parked.Add(1)
+		}
+		attrs := []any{slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", failure.ID.String()), slog.String("error", failure.Error)}
+		if !failure.RetryAt.IsZero() {
+			attrs = append(attrs, slog.Time("retry_at", failure.RetryAt))
+		}
+		o.opts.Logger.Warn(msg, attrs...)
 		rest = rest[1:]
 	}
 	if len(rest) > 0 {

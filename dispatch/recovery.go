@@ -140,6 +140,7 @@ type Recovery struct {
 	opts       RecoveryOptions
 	store      *store.Store
 	transports map[string]relayer.Transport
+	retries    *retries
 	stats      counters
 	lease      store.Lease
 	holding    atomic.Bool
@@ -172,7 +173,7 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 	if err != nil {
 		return nil, err
 	}
-	transports, err := checkTransports(outbox)
+	transports, retries, err := checkOutbox(outbox)
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +182,7 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 		opts:       opts,
 		store:      st,
 		transports: transports,
+		retries:    retries,
 		lease:      store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:       newLoop(true),
 		aside:      newSetAside(),
@@ -282,6 +284,7 @@ func (r *Recovery) newDrainer() *drainer {
 			stats:      &r.stats,
 			aside:      r.aside,
 			clock:      &r.clock,
+			retries:    r.retries,
 		},
 	}
 }
@@ -377,10 +380,54 @@ func (r *Recovery) rewind(from uuid.UUID) bool {
 	return true
 }
 
+// probe tests the paused destinations due for a probe whose probe this
+// drainer claims: for each, it takes the destination's first eligible row
+// and sends it alone. A success brings the destination back and commits; a
+// failure pauses it again and rolls back, the row untouched (or, for a
+// failure of the message itself, records it). A destination without
+// unordered rows is left to another worker's probe.
+func (r *Recovery) probe(ctx context.Context, d *drainer) error {
+	for _, e := range r.aside.probeDue() {
+		gen := r.aside.claimProbe(e)
+		if gen == 0 {
+			continue
+		}
+		err := r.probeOne(ctx, d, e)
+		r.aside.release(e, gen)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Recovery) probeOne(ctx context.Context, d *drainer, e endpoint) error {
+	tr, _, ok := d.sender.resolve(ctx, e, 1)
+	if !ok {
+		return nil
+	}
+	t, err := d.sender.begin(ctx, d.conn, time.Now())
+	if err != nil {
+		return err
+	}
+	rows, err := t.st.TakeNextUnorderedTo(ctx, nil, store.Endpoint{Transport: e.transport, Destination: e.destination}, 1, r.clock.now())
+	if err != nil || len(rows) == 0 || rows[0].Corrupt != nil {
+		t.tx.Rollback()
+		return err
+	}
+	r.stats.probes.Add(1)
+	m := &rows[0].Message
+	d.sender.sendTaken(ctx, t, e, tr, []*relayer.Message{m}, []store.Taken{{ID: m.ID, Attempts: rows[0].Attempts, LastError: rows[0].LastError}})
+	return d.sender.finish(ctx, t)
+}
+
 // batch takes the next rows after the shared cursor, sends them and commits
 // the outcome. It reports whether it found any rows, and the cursor it took
 // from.
 func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, error) {
+	if err := r.probe(ctx, d); err != nil {
+		return false, uuid.Nil, err
+	}
 	now := r.clock.now()
 	t, err := d.sender.begin(ctx, d.conn, time.Now())
 	if err != nil {
@@ -438,6 +485,12 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 			abandoned := false
 			for start := 0; start < len(msgs); start += size {
 				end := min(start+size, len(msgs))
+				if start > 0 && r.aside.skipped(e) {
+					// Paused or slow since the first chunk: the rest waits,
+					// attempts untouched.
+					part.keep(msgs[start:], prior[start:])
+					break
+				}
 				if d.sender.sendTaken(ctx, part, e, tr, msgs[start:end], prior[start:end]) {
 					abandoned = true
 				}
@@ -445,8 +498,10 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 			mu.Lock()
 			defer mu.Unlock()
 			t.sent += part.sent
-			t.failed += part.failed
+			t.nfailed += part.nfailed
 			t.restore = append(t.restore, part.restore...)
+			t.dead = append(t.dead, part.dead...)
+			t.reasons = append(t.reasons, part.reasons...)
 			t.recorded = t.recorded || part.recorded
 			reuse = reuse && !abandoned
 		})
@@ -462,8 +517,9 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 	return true, from, nil
 }
 
-// setAsideCorrupt writes back, unchanged, the taken rows whose headers do not
-// decode, logs them, and returns the others, compacted in place.
+// setAsideCorrupt moves the taken rows whose headers do not decode to the
+// dead letters, their stored bytes unchanged, logs them, and returns the
+// others, compacted in place.
 func (r *Recovery) setAsideCorrupt(t *take, rows []store.Row) []store.Row {
 	good := rows[:0]
 	for i := range rows {
@@ -471,9 +527,13 @@ func (r *Recovery) setAsideCorrupt(t *take, rows []store.Row) []store.Row {
 			good = append(good, rows[i])
 			continue
 		}
-		t.restore = append(t.restore, rows[i]) // a copy, with the stored header bytes
+		row := rows[i] // a copy, with the stored header bytes
+		row.LastError = rows[i].Corrupt.Error()
+		t.dead = append(t.dead, row)
+		t.reasons = append(t.reasons, store.ReasonCorrupt)
+		t.recorded = true
 		r.stats.corrupt.Add(1)
-		r.opts.Logger.Error("dispatch: row with corrupt headers left in the table; it cannot be sent",
+		r.opts.Logger.Error("dispatch: row with corrupt headers cannot be sent; moved to the dead letters with its bytes unchanged",
 			slog.String("id", rows[i].ID.String()), slog.String("error", rows[i].Corrupt.Error()))
 	}
 	return good

@@ -301,14 +301,15 @@ func TestRecoverySendsTheRowsTakenWithAForeignRowOnce(t *testing.T) {
 	}
 }
 
-// Rows whose sends fail are tried again once per PollInterval, not in a busy
-// loop.
-func TestRecoveryRetriesFailingRowsOncePerPoll(t *testing.T) {
+// A row whose send fails waits for its retry time, then is tried again, and
+// no more often than once per PollInterval even when its backoff is shorter.
+func TestRecoveryRetriesFailingRowsAfterTheirBackoff(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
 	b.mem.FailWith(func(*relayer.Message) error { return errors.New("broker down") })
 	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}))
 	const poll = 200 * time.Millisecond
+	b.outbox.Retry = relayer.Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxAttempts: 100}
 	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: poll, MinAge: time.Nanosecond})
 	must(t, r.Start(context.Background()))
 	time.Sleep(5 * poll)
@@ -322,23 +323,35 @@ func TestRecoveryRetriesFailingRowsOncePerPoll(t *testing.T) {
 	}
 }
 
-// A row whose stored headers do not decode cannot be sent; recovery writes it
-// back unchanged, says so, and sends the rows taken with it once.
-func TestRecoveryLeavesACorruptRowAndSendsTheOthers(t *testing.T) {
+// A row whose stored headers do not decode cannot be sent; recovery moves it
+// to the dead letters with its bytes unchanged, says so, and sends the rows
+// taken with it once.
+func TestRecoveryDeadLettersACorruptRowAndSendsTheOthers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	r, ids := b.recoverWithOneBadRow(t, func(ids []uuid.UUID) {
-		_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET headers = '\x0200000000000000' WHERE id = $1`, ids[4])
-		must(t, err)
-	}, 9)
-	rows := b.rows(t)
-	var stored []byte
-	must(t, b.db.QueryRow(`SELECT headers FROM "`+b.schema+`".ob_outbox WHERE id = $1`, ids[4]).Scan(&stored))
-	if rows[0].id != ids[4] || rows[0].attempts != 0 || string(stored) != "\x02\x00\x00\x00\x00\x00\x00\x00" {
-		t.Errorf("corrupt row after recovery: %+v, headers %x; want it back unchanged", rows[0], stored)
+	var msgs []relayer.Outgoing
+	for i := range 10 {
+		msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
 	}
-	if st := r.Stats(); st.CorruptRows == 0 || st.Deleted != 9 || st.CompletionFailures != 0 {
-		t.Errorf("stats = %+v, want corrupt rows counted, 9 deleted", st)
+	ids := b.enlistOnly(t, msgs...)
+	_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET headers = '\x0200000000000000' WHERE id = $1`, ids[4])
+	must(t, err)
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
+	must(t, r.Start(context.Background()))
+	b.waitSent(t, 9)
+	b.waitRows(t, 0)
+	var stored []byte
+	var reason, lastErr string
+	must(t, b.db.QueryRow(`SELECT headers, reason, last_error FROM "`+b.schema+`".ob_dead WHERE id = $1`, ids[4]).Scan(&stored, &reason, &lastErr))
+	if string(stored) != "\x02\x00\x00\x00\x00\x00\x00\x00" || reason != store.ReasonCorrupt || !strings.Contains(lastErr, "version") {
+		t.Errorf("dead letter: headers %x, reason %q, error %q; want the stored bytes, %q and the decode error", stored, reason, lastErr, store.ReasonCorrupt)
+	}
+	time.Sleep(200 * time.Millisecond) // a few more passes
+	if n := b.mem.Len(); n != 9 {
+		t.Errorf("the broker received %d messages, want the 9 good rows once", n)
+	}
+	if st := r.Stats(); st.CorruptRows != 1 || st.DeadLettered != 1 || st.Deleted != 9 || st.CompletionFailures != 0 {
+		t.Errorf("stats = %+v, want 1 corrupt row dead-lettered, 9 deleted", st)
 	}
 	if !strings.Contains(b.logs.String(), "corrupt headers") || !strings.Contains(b.logs.String(), ids[4].String()) {
 		t.Errorf("no error naming the corrupt row in:\n%s", b.logs)

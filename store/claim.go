@@ -108,25 +108,53 @@ func (s *Store) Fail(ctx context.Context, id, token uuid.UUID, errText string, n
 	return s.affectedOne(ctx, "fail", s.q.fail, id, token, cleanText(errText), pgTime(now))
 }
 
-// Failure is one row's failed delivery, for [Store.FailBatch].
+// Failure is one row's failed delivery, for [Store.FailBatch] and
+// [Store.Park].
 type Failure struct {
 	ID    uuid.UUID
 	Error string
+	// RetryAt is when the row may be sent again; zero means at once. Park
+	// ignores it.
+	RetryAt time.Time
 }
 
 // FailBatch is [Store.Fail] for several rows claimed with one token, in one
-// statement. It returns how many rows it changed.
+// statement, each eligible again from its RetryAt. It returns how many rows it
+// changed.
 func (s *Store) FailBatch(ctx context.Context, failures []Failure, token uuid.UUID, now time.Time) (int64, error) {
 	if len(failures) == 0 {
 		return 0, nil
 	}
+	ids, texts := failureArrays(failures)
+	var retryAt arrayLiteral
+	for _, f := range failures {
+		retryAt.time(f.RetryAt, f.RetryAt.IsZero())
+	}
+	return s.affected(ctx, "fail batch", s.q.failBatch, uuidArray(ids), texts, token, pgTime(now), retryAt.String())
+}
+
+// Park records the last failed delivery of rows claimed with token and takes
+// them out of delivery, in one statement: attempts incremented, error saved,
+// claim released, and the row marked parked at the database's time. Ordered
+// rows hold their key: none of its later rows is sent until the parked row is
+// retried or skipped. Like FailBatch it changes only rows whose claim is live
+// at now, and returns how many it changed.
+func (s *Store) Park(ctx context.Context, failures []Failure, token uuid.UUID, now time.Time) (int64, error) {
+	if len(failures) == 0 {
+		return 0, nil
+	}
+	ids, texts := failureArrays(failures)
+	return s.affected(ctx, "park", s.q.park, uuidArray(ids), texts, token, pgTime(now))
+}
+
+func failureArrays(failures []Failure) ([]uuid.UUID, string) {
 	ids := make([]uuid.UUID, len(failures))
 	var texts arrayLiteral
 	for i, f := range failures {
 		ids[i] = f.ID
 		texts.text(cleanText(f.Error), false)
 	}
-	return s.affected(ctx, "fail batch", s.q.failBatch, uuidArray(ids), texts.String(), token, pgTime(now))
+	return ids, texts.String()
 }
 
 func (s *Store) affected(ctx context.Context, op, query string, args ...any) (int64, error) {

@@ -48,7 +48,8 @@ func TestWorkerSessionsAvoidFrozenPlans(t *testing.T) {
 		{"complete", s.q.complete, id + ", " + id + ", " + now},
 		{"completeBatch", s.q.completeBatch, ids + ", " + id + ", " + now},
 		{"fail", s.q.fail, id + ", " + id + ", 'e', " + now},
-		{"failBatch", s.q.failBatch, ids + ", " + text + ", " + id + ", " + now},
+		{"failBatch", s.q.failBatch, ids + ", " + text + ", " + id + ", " + now + ", '{NULL,NULL}'"},
+		{"park", s.q.park, ids + ", " + text + ", " + id + ", " + now},
 		{"releaseBatch", s.q.releaseBatch, ids + ", " + id + ", " + now},
 	}
 	for _, conn := range []*sql.Conn{tuned, plain} {

@@ -17,11 +17,14 @@ type queries struct {
 	completeBatch string
 	fail          string
 	failBatch     string
+	park          string
+	bury          string
 	insert        string
 	insertOne     string
 	releaseBatch  string
 	takeIDs       string
 	takeNext      string
+	takeNextTo    string
 	restore       string
 	acquireLease  string
 	releaseLease  string
@@ -42,11 +45,22 @@ type queries struct {
 }
 
 // eligible is the predicate of a row that may be delivered at the instant $now:
-// due and not held by a live claim. Expiry is inclusive: a claim whose expiry
-// equals now has expired.
+// not parked, due, past its retry time, and not held by a live claim. Expiry is
+// inclusive: a claim or retry time equal to now has passed.
 const eligible = `parked_at IS NULL
     AND (deliver_at IS NULL OR deliver_at <= $now)
+    AND (retry_at IS NULL OR retry_at <= $now)
     AND (claimed_until IS NULL OR claimed_until <= $now)`
+
+// unheld is the predicate of an ordered row (alias o) whose key is not held:
+// no row of its key is parked or waiting for its retry. Only the first row of
+// a key is ever sent, so only it can fail; while it waits or is parked, the
+// key's later rows wait with it, and the lane's other keys go on.
+func unheld(outbox string) string {
+	return `NOT EXISTS (SELECT 1 FROM ` + outbox + ` AS p
+          WHERE p.lane = o.lane AND p.ordering_key = o.ordering_key
+            AND (p.parked_at IS NOT NULL OR p.retry_at > now()))`
+}
 
 func buildQueries(n names) *queries {
 	elig := func(now string) string { return strings.ReplaceAll(eligible, "$now", now) }
@@ -61,6 +75,7 @@ func buildQueries(n names) *queries {
 	// writer's rows are not left waiting for its lead. (Rows stamped just
 	// after now are fresh rows of a writer a little ahead, or of clock
 	// measurement noise: they stay with direct dispatch.)
+	// A row that failed before (retry_at set) is recovery's whatever its age.
 	// With skipTransports and skipDestinations (parallel text arrays), rows of
 	// those endpoints are passed over.
 	nextUnordered := func(now, createdBefore, skipTransports, skipDestinations string) string {
@@ -72,7 +87,7 @@ func buildQueries(n names) *queries {
 		return `
     SELECT id FROM ` + n.outbox + `
     WHERE lane IS NULL AND id > $1 AND ` + elig(now) + `
-      AND (created_at <= ` + createdBefore + ` OR deliver_at > created_at
+      AND (created_at <= ` + createdBefore + ` OR deliver_at > created_at OR retry_at IS NOT NULL
            OR created_at > ` + now + ` + (` + now + ` - ` + createdBefore + `))` + skip + `
     ORDER BY id LIMIT $2
     FOR UPDATE SKIP LOCKED`
@@ -112,11 +127,31 @@ RETURNING id, attempts, last_error`,
 		takeNext: `DELETE FROM ` + n.outbox + `
 WHERE id = ANY(ARRAY(` + nextUnordered("$3", "$4", "$5", "$6") + `))
 RETURNING ` + rowColumns,
+		takeNextTo: `DELETE FROM ` + n.outbox + `
+WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + n.outbox + `
+    WHERE lane IS NULL AND transport = $1 AND destination = $2 AND ` + elig("$4") + `
+    ORDER BY id LIMIT $3
+    FOR UPDATE SKIP LOCKED))
+RETURNING ` + rowColumns,
 		restore: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
-    ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error)
+    ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error, retry_at)
 SELECT * FROM unnest($1::text::uuid[], $2::text::text[], $3::text::text[], $4::text::text[], $5::text::bytea[],
     $6::text::bytea[], $7::text::text[], $8::text::integer[], $9::text::timestamptz[], $10::text::timestamptz[],
-    $11::text::text[], $12::text::text[], $13::text::integer[], $14::text::text[])`,
+    $11::text::text[], $12::text::text[], $13::text::integer[], $14::text::text[], $15::text::timestamptz[])`,
+		// Dead letters are written by the transaction that took their rows
+		// out of the outbox. A dead letter with the same id (one requeued
+		// and dead again) is replaced, never lost.
+		bury: `INSERT INTO ` + n.dead + ` AS d (id, message_type, transport, destination, body, headers,
+    ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error, reason)
+SELECT * FROM unnest($1::text::uuid[], $2::text::text[], $3::text::text[], $4::text::text[], $5::text::bytea[],
+    $6::text::bytea[], $7::text::text[], $8::text::integer[], $9::text::timestamptz[], $10::text::timestamptz[],
+    $11::text::text[], $12::text::text[], $13::text::integer[], $14::text::text[], $15::text::text[])
+ON CONFLICT (id) DO UPDATE SET message_type = EXCLUDED.message_type, transport = EXCLUDED.transport,
+    destination = EXCLUDED.destination, body = EXCLUDED.body, headers = EXCLUDED.headers,
+    ordering_key = EXCLUDED.ordering_key, lane = EXCLUDED.lane, created_at = EXCLUDED.created_at,
+    deliver_at = EXCLUDED.deliver_at, trace_parent = EXCLUDED.trace_parent, trace_state = EXCLUDED.trace_state,
+    attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, reason = EXCLUDED.reason, dead_at = now()`,
 		releaseBatch: `UPDATE ` + n.outbox + ` SET claim_token = NULL, claimed_until = NULL
 WHERE id = ANY($1::text::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
 		// Leases run on the database clock, so that workers with skewed clocks
@@ -141,8 +176,7 @@ RETURNING expires_at`,
 CROSS JOIN LATERAL (
     SELECT o.deliver_at, o.claimed_until FROM ` + n.outbox + ` AS o
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM ` + n.outbox + ` AS p
-          WHERE p.lane = o.lane AND p.ordering_key = o.ordering_key AND p.parked_at IS NOT NULL)
+      AND ` + unheld(n.outbox) + `
     ORDER BY o.id LIMIT 1) AS h
 LEFT JOIN ` + n.leases + ` AS ls ON ls.name = 'lane:' || l.lane
 WHERE (h.deliver_at IS NULL OR h.deliver_at <= now())
@@ -154,8 +188,7 @@ ORDER BY l.lane`,
 		// no row ever overtakes its head.
 		laneHead: `SELECT ` + rowColumns + ` FROM ` + n.outbox + ` AS o
 WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.parked_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM ` + n.outbox + ` AS p
-      WHERE p.lane = o.lane AND p.ordering_key = o.ordering_key AND p.parked_at IS NOT NULL)
+  AND ` + unheld(n.outbox) + `
 ORDER BY o.id LIMIT $2`,
 		// No lane predicate here: the ids come from a lane read under the lane
 		// lock, and spelling out lane IS NOT NULL lets the planner pick the
@@ -191,7 +224,13 @@ WHERE id = ANY($1::text::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
 SET attempts = attempts + 1, last_error = $3, claim_token = NULL, claimed_until = NULL
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
 		failBatch: `UPDATE ` + n.outbox + ` AS o
-SET attempts = o.attempts + 1, last_error = f.error, claim_token = NULL, claimed_until = NULL
+SET attempts = o.attempts + 1, last_error = f.error, retry_at = f.retry_at, claim_token = NULL, claimed_until = NULL
+FROM unnest($1::text::uuid[], $2::text::text[], $5::text::timestamptz[]) AS f(id, error, retry_at)
+WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
+		// Parking stamps the row on the database clock; its key is held
+		// from then on (see unheld).
+		park: `UPDATE ` + n.outbox + ` AS o
+SET attempts = o.attempts + 1, last_error = f.error, parked_at = now(), claim_token = NULL, claimed_until = NULL
 FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error)
 WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
 		// One row, the most common case, as plain parameters: cheaper for the

@@ -90,6 +90,19 @@ CREATE TABLE IF NOT EXISTS ` + n.inbox + ` (
 );
 CREATE INDEX IF NOT EXISTS ` + n.index("inbox_received_idx") + ` ON ` + n.inbox + ` (received_at);
 `,
+	}, {
+		Version: 2,
+		Name:    "retry backoff: retry_at, and one index for held ordered keys",
+		// retry_at is when a row that failed may be sent again. A key is held
+		// (its rows not sent) while one of its rows is parked or waiting for
+		// its retry; the held-key index replaces the parked-key index and
+		// holds the ordered rows that ever failed, so that lane reads test
+		// a key with one probe of a small index.
+		SQL: `ALTER TABLE ` + n.outbox + ` ADD COLUMN IF NOT EXISTS retry_at timestamptz;
+CREATE INDEX IF NOT EXISTS ` + n.index("outbox_held_keys_idx") + ` ON ` + n.outbox + ` (lane, ordering_key)
+    WHERE lane IS NOT NULL AND (parked_at IS NOT NULL OR retry_at IS NOT NULL);
+DROP INDEX IF EXISTS ` + n.schema + `.` + n.index("outbox_parked_idx") + `;
+`,
 	}}
 }
 

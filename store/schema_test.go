@@ -147,10 +147,13 @@ func TestSchemaIndexes(t *testing.T) {
 	for name, want := range map[string]string{
 		"orders_outbox_lane_pending_idx":      "(lane, id) WHERE ((lane IS NOT NULL) AND (parked_at IS NULL))",
 		"orders_outbox_unordered_pending_idx": "(id) WHERE ((lane IS NULL) AND (parked_at IS NULL))",
-		"orders_outbox_parked_idx":            "(lane, ordering_key) WHERE (parked_at IS NOT NULL)",
+		"orders_outbox_held_keys_idx":         "(lane, ordering_key) WHERE ((lane IS NOT NULL) AND ((parked_at IS NOT NULL) OR (retry_at IS NOT NULL)))",
 	} {
 		if !strings.Contains(defs[name], want) {
 			t.Errorf("index %s = %q, want it to contain %q", name, defs[name], want)
 		}
+	}
+	if def, ok := defs["orders_outbox_parked_idx"]; ok {
+		t.Errorf("index orders_outbox_parked_idx = %q, want it dropped by migration 2", def)
 	}
 }

@@ -19,9 +19,10 @@ func buildStatsQueries(n names) *statsQueries {
 	// they describe one snapshot and cost one round trip. The dead letters are
 	// counted by a scalar subquery in the same statement for the same reason.
 	//
-	// The FILTERs split the rows into four disjoint classes: parked; not parked
-	// and not yet due (scheduled); due with a live claim (claimed); and the rest
-	// (eligible, exactly the rows CountEligible counts).
+	// The FILTERs split the rows into five disjoint classes: parked; not parked
+	// and not yet due (scheduled); due with a live claim (claimed); due,
+	// unclaimed and waiting for the retry time of a failed send (retrying);
+	// and the rest (eligible, exactly the rows CountEligible counts).
 	//
 	// A parked key is a (lane, ordering key) pair of ordered rows, the unit the
 	// lane scan skips; parked unordered rows are counted as rows only.
@@ -31,7 +32,11 @@ func buildStatsQueries(n names) *statsQueries {
     count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1),
     count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
         AND claimed_until > $1),
+    count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
+        AND (claimed_until IS NULL OR claimed_until <= $1) AND retry_at > $1),
+    min(retry_at) FILTER (WHERE parked_at IS NULL AND retry_at > $1),
     count(*) FILTER (WHERE parked_at IS NOT NULL),
+    min(parked_at),
     count(DISTINCT (lane, ordering_key)) FILTER (WHERE parked_at IS NOT NULL AND lane IS NOT NULL),
     min(created_at) FILTER (WHERE ` + elig + `),
     min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + `),
@@ -41,8 +46,8 @@ FROM ` + n.outbox,
 }
 
 // Stats is a snapshot of one outbox, taken by [Store.Stats] at an instant.
-// Eligible, Scheduled, Claimed and Parked are disjoint and together count
-// every row of the outbox table.
+// Eligible, Scheduled, Claimed, Retrying and Parked are disjoint and together
+// count every row of the outbox table.
 type Stats struct {
 	// Eligible counts the rows a read at the instant could return: not parked,
 	// due, and unclaimed or with an expired claim. It equals what
@@ -53,8 +58,15 @@ type Stats struct {
 	// Claimed counts the due rows not parked that a live claim holds: messages
 	// being sent right now.
 	Claimed int64
+	// Retrying counts the due, unclaimed rows not parked that wait for the
+	// retry time their last failed send set (relayer.Retry).
+	Retrying int64
+	// NextRetryAt is the earliest retry time still ahead, or zero.
+	NextRetryAt time.Time
 	// Parked counts the parked rows.
 	Parked int64
+	// OldestParkedAt is when the longest-parked row was parked, or zero.
+	OldestParkedAt time.Time
 	// ParkedKeys counts the distinct (lane, ordering key) pairs of parked
 	// ordered rows: the keys whose delivery is stopped while their lane goes on.
 	ParkedKeys int64
@@ -91,11 +103,11 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 		return Stats{}, wrap(ctx, op, sql.ErrNoRows)
 	}
 	var (
-		st                       Stats
-		oldestCreated, oldestDue sql.NullTime
+		st                                                Stats
+		oldestCreated, oldestDue, nextRetry, oldestParked sql.NullTime
 	)
-	if err := rows.Scan(&st.Eligible, &st.Scheduled, &st.Claimed, &st.Parked, &st.ParkedKeys,
-		&oldestCreated, &oldestDue, &st.Dead); err != nil {
+	if err := rows.Scan(&st.Eligible, &st.Scheduled, &st.Claimed, &st.Retrying, &nextRetry, &st.Parked, &oldestParked,
+		&st.ParkedKeys, &oldestCreated, &oldestDue, &st.Dead); err != nil {
 		return Stats{}, wrap(ctx, op, err)
 	}
 	if err := rows.Close(); err != nil {
@@ -103,6 +115,12 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	}
 	if oldestCreated.Valid {
 		st.OldestCreatedAt = oldestCreated.Time.UTC()
+	}
+	if nextRetry.Valid {
+		st.NextRetryAt = nextRetry.Time.UTC()
+	}
+	if oldestParked.Valid {
+		st.OldestParkedAt = oldestParked.Time.UTC()
 	}
 	if oldestDue.Valid {
 		st.OldestDueAt = oldestDue.Time.UTC()

@@ -123,6 +123,12 @@ func TestStatsClasses(t *testing.T) {
 		if ok, err := o.store.Claim(ctx, expired, short, t0.Add(-time.Minute)); err != nil || !ok {
 			t.Fatalf("Claim = %v, %v", ok, err)
 		}
+		// Retrying: a failed row whose retry time is a minute ahead; one whose
+		// retry time is exactly now is eligible.
+		retrying := o.add(t, t0.Add(-6*time.Minute), time.Time{}, "")
+		retried := o.add(t, t0.Add(-4*time.Minute), time.Time{}, "")
+		o.exec(t, `UPDATE `+o.outbox+` SET retry_at = $1, attempts = 1 WHERE id = $2`, t0.Add(time.Minute), retrying)
+		o.exec(t, `UPDATE `+o.outbox+` SET retry_at = $1, attempts = 1 WHERE id = $2`, t0, retried)
 		// Parked: three rows of two ordered keys, and one unordered row. They are
 		// the oldest rows, and due, but must count only as parked.
 		var parked []uuid.UUID
@@ -138,10 +144,13 @@ FROM generate_series(1, 2)`, t0)
 
 		got := o.stats(t, t0)
 		want := store.Stats{
-			Eligible:        5,
+			Eligible:        6,
 			Scheduled:       2,
 			Claimed:         1,
+			Retrying:        1,
+			NextRetryAt:     t0.Add(time.Minute),
 			Parked:          4,
+			OldestParkedAt:  t0.Add(-time.Minute),
 			ParkedKeys:      2,
 			Dead:            2,
 			OldestCreatedAt: t0.Add(-10 * time.Minute),
@@ -157,14 +166,14 @@ FROM generate_series(1, 2)`, t0)
 		if err := o.db.QueryRow(`SELECT count(*) FROM ` + o.outbox).Scan(&total); err != nil {
 			t.Fatal(err)
 		}
-		if sum := got.Eligible + got.Scheduled + got.Claimed + got.Parked; sum != total {
+		if sum := got.Eligible + got.Scheduled + got.Claimed + got.Retrying + got.Parked; sum != total {
 			t.Fatalf("classes sum to %d, the table holds %d rows", sum, total)
 		}
 
 		// An hour later every schedule is due and every claim has expired.
 		later := o.stats(t, t0.Add(time.Hour))
-		if later.Eligible != 8 || later.Scheduled != 0 || later.Claimed != 0 || later.Parked != 4 {
-			t.Fatalf("Stats an hour later = %+v, want 8 eligible, 4 parked, none scheduled or claimed", later)
+		if later.Eligible != 10 || later.Scheduled != 0 || later.Claimed != 0 || later.Retrying != 0 || later.Parked != 4 {
+			t.Fatalf("Stats an hour later = %+v, want 10 eligible, 4 parked, none scheduled, claimed or retrying", later)
 		}
 		if want := t0.Add(-30 * time.Minute); !later.OldestCreatedAt.Equal(want) {
 			t.Fatalf("OldestCreatedAt an hour later = %s, want the formerly scheduled row's %s", later.OldestCreatedAt, want)

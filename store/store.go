@@ -99,6 +99,10 @@ type Row struct {
 	ClaimedUntil time.Time
 	// LastError is the error of the last failed delivery, or "".
 	LastError string
+	// RetryAt is, for a row whose send failed, when it may be sent again (on
+	// the database's clock); zero for a row that never failed. [Store.Restore]
+	// writes it back.
+	RetryAt time.Time
 	// Corrupt is set only by [Store.TakeNextUnordered], on a row whose stored
 	// headers could not be decoded (a *[RowError] matching [ErrCorruptRow]):
 	// its Headers are nil, and [Store.Restore] writes the stored bytes back
@@ -184,7 +188,7 @@ func (s *Store) count(ctx context.Context, op, query string, args ...any) (int64
 // rowColumns is the column list every row-returning statement selects, in the
 // order scanRow reads.
 const rowColumns = `id, message_type, transport, destination, body, headers, ordering_key, lane,
-    created_at, deliver_at, attempts, last_error, trace_parent, trace_state, claimed_until`
+    created_at, deliver_at, attempts, last_error, trace_parent, trace_state, claimed_until, retry_at`
 
 func scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row, error) {
 	return scanRowsKeepingCorrupt(ctx, op, rows, dst, false)
@@ -225,6 +229,7 @@ type rowScratch struct {
 	traceParent, traceSt    sql.NullString
 	lane                    sql.NullInt32
 	deliverAt, claimedUntil sql.NullTime
+	retryAt                 sql.NullTime
 	dest                    []any
 	arena                   []byte
 }
@@ -252,7 +257,7 @@ func (sc *rowScratch) keep(b []byte) []byte {
 func (sc *rowScratch) scan(rows *sql.Rows, r *Row) error {
 	m := &r.Message
 	sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, &sc.rawBody, &sc.rawHeaders,
-		&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, &r.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil)
+		&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, &r.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil, &sc.retryAt)
 	if err := rows.Scan(sc.dest...); err != nil {
 		return err
 	}
@@ -289,6 +294,10 @@ func (sc *rowScratch) fill(r *Row) {
 	r.ClaimedUntil = time.Time{}
 	if sc.claimedUntil.Valid {
 		r.ClaimedUntil = sc.claimedUntil.Time.UTC()
+	}
+	r.RetryAt = time.Time{}
+	if sc.retryAt.Valid {
+		r.RetryAt = sc.retryAt.Time.UTC()
 	}
 	m.TraceParent = sc.traceParent.String
 	m.TraceState = sc.traceSt.String

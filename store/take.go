@@ -127,8 +127,33 @@ func (s *Store) TakeNextUnorderedExcept(ctx context.Context, dst []Row, after uu
 	return dst, nil
 }
 
+// TakeNextUnorderedTo deletes, in one statement, up to limit eligible
+// unordered rows of endpoint e, of any age, in id order, skipping rows locked
+// by other transactions, and returns them in id order appended to dst[:0].
+// It is how a worker takes the row it probes a paused destination with. Like
+// [Store.TakeIDs] it needs a store bound to a transaction.
+func (s *Store) TakeNextUnorderedTo(ctx context.Context, dst []Row, e Endpoint, limit int, now time.Time) ([]Row, error) {
+	dst = dst[:0]
+	if _, ok := s.db.(*sql.Tx); !ok {
+		return dst, fmt.Errorf("%w: take next to endpoint", ErrNeedsTransaction)
+	}
+	if limit <= 0 {
+		return dst, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.takeNextTo, e.Transport, e.Destination, limit, pgTime(now))
+	if err != nil {
+		return dst, wrap(ctx, "take next to endpoint", err)
+	}
+	dst, err = scanRowsKeepingCorrupt(ctx, "take next to endpoint", rows, dst, true)
+	if err != nil {
+		return dst, err
+	}
+	sortByID(dst)
+	return dst, nil
+}
+
 // Restore writes rows back in one statement, exactly as given: content,
-// Attempts and LastError (made storable), unclaimed and not parked. It is how
+// Attempts, LastError (made storable) and RetryAt, unclaimed and not parked. It is how
 // a worker records the rows it took but did not send (with Attempts raised and
 // LastError set for a failed send, unchanged for a send it never started)
 // before committing the take.
@@ -144,7 +169,7 @@ func (s *Store) Restore(ctx context.Context, rows []Row) error {
 		return nil
 	}
 	var cols columnArrays
-	var attempts, errs arrayLiteral
+	var attempts, errs, retryAt arrayLiteral
 	for i := range rows {
 		r := &rows[i]
 		if err := cols.addRaw(&r.Message, r.CreatedAt, r.rawHeaders); err != nil {
@@ -152,9 +177,53 @@ func (s *Store) Restore(ctx context.Context, rows []Row) error {
 		}
 		attempts.int(r.Attempts, false)
 		errs.text(cleanText(r.LastError), r.LastError == "")
+		retryAt.time(r.RetryAt, r.RetryAt.IsZero())
 	}
-	_, err := s.db.ExecContext(ctx, s.q.restore, append(cols.args(), attempts.String(), errs.String())...)
+	_, err := s.db.ExecContext(ctx, s.q.restore, append(cols.args(), attempts.String(), errs.String(), retryAt.String())...)
 	return wrap(ctx, "restore", err)
+}
+
+// Reasons a message leaves delivery for the dead letters.
+const (
+	// ReasonPermanent: the transport refused it for good
+	// (relayer.ErrPermanent).
+	ReasonPermanent = "permanent"
+	// ReasonExhausted: it failed as many times as its retry policy allows.
+	ReasonExhausted = "exhausted"
+	// ReasonCorrupt: its stored headers do not decode, so it cannot be sent
+	// as it is; its bytes are kept unchanged.
+	ReasonCorrupt = "corrupt"
+	// ReasonSkipped: an operator skipped it, the parked head of its key, to
+	// release the key's later messages ([Store.SkipParkedHead]).
+	ReasonSkipped = "skipped"
+)
+
+// Bury writes rows to the dead letters, with reasons[i] the reason of
+// rows[i], keeping their ids, content, attempts and last error; they are
+// stamped with the database's time. It is how a take ends rows it removed
+// from the outbox (in the same transaction, so that a row is in exactly one
+// of the two tables). A dead letter with the same id is replaced. Like
+// [Store.Restore] it writes stored header bytes back as they are.
+func (s *Store) Bury(ctx context.Context, rows []Row, reasons []string) error {
+	if len(rows) != len(reasons) {
+		return fmt.Errorf("%w: %d rows and %d reasons", ErrInvalidArgument, len(rows), len(reasons))
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	var cols columnArrays
+	var attempts, errs, why arrayLiteral
+	for i := range rows {
+		r := &rows[i]
+		if err := cols.addRaw(&r.Message, r.CreatedAt, r.rawHeaders); err != nil {
+			return fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, r.ID, err)
+		}
+		attempts.int(r.Attempts, false)
+		errs.text(cleanText(r.LastError), r.LastError == "")
+		why.text(cleanText(reasons[i]), false)
+	}
+	_, err := s.db.ExecContext(ctx, s.q.bury, append(cols.args(), attempts.String(), errs.String(), why.String())...)
+	return wrap(ctx, "bury", err)
 }
 
 func sortTaken(ts []Taken) {

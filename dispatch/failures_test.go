@@ -1,0 +1,252 @@
+package dispatch_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/store"
+)
+
+// deadLetter is a dead-letter row as stored.
+type deadLetter struct {
+	id       uuid.UUID
+	typ      string
+	body     []byte
+	headers  []byte
+	attempts int
+	lastErr  string
+	reason   string
+}
+
+func (b *bundle) deadLetters(t *testing.T) []deadLetter {
+	t.Helper()
+	rs, err := b.db.Query(`SELECT id, message_type, body, headers, attempts, coalesce(last_error, ''), reason
+		FROM "` + b.schema + `".ob_dead ORDER BY id`)
+	must(t, err)
+	defer rs.Close()
+	var out []deadLetter
+	for rs.Next() {
+		var d deadLetter
+		must(t, rs.Scan(&d.id, &d.typ, &d.body, &d.headers, &d.attempts, &d.lastErr, &d.reason))
+		out = append(out, d)
+	}
+	must(t, rs.Err())
+	return out
+}
+
+// waitUntil polls cond for up to 10s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// withRetry returns b's outbox whose routes carry the given retry policies
+// (Placed, Billed, Shipped), and outbox-wide policy def.
+func (b *bundle) withRetry(t *testing.T, def, placed, billed, shipped relayer.Retry) relayer.Outbox {
+	t.Helper()
+	var routes relayer.Routes
+	must(t, relayer.AddType[Placed](&routes, relayer.Route{Transport: "mem", Destination: "orders.placed", Retry: placed}))
+	must(t, relayer.AddType[Billed](&routes, relayer.Route{Transport: "mem", Destination: "billing", Retry: billed}))
+	must(t, relayer.AddType[Shipped](&routes, relayer.Route{Transport: "mem", Destination: "orders.shipped", Ordered: true, Retry: shipped}))
+	outbox := b.outbox
+	outbox.Routes = &routes
+	outbox.Retry = def
+	return outbox
+}
+
+// A message the transport refuses for good (relayer.ErrPermanent) moves to
+// the dead letters at once, in the take that tried it, with its content,
+// attempts, error and reason; the messages sent with it are delivered.
+func TestPermanentFailureMovesTheMessageToTheDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.start(t)
+	b.mem.FailWith(func(m *relayer.Message) error {
+		if string(m.Body) == `{"N":2}` {
+			return fmt.Errorf("message too large: %w", relayer.ErrPermanent)
+		}
+		return nil
+	})
+	ids := b.publish(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Placed{2}), relayer.NewOutgoing(Placed{3}))
+	b.waitSent(t, 2)
+	b.waitRows(t, 0)
+	var stored []byte
+	dead := b.deadLetters(t)
+	if len(dead) != 1 {
+		t.Fatalf("dead letters = %+v, want the refused message", dead)
+	}
+	d := dead[0]
+	if d.id != ids[1] || d.reason != store.ReasonPermanent || d.attempts != 1 || d.lastErr != "message too large: relayer: permanent send failure" || string(d.body) != `{"N":2}` {
+		t.Errorf("dead letter = %+v, want message 2, reason %q, 1 attempt, the error", d, store.ReasonPermanent)
+	}
+	stored = d.headers
+	if len(stored) < 8 {
+		t.Errorf("dead letter headers = %x, want the stored header bytes", stored)
+	}
+	if st := b.direct.Stats(); st.DeadLettered != 1 || st.Deleted != 2 {
+		t.Errorf("stats = %+v, want 1 dead-lettered and 2 deleted", st)
+	}
+}
+
+// A message that keeps failing is retried with its route's policy and moves
+// to the dead letters once out of attempts; a route without a policy of its
+// own follows the outbox's.
+func TestExhaustedMessageMovesToTheDeadLettersPerRoutePolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.mem.FailWith(func(*relayer.Message) error { return errors.New("broker said no") })
+	ids := b.enlistOnly(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Billed{2}))
+	fast := relayer.Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+	outbox := b.withRetry(t, relayer.Retry{MaxAttempts: 50, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+		relayer.Retry{MaxAttempts: 3}, fast, relayer.Retry{})
+	r, err := dispatch.NewRecovery(b.db, outbox, dispatch.RecoveryOptions{PollInterval: 20 * time.Millisecond, MinAge: time.Nanosecond, Logger: b.logger()})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	defer r.Stop(context.Background())
+	waitUntil(t, "the Placed message to die", func() bool { return len(b.deadLetters(t)) == 1 })
+	d := b.deadLetters(t)[0]
+	if d.id != ids[0] || d.reason != store.ReasonExhausted || d.attempts != 3 || d.lastErr != "broker said no" {
+		t.Errorf("dead letter = %+v, want Placed after 3 attempts, reason %q", d, store.ReasonExhausted)
+	}
+	rows := b.rows(t)
+	if len(rows) != 1 || rows[0].id != ids[1] || rows[0].attempts < 3 {
+		t.Errorf("outbox = %+v, want Billed still retrying under the outbox's 50 attempts", rows)
+	}
+}
+
+// Retry policies are validated up front, naming the field.
+func TestRetryPolicyIsValidated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	outbox := b.outbox
+	outbox.Retry = relayer.Retry{MaxAttempts: -1}
+	_, err := dispatch.NewRecovery(b.db, outbox, dispatch.RecoveryOptions{})
+	if !errors.Is(err, dispatch.ErrInvalidOptions) || !errors.Is(err, relayer.ErrInvalidRetry) {
+		t.Errorf("NewRecovery with MaxAttempts -1: %v, want ErrInvalidOptions and ErrInvalidRetry", err)
+	}
+	var routes relayer.Routes
+	err = routes.Add("t", relayer.Route{Transport: "mem", Destination: "d", Retry: relayer.Retry{Backoff: time.Minute, MaxBackoff: time.Second}})
+	if !errors.Is(err, relayer.ErrInvalidRoute) || !errors.Is(err, relayer.ErrInvalidRetry) {
+		t.Errorf("route with MaxBackoff below Backoff: %v, want ErrInvalidRoute and ErrInvalidRetry", err)
+	}
+}
+
+// An ordered head that fails for good is parked, and only its key stops: the
+// other keys of its lane are delivered in order, and the parked key's later
+// messages wait unsent and unparked.
+func TestOrderedPermanentFailureParksOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ka, kb, kc := twoLaneKeys(t) // kc shares ka's lane
+	b.mem.FailWith(func(m *relayer.Message) error {
+		if m.Key == ka && string(m.Body) == `{"N":2}` {
+			return fmt.Errorf("schema rejected: %w", relayer.ErrPermanent)
+		}
+		return nil
+	})
+	b.shipped(t, []string{ka, kb, kc}, 5, 100)
+	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
+	b.waitSent(t, 11)
+	time.Sleep(200 * time.Millisecond)
+	seq := sequences(t, b.mem.All())
+	if fmt.Sprint(seq[ka]) != "[1]" || fmt.Sprint(seq[kb]) != "[1 2 3 4 5]" || fmt.Sprint(seq[kc]) != "[1 2 3 4 5]" {
+		t.Errorf("with %s's message 2 refused for good: %v (%s shares its lane)", ka, seq, kc)
+	}
+	var parked, waiting, attempts int
+	must(t, b.db.QueryRow(`SELECT count(*) FILTER (WHERE parked_at IS NOT NULL), count(*) FILTER (WHERE parked_at IS NULL),
+		max(attempts) FROM "`+b.schema+`".ob_outbox WHERE ordering_key = $1`, ka).Scan(&parked, &waiting, &attempts))
+	if parked != 1 || waiting != 3 || attempts != 1 {
+		t.Errorf("%s: %d parked, %d waiting, attempts %d; want its head parked after 1 attempt and 3 rows waiting", ka, parked, waiting, attempts)
+	}
+	if st := o.Stats(); st.Parked != 1 {
+		t.Errorf("stats = %+v, want 1 parked", st)
+	}
+}
+
+// An ordered head that fails waits for its backoff with its key only: the
+// lane's other keys flow meanwhile, and the key resumes in order.
+func TestOrderedRetryBackoffHoldsOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ka, _, kc := twoLaneKeys(t)
+	var mu sync.Mutex
+	failures := 0
+	b.mem.FailWith(func(m *relayer.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Key == ka && string(m.Body) == `{"N":2}` && failures < 2 {
+			failures++
+			return errors.New("try later")
+		}
+		return nil
+	})
+	b.shipped(t, []string{ka}, 5, 100)
+	outbox := b.withRetry(t, relayer.Retry{Backoff: 400 * time.Millisecond}, relayer.Retry{}, relayer.Retry{}, relayer.Retry{})
+	outbox.Transports = map[string]relayer.Transport{"mem": b.mem}
+	o, err := dispatch.NewOrdered(b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond, Logger: b.logger()})
+	must(t, err)
+	must(t, o.Start(context.Background()))
+	defer o.Stop(context.Background())
+	waitUntil(t, "the first failure", func() bool { mu.Lock(); defer mu.Unlock(); return failures == 1 })
+	failedAt := time.Now()
+	b.shipped(t, []string{kc}, 5, 100) // same lane, behind the waiting key's rows
+	b.waitSent(t, 6)
+	if time.Since(failedAt) > 300*time.Millisecond {
+		t.Errorf("%s's 5 messages took %s behind the key waiting for its retry", kc, time.Since(failedAt))
+	}
+	b.waitSent(t, 10)
+	if time.Since(failedAt) < 2*320*time.Millisecond {
+		t.Errorf("the failing key was done %s after its first failure, before two backoffs", time.Since(failedAt))
+	}
+	seq := sequences(t, b.mem.All())
+	if fmt.Sprint(seq[ka]) != "[1 2 3 4 5]" || fmt.Sprint(seq[kc]) != "[1 2 3 4 5]" {
+		t.Errorf("deliveries = %v", seq)
+	}
+	b.waitRows(t, 0)
+}
+
+// An ordered head out of attempts is parked like a permanent failure.
+func TestOrderedExhaustedHeadIsParked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ka, _, _ := twoLaneKeys(t)
+	b.mem.FailWith(func(m *relayer.Message) error {
+		if bytes.Equal(m.Body, []byte(`{"N":1}`)) {
+			return errors.New("nope")
+		}
+		return nil
+	})
+	b.shipped(t, []string{ka}, 2, 100)
+	outbox := b.withRetry(t, relayer.Retry{}, relayer.Retry{}, relayer.Retry{}, relayer.Retry{MaxAttempts: 2, Backoff: time.Millisecond})
+	outbox.Transports = map[string]relayer.Transport{"mem": b.mem}
+	o, err := dispatch.NewOrdered(b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond, Logger: b.logger()})
+	must(t, err)
+	must(t, o.Start(context.Background()))
+	defer o.Stop(context.Background())
+	waitUntil(t, "the head to be parked", func() bool { return o.Stats().Parked == 1 })
+	var attempts int
+	var lastErr string
+	must(t, b.db.QueryRow(`SELECT attempts, last_error FROM "`+b.schema+`".ob_outbox WHERE parked_at IS NOT NULL`).Scan(&attempts, &lastErr))
+	if attempts != 2 || lastErr != "nope" {
+		t.Errorf("parked head: attempts %d, error %q; want 2 and the error", attempts, lastErr)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := b.mem.Len(); n != 0 {
+		t.Errorf("%d messages delivered; the parked key's second message must wait", n)
+	}
+}
