@@ -31,6 +31,7 @@ type Store struct {
 	q    *queries
 	rq   *retentionQueries
 	sq   *statsQueries
+	rdq  *redriveQueries
 }
 
 // New returns a store for the outbox named by opts, running statements on db.
@@ -43,9 +44,12 @@ func New(db DBTX, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
+	return newStore(db, opts.withDefaults()), nil
+}
+
+func newStore(db DBTX, opts Options) *Store {
 	n := newNames(opts)
-	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n)}, nil
+	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n)}
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -55,9 +59,7 @@ func Unbound(opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
-	n := newNames(opts)
-	return &Store{db: unboundDB{}, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n)}, nil
+	return newStore(unboundDB{}, opts.withDefaults()), nil
 }
 
 type unboundDB struct{}
@@ -76,7 +78,7 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	if isNil(db) {
 		return nil, ErrNilDB
 	}
-	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq}, nil
 }
 
 // Options returns the store's options with defaults applied.
@@ -203,13 +205,14 @@ func scanRowsKeepingCorrupt(ctx context.Context, op string, rows *sql.Rows, dst 
 	for rows.Next() {
 		dst = append(dst, Row{})
 		r := &dst[len(dst)-1]
-		if err := sc.scan(rows, r); err != nil {
-			var rowErr *RowError
-			if !keepCorrupt || !errors.As(err, &rowErr) {
-				return dst[:0], wrap(ctx, op, err)
-			}
-			r.Corrupt = err
-			r.rawHeaders = sc.keep(sc.rawHeaders)
+		var err error
+		if keepCorrupt {
+			err = sc.scanKeepingCorrupt(rows, r)
+		} else {
+			err = sc.scan(rows, r)
+		}
+		if err != nil {
+			return dst[:0], wrap(ctx, op, err)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -254,10 +257,27 @@ func (sc *rowScratch) keep(b []byte) []byte {
 	return sc.arena[start:len(sc.arena):len(sc.arena)]
 }
 
-func (sc *rowScratch) scan(rows *sql.Rows, r *Row) error {
+// scanKeepingCorrupt is scan that returns a row whose headers do not decode
+// marked Corrupt, with its stored header bytes kept for a write-back, instead
+// of failing.
+func (sc *rowScratch) scanKeepingCorrupt(rows *sql.Rows, r *Row, extra ...any) error {
+	err := sc.scan(rows, r, extra...)
+	var rowErr *RowError
+	if errors.As(err, &rowErr) {
+		r.Corrupt = err
+		r.rawHeaders = sc.keep(sc.rawHeaders)
+		return nil
+	}
+	return err
+}
+
+// scan reads the rowColumns of the current row into r, and any columns after
+// them into extra.
+func (sc *rowScratch) scan(rows *sql.Rows, r *Row, extra ...any) error {
 	m := &r.Message
 	sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, &sc.rawBody, &sc.rawHeaders,
 		&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, &r.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil, &sc.retryAt)
+	sc.dest = append(sc.dest, extra...)
 	if err := rows.Scan(sc.dest...); err != nil {
 		return err
 	}

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Redrive: what an operator does with the messages that left delivery. Dead
+// letters are unordered messages refused for good, out of attempts, corrupt,
+// or skipped; parked rows are ordered messages that failed the same way and
+// hold their key. Every operation is one statement, so it is atomic,
+// idempotent (a second run finds nothing left to do and reports 0), and safe
+// while workers run: it locks the rows it changes, and the workers never read
+// a dead letter or a parked row.
+
+// DeadFilter selects dead letters. Zero fields match everything; the fields
+// that are set must all match.
+type DeadFilter struct {
+	// IDs selects these messages only.
+	IDs []uuid.UUID
+	// Type, Destination, Key and Reason match the message type, destination,
+	// ordering key and the reason it died (a Reason* constant) exactly.
+	Type, Destination, Key, Reason string
+	// OlderThan selects the dead letters that died at least this long ago,
+	// on the database's clock; it must not be negative.
+	OlderThan time.Duration
+}
+
+// ParkedFilter selects parked ordered rows, that is the parked keys. Zero
+// fields match everything.
+type ParkedFilter struct {
+	// Type, Destination and Key match the parked row's message type,
+	// destination and ordering key exactly.
+	Type, Destination, Key string
+	// OlderThan selects the rows parked at least this long ago.
+	OlderThan time.Duration
+}
+
+// DeadLetter is a message out of delivery for good, as stored in the
+// dead-letter table.
+type DeadLetter struct {
+	// Row is the message with its attempts and last error. A row whose stored
+	// headers do not decode has Corrupt set and nil Headers.
+	Row
+	// Reason is why it left delivery: a Reason* constant.
+	Reason string
+	// DeadAt is when it did.
+	DeadAt time.Time
+}
+
+// ParkedKey is an ordering key whose delivery is stopped at a parked row.
+type ParkedKey struct {
+	// Head is the parked row, the key's first.
+	Head Row
+	// ParkedAt is when it was parked.
+	ParkedAt time.Time
+	// Waiting counts the key's later rows, held behind it.
+	Waiting int
+}
+
+type redriveQueries struct {
+	listDead, requeueDead, purgeDead string
+	listParked, retryParked, skipHead string
+}
+
+// deadColumns are rowColumns as the dead-letter table has them: it holds no
+// claim or retry time.
+const deadColumns = `id, message_type, transport, destination, body, headers, ordering_key, lane,
+    created_at, deliver_at, attempts, last_error, trace_parent, trace_state, NULL::timestamptz, NULL::timestamptz`
+
+// deadMatch and parkedMatch are the filter predicates. deadMatch's
+// parameters: $1 ids (text array literal, NULL for any), $2 type, $3
+// destination, $4 key, $5 reason, $6 OlderThan in microseconds. parkedMatch's:
+// $1 type, $2 destination, $3 key, $4 OlderThan in microseconds.
+const (
+	deadMatch = `($1::text IS NULL OR id = ANY($1::text::uuid[]))
+  AND ($2 = '' OR message_type = $2) AND ($3 = '' OR destination = $3)
+  AND ($4 = '' OR ordering_key = $4) AND ($5 = '' OR reason = $5)
+  AND dead_at <= now() - $6 * interval '1 microsecond'`
+	parkedMatch = `o.lane IS NOT NULL AND o.parked_at IS NOT NULL
+  AND ($1 = '' OR o.message_type = $1) AND ($2 = '' OR o.destination = $2)
+  AND ($3 = '' OR o.ordering_key = $3)
+  AND o.parked_at <= now() - $4 * interval '1 microsecond'`
+)
+
+func buildRedriveQueries(n names) *redriveQueries {
+	insertDead := `INSERT INTO ` + n.dead + ` AS d (id, message_type, transport, destination, body, headers,
+    ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error, reason)`
+	return &redriveQueries{
+		listDead: `SELECT ` + deadColumns + `, reason, dead_at FROM ` + n.dead + `
+WHERE ` + deadMatch + `
+ORDER BY dead_at DESC, id LIMIT $7`,
+		// Requeued messages keep their ids and content; their attempts start
+		// again from zero and their last error stays for the record. A
+		// requeued ordered message goes back into its lane at its original
+		// place in id order. An id already in the outbox fails the statement,
+		// which changes nothing.
+		requeueDead: `WITH moved AS (
+    DELETE FROM ` + n.dead + ` WHERE id = ANY(ARRAY(
+        SELECT id FROM ` + n.dead + ` WHERE ` + deadMatch + ` FOR UPDATE SKIP LOCKED))
+    RETURNING *)
+INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers, ordering_key, lane,
+    created_at, deliver_at, trace_parent, trace_state, attempts, last_error)
+SELECT id, message_type, transport, destination, body, headers, ordering_key, lane,
+    created_at, deliver_at, trace_parent, trace_state, 0, last_error FROM moved`,
+		purgeDead: `DELETE FROM ` + n.dead + ` WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + n.dead + ` WHERE ` + deadMatch + ` FOR UPDATE SKIP LOCKED))`,
+		listParked: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at,
+    (SELECT count(*) FROM ` + n.outbox + ` AS w
+        WHERE w.lane = o.lane AND w.ordering_key = o.ordering_key AND w.id <> o.id)
+FROM ` + n.outbox + ` AS o
+WHERE ` + parkedMatch + `
+ORDER BY o.parked_at, o.id LIMIT $5`,
+		// The key's head becomes eligible again with its attempts from zero;
+		// its later rows follow it in order.
+		retryParked: `UPDATE ` + n.outbox + ` AS o SET parked_at = NULL, attempts = 0, retry_at = NULL
+WHERE ` + parkedMatch,
+		// The parked head moves to the dead letters; the key's later rows,
+		// never parked themselves, are released by its absence.
+		skipHead: `WITH head AS (
+    DELETE FROM ` + n.outbox + ` WHERE id = (
+        SELECT o.id FROM ` + n.outbox + ` AS o WHERE ` + parkedMatch + `
+        ORDER BY o.id LIMIT 1 FOR UPDATE)
+    RETURNING *)
+` + insertDead + `
+SELECT id, message_type, transport, destination, body, headers, ordering_key, lane, created_at, deliver_at,
+    trace_parent, trace_state, attempts, last_error, '` + ReasonSkipped + `' FROM head
+ON CONFLICT (id) DO UPDATE SET reason = EXCLUDED.reason, attempts = EXCLUDED.attempts,
+    last_error = EXCLUDED.last_error, dead_at = now()`,
+	}
+}
+
+// prefixed qualifies each column of a comma-separated list with p.
+func prefixed(p, cols string) string {
+	out := make([]byte, 0, len(cols)*2)
+	start := true
+	for i := 0; i < len(cols); i++ {
+		c := cols[i]
+		if start && c != ' ' && c != '\n' {
+			out = append(out, p...)
+			start = false
+		}
+		out = append(out, c)
+		if c == ',' {
+			start = true
+		}
+	}
+	return string(out)
+}
+
+func (f DeadFilter) args() ([]any, error) {
+	if f.OlderThan < 0 {
+		return nil, fmt.Errorf("%w: OlderThan must not be negative, got %s", ErrInvalidArgument, f.OlderThan)
+	}
+	ids := sql.NullString{}
+	if f.IDs != nil {
+		var a arrayLiteral
+		for _, id := range f.IDs {
+			a.uuid(id)
+		}
+		ids = sql.NullString{String: a.String(), Valid: true}
+	}
+	return []any{ids, f.Type, f.Destination, f.Key, f.Reason, f.OlderThan.Microseconds()}, nil
+}
+
+func (f ParkedFilter) args() ([]any, error) {
+	if f.OlderThan < 0 {
+		return nil, fmt.Errorf("%w: OlderThan must not be negative, got %s", ErrInvalidArgument, f.OlderThan)
+	}
+	return []any{f.Type, f.Destination, f.Key, f.OlderThan.Microseconds()}, nil
+}
+
+// DeadLetters returns up to limit dead letters matching f, newest first, with
+// their content.
+func (s *Store) DeadLetters(ctx context.Context, f DeadFilter, limit int) ([]DeadLetter, error) {
+	const op = "dead letters"
+	args, err := f.args()
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.rdq.listDead, append(args, limit)...)
+	if err != nil {
+		return nil, wrap(ctx, op, err)
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	var sc rowScratch
+	for rows.Next() {
+		var d DeadLetter
+		if err := sc.scanKeepingCorrupt(rows, &d.Row, &d.Reason, &d.DeadAt); err != nil {
+			return nil, wrap(ctx, op, err)
+		}
+		d.DeadAt = d.DeadAt.UTC()
+		out = append(out, d)
+	}
+	return out, wrap(ctx, op, rows.Err())
+}
+
+// RequeueDead moves the dead letters matching f back into the outbox, with
+// their ids and content, attempts from zero, and returns how many it moved.
+// An empty filter requeues every dead letter.
+func (s *Store) RequeueDead(ctx context.Context, f DeadFilter) (int64, error) {
+	args, err := f.args()
+	if err != nil {
+		return 0, err
+	}
+	return s.affected(ctx, "requeue dead letters", s.rdq.requeueDead, args...)
+}
+
+// PurgeDead deletes the dead letters matching f for good and returns how many
+// it deleted. An empty filter deletes every dead letter.
+func (s *Store) PurgeDead(ctx context.Context, f DeadFilter) (int64, error) {
+	args, err := f.args()
+	if err != nil {
+		return 0, err
+	}
+	return s.affected(ctx, "purge dead letters", s.rdq.purgeDead, args...)
+}
+
+// ParkedKeys returns up to limit parked keys matching f, longest parked
+// first, each with its parked head and how many rows wait behind it.
+func (s *Store) ParkedKeys(ctx context.Context, f ParkedFilter, limit int) ([]ParkedKey, error) {
+	const op = "parked keys"
+	args, err := f.args()
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.rdq.listParked, append(args, limit)...)
+	if err != nil {
+		return nil, wrap(ctx, op, err)
+	}
+	defer rows.Close()
+	var out []ParkedKey
+	var sc rowScratch
+	for rows.Next() {
+		var p ParkedKey
+		if err := sc.scanKeepingCorrupt(rows, &p.Head, &p.ParkedAt, &p.Waiting); err != nil {
+			return nil, wrap(ctx, op, err)
+		}
+		p.ParkedAt = p.ParkedAt.UTC()
+		out = append(out, p)
+	}
+	return out, wrap(ctx, op, rows.Err())
+}
+
+// RetryParked makes the parked rows matching f eligible again, attempts from
+// zero, and returns how many it released. Each key resumes at its parked
+// head, in order. An empty filter releases every parked key.
+func (s *Store) RetryParked(ctx context.Context, f ParkedFilter) (int64, error) {
+	args, err := f.args()
+	if err != nil {
+		return 0, err
+	}
+	return s.affected(ctx, "retry parked", s.rdq.retryParked, args...)
+}
+
+// SkipParkedHead moves the parked head of key to the dead letters (reason
+// [ReasonSkipped]), so that the key's later messages are delivered without
+// it: an explicit break of the key's order, which the caller should log. It
+// returns 1, or 0 when key has no parked row.
+func (s *Store) SkipParkedHead(ctx context.Context, key string) (int64, error) {
+	if key == "" {
+		return 0, fmt.Errorf("%w: key is empty", ErrInvalidArgument)
+	}
+	args, err := ParkedFilter{Key: key}.args()
+	if err != nil {
+		return 0, err
+	}
+	return s.affected(ctx, "skip parked head", s.rdq.skipHead, args...)
+}

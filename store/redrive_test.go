@@ -1,0 +1,204 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// bury takes msgs in one transaction and moves them to the dead letters with
+// reason, as a dispatcher does.
+func (b *bundle) bury(t *testing.T, reason string, msgs ...relayer.Message) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	st, err := b.store.With(tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uuid.UUID, len(msgs))
+	for i := range msgs {
+		ids[i] = msgs[i].ID
+	}
+	taken, err := st.TakeIDs(ctx, nil, ids, b.t0.Add(time.Hour))
+	if err != nil || len(taken) != len(msgs) {
+		t.Fatalf("TakeIDs = %d, %v", len(taken), err)
+	}
+	rows := make([]store.Row, len(msgs))
+	reasons := make([]string, len(msgs))
+	for i := range msgs {
+		rows[i] = store.Row{Message: msgs[i], Attempts: 3, LastError: "refused " + msgs[i].Type}
+		reasons[i] = reason
+	}
+	if err := st.Bury(ctx, rows, reasons); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeadLettersListRequeueAndPurge(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		a, c, d := b.unordered(t), b.unordered(t), b.unordered(t)
+		c.Type = "billing.Charged"
+		d.Type = "billing.Charged"
+		b.insert(t, a, c, d)
+		b.bury(t, store.ReasonPermanent, a)
+		b.bury(t, store.ReasonExhausted, c, d)
+
+		all, err := b.store.DeadLetters(ctx, store.DeadFilter{}, 10)
+		if err != nil || len(all) != 3 {
+			t.Fatalf("DeadLetters = %d, %v; want 3", len(all), err)
+		}
+		got, err := b.store.DeadLetters(ctx, store.DeadFilter{IDs: []uuid.UUID{a.ID}}, 10)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("DeadLetters by id = %+v, %v", got, err)
+		}
+		if g := got[0]; g.ID != a.ID || g.Reason != store.ReasonPermanent || g.Attempts != 3 || g.LastError != "refused orders.OrderPlaced" ||
+			string(g.Body) != string(a.Body) || !reflect.DeepEqual(g.Headers, a.Headers) || g.DeadAt.IsZero() {
+			t.Errorf("dead letter = %+v, want message a with its content, attempts, error and reason", g)
+		}
+		if got, _ := b.store.DeadLetters(ctx, store.DeadFilter{Type: "billing.Charged", Reason: store.ReasonExhausted}, 10); len(got) != 2 {
+			t.Errorf("by type and reason: %d, want 2", len(got))
+		}
+		if got, _ := b.store.DeadLetters(ctx, store.DeadFilter{OlderThan: time.Hour}, 10); len(got) != 0 {
+			t.Errorf("older than an hour: %d, want 0", len(got))
+		}
+
+		// Requeue by type: back in the outbox with their ids, attempts from zero.
+		n, err := b.store.RequeueDead(ctx, store.DeadFilter{Type: "billing.Charged"})
+		if err != nil || n != 2 {
+			t.Fatalf("RequeueDead = %d, %v; want 2", n, err)
+		}
+		if n, err := b.store.RequeueDead(ctx, store.DeadFilter{Type: "billing.Charged"}); err != nil || n != 0 {
+			t.Errorf("RequeueDead again = %d, %v; want 0", n, err)
+		}
+		rows, err := b.store.ReadUnordered(ctx, nil, store.ReadOptions{Now: b.t0.Add(time.Hour), Limit: 10})
+		if err != nil || len(rows) != 2 {
+			t.Fatalf("outbox after requeue: %d rows, %v", len(rows), err)
+		}
+		for _, r := range rows {
+			if (r.ID != c.ID && r.ID != d.ID) || r.Attempts != 0 || r.LastError != "refused billing.Charged" || string(r.Body) != string(c.Body) {
+				t.Errorf("requeued row = %+v", r)
+			}
+		}
+
+		// Purge: an invalid filter is refused; a matching one deletes.
+		if _, err := b.store.PurgeDead(ctx, store.DeadFilter{OlderThan: -time.Second}); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("PurgeDead with a negative age: %v", err)
+		}
+		if n, err := b.store.PurgeDead(ctx, store.DeadFilter{OlderThan: time.Hour}); err != nil || n != 0 {
+			t.Errorf("PurgeDead older than an hour = %d, %v; want 0", n, err)
+		}
+		if n, err := b.store.PurgeDead(ctx, store.DeadFilter{}); err != nil || n != 1 {
+			t.Errorf("PurgeDead = %d, %v; want 1", n, err)
+		}
+		if n, _ := b.store.CountDead(ctx); n != 0 {
+			t.Errorf("%d dead letters left", n)
+		}
+	})
+}
+
+// park claims the first row of key's lane head and parks it.
+func (b *bundle) park(t *testing.T, m relayer.Message) {
+	t.Helper()
+	ctx := context.Background()
+	now := b.t0.Add(time.Hour)
+	c := store.NewClaim(now, time.Minute)
+	if n, err := b.store.ClaimLaneRows(ctx, []uuid.UUID{m.ID}, c, now); err != nil || n != 1 {
+		t.Fatalf("ClaimLaneRows = %d, %v", n, err)
+	}
+	if n, err := b.store.Park(ctx, []store.Failure{{ID: m.ID, Error: "schema rejected"}}, c.Token, now); err != nil || n != 1 {
+		t.Fatalf("Park = %d, %v", n, err)
+	}
+}
+
+func TestParkedKeysRetryAndSkip(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		k1, k2, k3 := b.ordered(t, "k", 32), b.ordered(t, "k", 32), b.ordered(t, "k", 32)
+		other := b.ordered(t, "other", 32)
+		b.insert(t, k1, k2, k3, other)
+		b.park(t, k1)
+		lane := k1.Lane
+
+		keys, err := b.store.ParkedKeys(ctx, store.ParkedFilter{}, 10)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("ParkedKeys = %+v, %v; want key k", keys, err)
+		}
+		if p := keys[0]; p.Head.ID != k1.ID || p.Head.Key != "k" || p.Waiting != 2 || p.Head.Attempts != 1 || p.Head.LastError != "schema rejected" || p.ParkedAt.IsZero() {
+			t.Errorf("parked key = %+v, want k's head with 2 waiting", p)
+		}
+		if keys, _ := b.store.ParkedKeys(ctx, store.ParkedFilter{Key: "other"}, 10); len(keys) != 0 {
+			t.Errorf("ParkedKeys for another key: %+v", keys)
+		}
+		head := func() []uuid.UUID {
+			rows, err := b.store.ReadLaneHead(ctx, nil, lane, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []uuid.UUID
+			for _, r := range rows {
+				if r.Key == "k" {
+					ids = append(ids, r.ID)
+				}
+			}
+			return ids
+		}
+		if ids := head(); len(ids) != 0 {
+			t.Fatalf("lane head holds %v of the parked key", ids)
+		}
+
+		// Retry: the head comes back with its attempts from zero, in order.
+		if n, err := b.store.RetryParked(ctx, store.ParkedFilter{Key: "k"}); err != nil || n != 1 {
+			t.Fatalf("RetryParked = %d, %v; want 1", n, err)
+		}
+		if n, err := b.store.RetryParked(ctx, store.ParkedFilter{Key: "k"}); err != nil || n != 0 {
+			t.Errorf("RetryParked again = %d, %v; want 0", n, err)
+		}
+		if ids := head(); !reflect.DeepEqual(ids, []uuid.UUID{k1.ID, k2.ID, k3.ID}) {
+			t.Errorf("after retry the key's rows are %v, want all three in order", ids)
+		}
+
+		// Skip: the head moves to the dead letters, the rest is released.
+		b.park(t, k1)
+		if n, err := b.store.SkipParkedHead(ctx, "k"); err != nil || n != 1 {
+			t.Fatalf("SkipParkedHead = %d, %v; want 1", n, err)
+		}
+		if n, err := b.store.SkipParkedHead(ctx, "k"); err != nil || n != 0 {
+			t.Errorf("SkipParkedHead again = %d, %v; want 0", n, err)
+		}
+		if ids := head(); !reflect.DeepEqual(ids, []uuid.UUID{k2.ID, k3.ID}) {
+			t.Errorf("after skip the key's rows are %v, want the two later ones", ids)
+		}
+		dead, err := b.store.DeadLetters(ctx, store.DeadFilter{Key: "k"}, 10)
+		if err != nil || len(dead) != 1 || dead[0].ID != k1.ID || dead[0].Reason != store.ReasonSkipped || dead[0].Attempts != 1 || !dead[0].Ordered {
+			t.Fatalf("dead letters of k = %+v, %v; want the skipped head", dead, err)
+		}
+		// Requeued, the skipped head is k's first row again.
+		if n, err := b.store.RequeueDead(ctx, store.DeadFilter{IDs: []uuid.UUID{k1.ID}}); err != nil || n != 1 {
+			t.Fatalf("RequeueDead = %d, %v", n, err)
+		}
+		if ids := head(); !reflect.DeepEqual(ids, []uuid.UUID{k1.ID, k2.ID, k3.ID}) {
+			t.Errorf("after requeue the key's rows are %v", ids)
+		}
+		if _, err := b.store.SkipParkedHead(ctx, ""); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("SkipParkedHead with no key: %v", err)
+		}
+	})
+}
