@@ -63,7 +63,7 @@ type ParkedKey struct {
 }
 
 type redriveQueries struct {
-	listDead, requeueDead, purgeDead string
+	listDead, requeueDead, purgeDead  string
 	listParked, retryParked, skipHead string
 }
 
