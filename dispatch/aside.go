@@ -4,10 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
@@ -41,6 +45,11 @@ const (
 type setAside struct {
 	mu sync.Mutex
 	m  map[endpoint]*asideState
+	// token identifies the set's published pauses; dirty wakes the
+	// publisher; publishing is set while one runs.
+	token      uuid.UUID
+	dirty      chan struct{}
+	publishing atomic.Bool
 }
 
 type asideState struct {
@@ -57,7 +66,9 @@ type asideState struct {
 // aside reports whether workers must pass e over: paused, or slow right now.
 func (st *asideState) aside() bool { return st != nil && (st.paused || st.slow > 0) }
 
-func newSetAside() *setAside { return &setAside{m: make(map[endpoint]*asideState)} }
+func newSetAside() *setAside {
+	return &setAside{m: make(map[endpoint]*asideState), token: uuid.New(), dirty: make(chan struct{}, 1)}
+}
 
 // skipped reports whether e is set aside now.
 func (a *setAside) skipped(e endpoint) bool {
@@ -123,36 +134,85 @@ func (a *setAside) release(e endpoint, gen uint64) {
 	if st := a.m[e]; st != nil && st.probing == gen {
 		st.probing = 0
 		st.until = time.Now().Add(setAsideUnavailableMin)
+		a.changed()
 	}
-}
-
-// Paused is a destination that dispatch passes over: its rows wait in the
-// table, attempts unspent, until a probe send finds it back.
-type Paused struct {
-	Transport   string
-	Destination string
-	// Since is when the pause began.
-	Since time.Time
-	// NextProbe is when a probe send may next test it.
-	NextProbe time.Time
-	// LastError is the error of the send that paused it last.
-	LastError string
 }
 
 // paused returns the paused endpoints, by transport and destination.
-func (a *setAside) paused() []Paused {
+func (a *setAside) paused() []store.Pause {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []Paused
+	var out []store.Pause
 	for e, st := range a.m {
 		if st.paused {
-			out = append(out, Paused{Transport: e.transport, Destination: e.destination, Since: st.since, NextProbe: st.until, LastError: st.lastErr})
+			out = append(out, store.Pause{Transport: e.transport, Destination: e.destination, Since: st.since, NextProbe: st.until, LastError: st.lastErr})
 		}
 	}
-	slices.SortFunc(out, func(x, y Paused) int {
+	slices.SortFunc(out, func(x, y store.Pause) int {
 		return cmp.Or(cmp.Compare(x.Transport, y.Transport), cmp.Compare(x.Destination, y.Destination))
 	})
 	return out
+}
+
+// changed tells the publisher that the pauses changed; a.mu is held.
+func (a *setAside) changed() {
+	select {
+	case a.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// publish writes the pauses to the outbox's pauses table under the set's
+// token whenever they change, and at least every third of
+// store.PauseStaleAfter while any lasts, until ctx ends or quit closes; then
+// it deletes them. Of the workers sharing the set, only the first to call it
+// publishes; the others return at once.
+func (a *setAside) publish(ctx context.Context, quit <-chan struct{}, st *store.Store, owner string, logger *slog.Logger) {
+	if !a.publishing.CompareAndSwap(false, true) {
+		return
+	}
+	defer a.publishing.Store(false)
+	tick := time.NewTicker(store.PauseStaleAfter / 3)
+	defer tick.Stop()
+	published := false
+	for {
+		select {
+		case <-ctx.Done():
+		case <-quit:
+		case <-a.dirty:
+		case <-tick.C:
+		}
+		if ctx.Err() != nil || isClosed(quit) {
+			break
+		}
+		pauses := a.paused()
+		if len(pauses) == 0 && !published {
+			continue
+		}
+		if err := st.PublishPauses(ctx, a.token, owner, pauses); err != nil {
+			if ctx.Err() == nil {
+				logger.Warn("dispatch: paused destinations not published", slog.String("error", err.Error()))
+			}
+			continue
+		}
+		published = len(pauses) > 0
+	}
+	if published {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := st.ClearPauses(cctx, a.token); err != nil {
+			logger.Warn("dispatch: published pauses not cleared; they stop counting after "+store.PauseStaleAfter.String(), slog.String("error", err.Error()))
+		}
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // sendWatch follows one send to an endpoint.
@@ -261,10 +321,13 @@ func (a *setAside) settle(e endpoint, o outcome, err error) {
 		st.backoff = min(max(2*st.backoff, first), setAsideMax)
 		jitter := time.Duration(rand.Int64N(int64(st.backoff)/5+1)) - st.backoff/10
 		st.until = time.Now().Add(st.backoff + jitter)
+		a.changed()
 	case o == completed && st != nil && st.slow == 0:
 		delete(a.m, e)
+		a.changed()
 	case o == completed && st != nil:
 		st.paused = false
+		a.changed()
 	}
 }
 

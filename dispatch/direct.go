@@ -318,10 +318,15 @@ func (d *Direct) run(ctx context.Context) {
 	workersDone := make(chan struct{})
 	var clockWG sync.WaitGroup
 	clockWG.Go(func() { d.syncClock(ctx, workersDone) })
+	clockWG.Go(func() { d.senders[0].aside.publish(ctx, workersDone, d.store, ownerOrDefault(""), d.opts.Logger) })
 	wg.Wait()
 	close(workersDone)
 	clockWG.Wait()
 }
+
+// Paused returns the destinations this dispatcher passes over while their
+// broker is down or slow, shared with the recovery it wakes.
+func (d *Direct) Paused() []store.Pause { return d.senders[0].aside.paused() }
 
 // syncClock measures the database clock now and every clockSyncEvery until
 // ctx ends or done is closed.

@@ -236,6 +236,10 @@ func (o *Ordered) Stats() Stats { return o.stats.snapshot() }
 // Lanes returns the lanes currently assigned to this instance.
 func (o *Ordered) Lanes() []int { return slices.Clone(*o.assigned.Load()) }
 
+// Paused returns the destinations the worker's lanes wait for while their
+// broker is down or slow.
+func (o *Ordered) Paused() []store.Pause { return o.aside.paused() }
+
 // Wake makes a waiting worker scan now.
 func (o *Ordered) Wake() {
 	select {
@@ -292,6 +296,7 @@ func (o *Ordered) work(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { o.heartbeats(ctx) })
 	wg.Go(func() { o.run(ctx) })
+	wg.Go(func() { o.aside.publish(ctx, o.loop.quit, o.store, o.name, o.opts.Logger) })
 	wg.Wait()
 	o.leave()
 }

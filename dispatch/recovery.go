@@ -196,6 +196,10 @@ func (r *Recovery) Options() RecoveryOptions { return r.opts }
 // Stats returns the worker's counters.
 func (r *Recovery) Stats() Stats { return r.stats.snapshot() }
 
+// Paused returns the destinations recovery passes over while their broker is
+// down or slow.
+func (r *Recovery) Paused() []store.Pause { return r.aside.paused() }
+
 // Wake makes a waiting worker scan now, taking rows of any age for the next
 // MinAge (after which every row is old enough anyway). It never blocks.
 func (r *Recovery) Wake() {
@@ -222,6 +226,7 @@ func (r *Recovery) run(ctx context.Context) {
 	for range r.opts.Workers {
 		wg.Go(func() { r.drain(ctx, r.newDrainer()) })
 	}
+	wg.Go(func() { r.aside.publish(ctx, r.loop.quit, r.store, r.opts.Owner, r.opts.Logger) })
 	r.holdLease(ctx)
 	wg.Wait()
 	if r.holding.Load() {

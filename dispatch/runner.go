@@ -197,6 +197,23 @@ func hasOrderedRoute(outbox relayer.Outbox) bool {
 	return false
 }
 
+// Paused returns the destinations the runner's workers pass over while their
+// broker is down or slow (they share one view), with when each pause began,
+// when a probe may next test it, and the error that paused it. The workers
+// also publish them to the outbox's pauses table, where store.Pauses and
+// "relayer stats" read them.
+func (r *Runner) Paused() []store.Pause {
+	switch {
+	case r.recovery != nil:
+		return r.recovery.Paused()
+	case r.direct != nil:
+		return r.direct.Paused()
+	case len(r.ordered) > 0:
+		return r.ordered[0].Paused()
+	}
+	return nil
+}
+
 // Direct returns the direct dispatcher, or nil when it is turned off.
 func (r *Runner) Direct() *Direct { return r.direct }
 

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,12 +198,30 @@ func TestUnavailableDestinationIsSetAsideWithoutSpendingAttempts(t *testing.T) {
 	if refused > 400+20 {
 		t.Errorf("%d messages were taken and refused in 1.5s: the destination was not set aside", refused)
 	}
+	// The pause is visible in process and, published, to any operator.
+	paused := r.Paused()
+	if len(paused) != 2 || paused[0].Destination != "orders.placed" || !strings.Contains(paused[0].LastError, "broker down") || paused[0].Since.IsZero() {
+		t.Errorf("Runner.Paused() = %+v, want orders.placed and orders.shipped paused with the error", paused)
+	}
+	waitUntil(t, "the pauses to be published", func() bool {
+		pub, err := b.store.Pauses(context.Background())
+		must(t, err)
+		return len(pub) == 2 && pub[1].Destination == "orders.shipped" && strings.Contains(pub[1].LastError, "broker down")
+	})
 	tr.down.Store(false)
 	back := time.Now()
 	b.waitSent(t, 800)
 	b.waitRows(t, 0)
 	t.Logf("delivered 800 messages %s after the destination came back", time.Since(back).Round(time.Millisecond))
 	checkOrder(t, b.mem.Messages("orders.shipped"), keyList(20), 20, true)
+	if p := r.Paused(); len(p) != 0 {
+		t.Errorf("still paused after the destination came back: %+v", p)
+	}
+	waitUntil(t, "the published pauses to be cleared", func() bool {
+		pub, err := b.store.Pauses(context.Background())
+		must(t, err)
+		return len(pub) == 0
+	})
 	if n := b.mem.Len(); n != 800 {
 		t.Errorf("delivered %d messages, want each of the 800 once", n)
 	}

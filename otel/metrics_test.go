@@ -14,6 +14,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/google/uuid"
+
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/internal/testdb"
@@ -345,8 +347,25 @@ func TestObserveStore(t *testing.T) {
 	if err := st.Insert(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE ` + table + ` SET parked_at = now() WHERE ordering_key = 'parked-key'`); err != nil {
+	if _, err := db.Exec(`UPDATE ` + table + ` SET parked_at = now() - interval '1 minute' WHERE ordering_key = 'parked-key'`); err != nil {
 		t.Fatal(err)
+	}
+	// One row waits for its retry; two dead letters of two reasons; one
+	// destination paused by two workers.
+	if _, err := db.Exec(`UPDATE ` + table + ` SET retry_at = now() + interval '1 hour', attempts = 1 WHERE ordering_key = 'k1'`); err != nil {
+		t.Fatal(err)
+	}
+	dead := strings.Replace(table, "obs_outbox", "obs_dead", 1)
+	if _, err := db.Exec(`INSERT INTO ` + dead + ` (id, message_type, transport, destination, body, headers, created_at, attempts, reason)
+		VALUES (gen_random_uuid(), 't', 'mem', 'd', '\x', '\x0100000000000000', now(), 1, 'permanent'),
+		       (gen_random_uuid(), 't', 'mem', 'd', '\x', '\x0100000000000000', now(), 10, 'exhausted')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"w1", "w2"} {
+		p := store.Pause{Transport: "nats", Destination: "orders", Since: now, NextProbe: now.Add(time.Second), LastError: "down"}
+		if err := st.PublishPauses(ctx, uuid.New(), owner, []store.Pause{p}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	mb := setupMeter(t)
@@ -358,12 +377,30 @@ func TestObserveStore(t *testing.T) {
 	rm := mb.mustCollect(t)
 	outbox := map[string]string{"relayer.outbox": "orders"}
 	for name, want := range map[string]int64{
-		relayerotel.MetricBacklog: 3, relayerotel.MetricScheduled: 1, relayerotel.MetricClaimed: 0,
-		relayerotel.MetricParked: 2, relayerotel.MetricParkedKeys: 1, relayerotel.MetricDead: 0,
+		relayerotel.MetricBacklog: 2, relayerotel.MetricScheduled: 1, relayerotel.MetricClaimed: 0, relayerotel.MetricRetrying: 1,
+		relayerotel.MetricParked: 2, relayerotel.MetricParkedKeys: 1, relayerotel.MetricDead: 2,
 	} {
 		if got, ok := total(t, rm, name, outbox); !ok || got != want {
 			t.Errorf("%s = %d (reported %v), want %d", name, got, ok, want)
 		}
+	}
+	for _, w := range []struct {
+		name  string
+		attrs map[string]string
+		want  int64
+	}{
+		{relayerotel.MetricDeadByReason, map[string]string{"relayer.outbox": "orders", "relayer.dead.reason": "permanent"}, 1},
+		{relayerotel.MetricDeadByReason, map[string]string{"relayer.outbox": "orders", "relayer.dead.reason": "exhausted"}, 1},
+		{relayerotel.MetricPaused, map[string]string{"relayer.outbox": "orders", "relayer.transport": "nats", "messaging.destination.name": "orders"}, 2},
+	} {
+		if got, ok := total(t, rm, w.name, w.attrs); !ok || got != w.want {
+			t.Errorf("%s%v = %d (reported %v), want %d", w.name, w.attrs, got, ok, w.want)
+		}
+	}
+	if m, ok := find(rm, relayerotel.MetricOldestParkedAge); !ok {
+		t.Error("no oldest parked age gauge")
+	} else if p := m.Data.(metricdata.Gauge[float64]).DataPoints; len(p) != 1 || p[0].Value < 59 || p[0].Value > 90 {
+		t.Errorf("oldest parked age %+v, want about 60s", p)
 	}
 	m, ok := find(rm, relayerotel.MetricOldestAge)
 	if !ok {
@@ -382,8 +419,8 @@ func TestObserveStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"relayer.outbox": st.Options().Schema + ".obs_outbox"}
-	if got, ok := total(t, mb2.mustCollect(t), relayerotel.MetricBacklog, want); !ok || got != 3 {
-		t.Errorf("backlog under the default name = %d (reported %v), want 3", got, ok)
+	if got, ok := total(t, mb2.mustCollect(t), relayerotel.MetricBacklog, want); !ok || got != 2 {
+		t.Errorf("backlog under the default name = %d (reported %v), want 2", got, ok)
 	}
 }
 

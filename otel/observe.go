@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/store"
@@ -18,6 +19,8 @@ const (
 	OutboxKey = attribute.Key("relayer.outbox")
 	WorkerKey = attribute.Key("relayer.worker")
 	TableKey  = attribute.Key("relayer.table")
+	// ReasonKey tells apart dead letters by why they left delivery.
+	ReasonKey = attribute.Key("relayer.dead.reason")
 )
 
 // ObserveTimeout bounds the statement each collection of [ObserveStore]'s
@@ -35,17 +38,36 @@ const (
 	MetricParked     = "relayer.outbox.parked"
 	MetricParkedKeys = "relayer.outbox.parked_keys"
 	MetricDead       = "relayer.outbox.dead"
+	// MetricRetrying counts rows waiting for the retry time of a failed
+	// send (store.Stats.Retrying).
+	MetricRetrying = "relayer.outbox.retrying"
+	// MetricOldestParkedAge is how long the longest-parked row has been
+	// parked, in seconds; 0 when none is.
+	MetricOldestParkedAge = "relayer.outbox.oldest_parked_age"
+	// MetricDeadByReason counts dead letters per relayer.dead.reason.
+	MetricDeadByReason = "relayer.outbox.dead_by_reason"
+	// MetricPaused is, per paused (transport, destination), how many
+	// workers have paused it (store.Pauses); a destination nobody pauses
+	// has no data point.
+	MetricPaused = "relayer.destination.paused"
 )
 
-// ObserveStore registers gauges of the outbox st reads, observed with one
-// [store.Store.Stats] statement per collection, each data point carrying
-// relayer.outbox = name (default: "<schema>.<prefix>outbox"):
+// ObserveStore registers gauges of the outbox st reads, observed with three
+// statements per collection ([store.Store.Stats], [store.Store.DeadByReason]
+// and [store.Store.Pauses]), each data point carrying relayer.outbox = name
+// (default: "<schema>.<prefix>outbox"):
 //
 //   - relayer.outbox.backlog: rows deliverable now (Stats.Eligible);
 //   - relayer.outbox.oldest_age: seconds the longest-waiting deliverable row
 //     has been due (now minus Stats.OldestDueAt), 0 when there is none;
-//   - relayer.outbox.scheduled, .claimed, .parked, .parked_keys and .dead:
-//     the other counts of [store.Stats].
+//   - relayer.outbox.scheduled, .claimed, .retrying, .parked, .parked_keys
+//     and .dead: the other counts of [store.Stats];
+//   - relayer.outbox.oldest_parked_age: seconds since the longest-parked row
+//     was parked, 0 when none is;
+//   - relayer.outbox.dead_by_reason: dead letters per relayer.dead.reason;
+//   - relayer.destination.paused: per paused destination
+//     (relayer.transport, messaging.destination.name), the workers pausing
+//     it, as they publish it.
 //
 // They are gauges, not up-down counters, because every process observing one
 // outbox reports the same rows: summing them across processes would count
@@ -78,8 +100,14 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 	parked := gauge(MetricParked, "{message}", "Parked outbox rows.")
 	parkedKeys := gauge(MetricParkedKeys, "{key}", "Ordering keys with parked rows, whose delivery is stopped.")
 	dead := gauge(MetricDead, "{message}", "Dead-letter rows.")
+	retrying := gauge(MetricRetrying, "{message}", "Outbox rows waiting for the retry time of a failed send.")
+	deadBy := gauge(MetricDeadByReason, "{message}", "Dead-letter rows by the reason they left delivery.")
+	paused := gauge(MetricPaused, "{worker}", "Workers passing a destination over while its broker is down or slow.")
 	oldest, err := meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
 		metric.WithDescription("How long the longest-waiting deliverable outbox row has been due."))
+	errs = errors.Join(errs, err)
+	oldestParked, err := meter.Float64ObservableGauge(MetricOldestParkedAge, metric.WithUnit("s"),
+		metric.WithDescription("How long the longest-parked outbox row has been parked."))
 	errs = errors.Join(errs, err)
 	if errs != nil {
 		return nil, errs
@@ -99,9 +127,29 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		o.ObserveInt64(parked, s.Parked, attrs)
 		o.ObserveInt64(parkedKeys, s.ParkedKeys, attrs)
 		o.ObserveInt64(dead, s.Dead, attrs)
+		o.ObserveInt64(retrying, s.Retrying, attrs)
 		o.ObserveFloat64(oldest, waited(now, s.OldestDueAt).Seconds(), attrs)
+		o.ObserveFloat64(oldestParked, waited(now, s.OldestParkedAt).Seconds(), attrs)
+		byReason, err := st.DeadByReason(ctx)
+		if err != nil {
+			return err
+		}
+		for reason, n := range byReason {
+			o.ObserveInt64(deadBy, n, metric.WithAttributes(OutboxKey.String(name), ReasonKey.String(reason)))
+		}
+		pauses, err := st.Pauses(ctx)
+		if err != nil {
+			return err
+		}
+		perDest := map[[2]string]int64{}
+		for _, p := range pauses {
+			perDest[[2]string{p.Transport, p.Destination}]++
+		}
+		for d, n := range perDest {
+			o.ObserveInt64(paused, n, metric.WithAttributes(OutboxKey.String(name), TransportKey.String(d[0]), semconv.MessagingDestinationNameKey.String(d[1])))
+		}
 		return nil
-	}, backlog, scheduled, claimed, parked, parkedKeys, dead, oldest)
+	}, backlog, scheduled, claimed, parked, parkedKeys, dead, retrying, deadBy, paused, oldest, oldestParked)
 }
 
 // waited is how long ago since was, zero for the zero time and for instants a
@@ -150,6 +198,12 @@ var workerCounters = []counter[dispatch.Stats]{
 		read: func(s dispatch.Stats) uint64 { return s.Scans }},
 	{name: "relayer.dispatch.corrupt_rows", unit: "{row}", desc: "Rows recovery could not send because their stored headers do not decode.",
 		read: func(s dispatch.Stats) uint64 { return s.CorruptRows }},
+	{name: "relayer.dispatch.dead_lettered", unit: "{message}", desc: "Unordered messages moved to the dead letters: refused for good, out of attempts, or corrupt.",
+		read: func(s dispatch.Stats) uint64 { return s.DeadLettered }},
+	{name: "relayer.dispatch.parked", unit: "{message}", desc: "Ordered messages parked with their key: refused for good or out of attempts.",
+		read: func(s dispatch.Stats) uint64 { return s.Parked }},
+	{name: "relayer.dispatch.probes", unit: "{send}", desc: "Single-row sends testing whether a paused destination is back.",
+		read: func(s dispatch.Stats) uint64 { return s.Probes }},
 }
 
 var cleanupCounters = []counter[dispatch.CleanupStats]{
@@ -173,8 +227,8 @@ var cleanupCounters = []counter[dispatch.CleanupStats]{
 // collection, each data point carrying relayer.worker = name (for example
 // "direct", "ordered" or "recovery"; required): relayer.dispatch.sent,
 // .deleted, .failed, .claims_expired (dispatch.Stats.Expired),
-// .skipped_groups, .completion_failures, .left_for_recovery, .scans and
-// .corrupt_rows.
+// .skipped_groups, .completion_failures, .left_for_recovery, .scans,
+// .corrupt_rows, .dead_lettered, .parked and .probes.
 //
 // The counters are cumulative since w was made. Register each worker value
 // once, and unregister it when the worker is replaced: a new worker starts

@@ -88,7 +88,7 @@ func (s *Store) listStuck(ctx context.Context, op, query string, limit int) ([]S
 	return out, wrap(ctx, op, rows.Err())
 }
 
-// Reset empties the outbox, its dead letters and its leases (the inbox stays):
+// Reset empties the outbox, its dead letters, leases and published pauses (the inbox stays):
 // every pending message is lost. It is for demos and test environments that
 // start each run from nothing, never for a live outbox.
 func (s *Store) Reset(ctx context.Context) error {

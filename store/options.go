@@ -79,6 +79,7 @@ type names struct {
 	outbox     string // qualified, quoted tables
 	dead       string
 	leases     string
+	pauses     string
 	inbox      string
 	migrations string
 	prefix     string // raw prefix, for index names
@@ -92,6 +93,7 @@ func newNames(o Options) names {
 		outbox:     t("outbox"),
 		dead:       t("dead"),
 		leases:     t("relayer_leases"),
+		pauses:     t("relayer_pauses"),
 		inbox:      t("inbox"),
 		migrations: t("relayer_migrations"),
 		prefix:     o.TablePrefix,

@@ -205,7 +205,7 @@ WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
 		// Operator reads (see ops.go).
 		listLeases: `SELECT name, owner, owner_token, expires_at FROM ` + n.leases + `
 WHERE expires_at > now() ORDER BY name`,
-		reset: `TRUNCATE ` + n.outbox + `, ` + n.dead + `, ` + n.leases,
+		reset: `TRUNCATE ` + n.outbox + `, ` + n.dead + `, ` + n.leases + `, ` + n.pauses,
 		listDead: `SELECT id, message_type, destination, coalesce(ordering_key, ''), attempts,
     coalesce(last_error, ''), reason, dead_at FROM ` + n.dead + ` ORDER BY dead_at DESC, id LIMIT $1`,
 		listParked: `SELECT id, message_type, destination, coalesce(ordering_key, ''), attempts,

@@ -60,6 +60,10 @@ func TestDeadLettersListRequeueAndPurge(t *testing.T) {
 		b.bury(t, store.ReasonPermanent, a)
 		b.bury(t, store.ReasonExhausted, c, d)
 
+		byReason, err := b.store.DeadByReason(ctx)
+		if err != nil || len(byReason) != 2 || byReason[store.ReasonPermanent] != 1 || byReason[store.ReasonExhausted] != 2 {
+			t.Errorf("DeadByReason = %v, %v; want 1 permanent, 2 exhausted", byReason, err)
+		}
 		all, err := b.store.DeadLetters(ctx, store.DeadFilter{}, 10)
 		if err != nil || len(all) != 3 {
 			t.Fatalf("DeadLetters = %d, %v; want 3", len(all), err)
@@ -201,4 +205,45 @@ func TestParkedKeysRetryAndSkip(t *testing.T) {
 			t.Errorf("SkipParkedHead with no key: %v", err)
 		}
 	})
+}
+
+func TestPublishedPauses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "pgx")
+	ctx := context.Background()
+	w1, w2 := uuid.New(), uuid.New()
+	since := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	p := func(dest string) store.Pause {
+		return store.Pause{Transport: "nats", Destination: dest, Since: since, NextProbe: since.Add(2 * time.Minute), LastError: "connection refused"}
+	}
+	if err := b.store.PublishPauses(ctx, w1, "worker-1", []store.Pause{p("a"), p("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.PublishPauses(ctx, w2, "worker-2", []store.Pause{p("a")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.Pauses(ctx)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Pauses = %+v, %v; want 3", got, err)
+	}
+	want := p("a")
+	want.Owner = "worker-1"
+	if got[0] != want {
+		t.Errorf("pause = %+v, want %+v", got[0], want)
+	}
+	// A new publication replaces the worker's rows; clearing removes them.
+	if err := b.store.PublishPauses(ctx, w1, "worker-1", []store.Pause{p("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.ClearPauses(ctx, w2); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.store.Pauses(ctx); len(got) != 1 || got[0].Destination != "b" {
+		t.Errorf("after republish and clear: %+v", got)
+	}
+	// A worker that stopped refreshing its rows no longer counts.
+	b.exec(t, `UPDATE "`+b.opts.Schema+`"."`+b.opts.TablePrefix+`relayer_pauses" SET updated_at = now() - interval '2 minutes'`)
+	if got, _ := b.store.Pauses(ctx); len(got) != 0 {
+		t.Errorf("stale pauses listed: %+v", got)
+	}
 }

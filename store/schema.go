@@ -92,16 +92,28 @@ CREATE INDEX IF NOT EXISTS ` + n.index("inbox_received_idx") + ` ON ` + n.inbox 
 `,
 	}, {
 		Version: 2,
-		Name:    "retry backoff: retry_at, and one index for held ordered keys",
+		Name:    "retry backoff (retry_at), one index for held ordered keys, paused destinations",
 		// retry_at is when a row that failed may be sent again. A key is held
 		// (its rows not sent) while one of its rows is parked or waiting for
 		// its retry; the held-key index replaces the parked-key index and
 		// holds the ordered rows that ever failed, so that lane reads test
-		// a key with one probe of a small index.
+		// a key with one probe of a small index. Workers publish the
+		// destinations they have paused, for operators (see pauses.go).
 		SQL: `ALTER TABLE ` + n.outbox + ` ADD COLUMN IF NOT EXISTS retry_at timestamptz;
 CREATE INDEX IF NOT EXISTS ` + n.index("outbox_held_keys_idx") + ` ON ` + n.outbox + ` (lane, ordering_key)
     WHERE lane IS NOT NULL AND (parked_at IS NOT NULL OR retry_at IS NOT NULL);
 DROP INDEX IF EXISTS ` + n.schema + `.` + n.index("outbox_parked_idx") + `;
+CREATE TABLE IF NOT EXISTS ` + n.pauses + ` (
+    owner_token uuid        NOT NULL,
+    transport   text        NOT NULL,
+    destination text        NOT NULL,
+    owner       text        NOT NULL,
+    since       timestamptz NOT NULL,
+    next_probe  timestamptz NOT NULL,
+    last_error  text,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (owner_token, transport, destination)
+);
 `,
 	}}
 }

@@ -10,7 +10,8 @@ import (
 // statsQueries holds the aggregate statement behind [Store.Stats]. Like
 // queries, it is built once per store from validated names.
 type statsQueries struct {
-	stats string
+	stats        string
+	deadByReason string
 }
 
 func buildStatsQueries(n names) *statsQueries {
@@ -27,6 +28,7 @@ func buildStatsQueries(n names) *statsQueries {
 	// A parked key is a (lane, ordering key) pair of ordered rows, the unit the
 	// lane scan skips; parked unordered rows are counted as rows only.
 	return &statsQueries{
+		deadByReason: `SELECT reason, count(*) FROM ` + n.dead + ` GROUP BY reason ORDER BY reason`,
 		stats: `SELECT
     count(*) FILTER (WHERE ` + elig + `),
     count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1),
@@ -126,4 +128,25 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 		st.OldestDueAt = oldestDue.Time.UTC()
 	}
 	return st, nil
+}
+
+// DeadByReason counts the dead letters by the reason they left delivery (a
+// Reason* constant, or what an older writer stored).
+func (s *Store) DeadByReason(ctx context.Context) (map[string]int64, error) {
+	const op = "dead letters by reason"
+	rows, err := s.db.QueryContext(ctx, s.sq.deadByReason)
+	if err != nil {
+		return nil, wrap(ctx, op, err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var reason string
+		var n int64
+		if err := rows.Scan(&reason, &n); err != nil {
+			return nil, wrap(ctx, op, err)
+		}
+		out[reason] = n
+	}
+	return out, wrap(ctx, op, rows.Err())
 }

@@ -32,6 +32,7 @@ type Store struct {
 	rq   *retentionQueries
 	sq   *statsQueries
 	rdq  *redriveQueries
+	pq   *pauseQueries
 }
 
 // New returns a store for the outbox named by opts, running statements on db.
@@ -49,7 +50,7 @@ func New(db DBTX, opts Options) (*Store, error) {
 
 func newStore(db DBTX, opts Options) *Store {
 	n := newNames(opts)
-	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n)}
+	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n)}
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -78,7 +79,7 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	if isNil(db) {
 		return nil, ErrNilDB
 	}
-	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq}, nil
 }
 
 // Options returns the store's options with defaults applied.
