@@ -124,7 +124,7 @@ func (a *setAside) claimProbe(e endpoint) uint64 {
 }
 
 // release ends probe gen of e if no send ended it: nothing was learned, and
-// the next probe waits for setAsideUnavailableMin.
+// another worker may probe at once.
 func (a *setAside) release(e endpoint, gen uint64) {
 	if gen == 0 {
 		return
@@ -133,8 +133,6 @@ func (a *setAside) release(e endpoint, gen uint64) {
 	defer a.mu.Unlock()
 	if st := a.m[e]; st != nil && st.probing == gen {
 		st.probing = 0
-		st.until = time.Now().Add(setAsideUnavailableMin)
-		a.changed()
 	}
 }
 

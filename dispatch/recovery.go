@@ -155,6 +155,11 @@ type Recovery struct {
 	wakeAll    broadcast
 	clock      dbClock
 	aside      *setAside
+	// probeMu guards noRowsTill: the paused destinations a probe found
+	// without unordered rows, and until when recovery leaves their probe to
+	// other workers.
+	probeMu    sync.Mutex
+	noRowsTill map[endpoint]time.Time
 
 	loop loop
 }
@@ -186,6 +191,7 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 		lease:      store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:       newLoop(true),
 		aside:      newSetAside(),
+		noRowsTill: map[endpoint]time.Time{},
 	}
 	return r, nil
 }
@@ -391,39 +397,68 @@ func (r *Recovery) rewind(from uuid.UUID) bool {
 // failure pauses it again and rolls back, the row untouched (or, for a
 // failure of the message itself, records it). A destination without
 // unordered rows is left to another worker's probe.
+//
+// A destination found without unordered rows is not probed by recovery
+// again for a PollInterval, so that a busy recovery does not look for them
+// at every take.
 func (r *Recovery) probe(ctx context.Context, d *drainer) error {
 	for _, e := range r.aside.probeDue() {
+		if !r.mayProbe(e) {
+			continue
+		}
 		gen := r.aside.claimProbe(e)
 		if gen == 0 {
 			continue
 		}
-		err := r.probeOne(ctx, d, e)
+		found, err := r.probeOne(ctx, d, e)
 		r.aside.release(e, gen)
 		if err != nil {
 			return err
+		}
+		if !found {
+			r.probeMu.Lock()
+			r.noRowsTill[e] = time.Now().Add(r.opts.PollInterval)
+			r.probeMu.Unlock()
 		}
 	}
 	return nil
 }
 
-func (r *Recovery) probeOne(ctx context.Context, d *drainer, e endpoint) error {
+// mayProbe reports whether e was not found without rows within the last
+// PollInterval.
+func (r *Recovery) mayProbe(e endpoint) bool {
+	r.probeMu.Lock()
+	defer r.probeMu.Unlock()
+	now := time.Now()
+	for k, till := range r.noRowsTill {
+		if !now.Before(till) {
+			delete(r.noRowsTill, k)
+		}
+	}
+	_, waiting := r.noRowsTill[e]
+	return !waiting
+}
+
+// probeOne takes one eligible row of e and sends it alone. It reports
+// whether it found one.
+func (r *Recovery) probeOne(ctx context.Context, d *drainer, e endpoint) (bool, error) {
 	tr, _, ok := d.sender.resolve(ctx, e, 1)
 	if !ok {
-		return nil
+		return false, nil
 	}
 	t, err := d.sender.begin(ctx, d.conn, time.Now())
 	if err != nil {
-		return err
+		return false, err
 	}
 	rows, err := t.st.TakeNextUnorderedTo(ctx, nil, store.Endpoint{Transport: e.transport, Destination: e.destination}, 1, r.clock.now())
 	if err != nil || len(rows) == 0 || rows[0].Corrupt != nil {
 		t.tx.Rollback()
-		return err
+		return false, err
 	}
 	r.stats.probes.Add(1)
 	m := &rows[0].Message
 	d.sender.sendTaken(ctx, t, e, tr, []*relayer.Message{m}, []store.Taken{{ID: m.ID, Attempts: rows[0].Attempts, LastError: rows[0].LastError}})
-	return d.sender.finish(ctx, t)
+	return true, d.sender.finish(ctx, t)
 }
 
 // batch takes the next rows after the shared cursor, sends them and commits
