@@ -168,19 +168,31 @@ func (s *Store) Restore(ctx context.Context, rows []Row) error {
 	if len(rows) == 0 {
 		return nil
 	}
+	args, err := writeBackArgs(rows, func(i int, a *arrayLiteral) { a.time(rows[i].RetryAt, rows[i].RetryAt.IsZero()) })
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, s.q.restore, args...)
+	return wrap(ctx, "restore", err)
+}
+
+// writeBackArgs returns the parameters of a statement that writes taken rows
+// back as they are (Restore, Bury): the stored columns, with the stored header
+// bytes of a corrupt row; attempts; last error; and one more column, whose
+// element i last appends.
+func writeBackArgs(rows []Row, last func(i int, a *arrayLiteral)) ([]any, error) {
 	var cols columnArrays
-	var attempts, errs, retryAt arrayLiteral
+	var attempts, errs, extra arrayLiteral
 	for i := range rows {
 		r := &rows[i]
 		if err := cols.addRaw(&r.Message, r.CreatedAt, r.rawHeaders); err != nil {
-			return fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, r.ID, err)
+			return nil, fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, r.ID, err)
 		}
 		attempts.int(r.Attempts, false)
 		errs.text(cleanText(r.LastError), r.LastError == "")
-		retryAt.time(r.RetryAt, r.RetryAt.IsZero())
+		last(i, &extra)
 	}
-	_, err := s.db.ExecContext(ctx, s.q.restore, append(cols.args(), attempts.String(), errs.String(), retryAt.String())...)
-	return wrap(ctx, "restore", err)
+	return append(cols.args(), attempts.String(), errs.String(), extra.String()), nil
 }
 
 // Reasons a message leaves delivery for the dead letters.
@@ -211,18 +223,11 @@ func (s *Store) Bury(ctx context.Context, rows []Row, reasons []string) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	var cols columnArrays
-	var attempts, errs, why arrayLiteral
-	for i := range rows {
-		r := &rows[i]
-		if err := cols.addRaw(&r.Message, r.CreatedAt, r.rawHeaders); err != nil {
-			return fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, r.ID, err)
-		}
-		attempts.int(r.Attempts, false)
-		errs.text(cleanText(r.LastError), r.LastError == "")
-		why.text(cleanText(reasons[i]), false)
+	args, err := writeBackArgs(rows, func(i int, a *arrayLiteral) { a.text(cleanText(reasons[i]), false) })
+	if err != nil {
+		return err
 	}
-	_, err := s.db.ExecContext(ctx, s.q.bury, append(cols.args(), attempts.String(), errs.String(), why.String())...)
+	_, err = s.db.ExecContext(ctx, s.q.bury, args...)
 	return wrap(ctx, "bury", err)
 }
 
