@@ -211,11 +211,7 @@ func TestOrderedRetryBackoffHoldsOnlyItsKey(t *testing.T) {
 	})
 	b.shipped(t, []string{ka}, 5, 100)
 	outbox := b.withRetry(t, relayer.Retry{Backoff: 400 * time.Millisecond}, relayer.Retry{}, relayer.Retry{}, relayer.Retry{})
-	outbox.Transports = map[string]relayer.Transport{"mem": b.mem}
-	o, err := dispatch.NewOrdered(b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond, Logger: b.logger()})
-	must(t, err)
-	must(t, o.Start(context.Background()))
-	defer o.Stop(context.Background())
+	b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond})
 	waitUntil(t, "the first failure", func() bool { mu.Lock(); defer mu.Unlock(); return failures == 1 })
 	failedAt := time.Now()
 	b.shipped(t, []string{kc}, 5, 100) // same lane, behind the waiting key's rows
@@ -247,11 +243,7 @@ func TestOrderedExhaustedHeadIsParked(t *testing.T) {
 	})
 	b.shipped(t, []string{ka}, 2, 100)
 	outbox := b.withRetry(t, relayer.Retry{}, relayer.Retry{}, relayer.Retry{}, relayer.Retry{MaxAttempts: 2, Backoff: time.Millisecond})
-	outbox.Transports = map[string]relayer.Transport{"mem": b.mem}
-	o, err := dispatch.NewOrdered(b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond, Logger: b.logger()})
-	must(t, err)
-	must(t, o.Start(context.Background()))
-	defer o.Stop(context.Background())
+	o := b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond})
 	waitUntil(t, "the head to be parked", func() bool { return o.Stats().Parked == 1 })
 	var attempts int
 	var lastErr string

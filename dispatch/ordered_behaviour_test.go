@@ -57,6 +57,12 @@ func (b *bundle) orderedWorker(t testing.TB, db *sql.DB, tr relayer.Transport, o
 	t.Helper()
 	outbox := b.outbox
 	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	return b.orderedWorkerOn(t, db, outbox, opts)
+}
+
+// orderedWorkerOn is orderedWorker for an outbox of the caller's.
+func (b *bundle) orderedWorkerOn(t testing.TB, db *sql.DB, outbox relayer.Outbox, opts dispatch.OrderedOptions) *dispatch.Ordered {
+	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = b.logger()
 	}
