@@ -27,8 +27,14 @@
 //	relayer stats [--json] [--watch]
 //	                            backlog, oldest eligible age, parked, dead, members and lane owners
 //	relayer lanes               the current lane assignment by member
-//	relayer dead list           dead letters and why they died
-//	relayer parked list         parked rows and their last error
+//	relayer dead list           dead letters and why they died (filters: --id, --type,
+//	                            --destination, --key, --reason, --older-than)
+//	relayer dead show ID        one dead letter in full: headers and body
+//	relayer dead requeue        move dead letters back into the outbox (filters or --all)
+//	relayer dead purge          delete dead letters, such as --older-than 720h (filters or --all)
+//	relayer parked list         parked keys: the parked head, its last error, rows waiting
+//	relayer parked retry        release parked keys; each resumes at its head (--key, filters or --all)
+//	relayer parked skip --key K move a key's parked head to the dead letters, breaking its order
 //
 // --database-url defaults to the DATABASE_URL environment variable. Every
 // command has -h with an example.
@@ -75,8 +81,8 @@ func commands() []command {
 		{"migrate", "create or upgrade the tables of an outbox", runMigrate},
 		{"stats", "show backlog, parked and dead rows, members and lane owners", runStats},
 		{"lanes", "show the lane assignment by member", runLanes},
-		{"dead", "inspect dead letters (dead list)", runDead},
-		{"parked", "inspect parked rows (parked list)", runParked},
+		{"dead", "list, show, requeue or purge dead letters", runDead},
+		{"parked", "list parked keys, retry them or skip their head", runParked},
 	}
 }
 
@@ -154,22 +160,44 @@ func newFlagSet(name, summary, example string, stderr io.Writer) *flag.FlagSet {
 // parse parses args and turns flag errors into usage errors; -h returns
 // flag.ErrHelp. Positional arguments are refused.
 func parse(fs *flag.FlagSet, args []string) error {
+	rest, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected argument %q", rest[0])
+	}
+	return nil
+}
+
+// parseArgs is parse for commands that take positional arguments: flags may
+// come before, between and after them, up to a "--" that ends the flags. It
+// returns the positional arguments in order.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	// The flag package prints the error and the whole usage on a bad flag; the
 	// error is reported once, by run, and the usage only on -h.
 	help := fs.Usage
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.Usage = help
-	if err != nil {
+	defer func() { fs.Usage = help }()
+	var positional []string
+	for {
+		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
 			help()
-			return err
+			return nil, err
 		}
-		return usageError{err.Error()}
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
 }

@@ -64,8 +64,6 @@ func reason(err error, value string) string {
 	return msg
 }
 
-// open opens --database-url with pgx's database/sql driver and checks that
-// the server answers, within connectTimeout.
 // connect parses a command's flags, validates the outbox options and opens
 // the database: the start of every command that reads an outbox.
 func (f *outboxFlags) connect(ctx context.Context, fs *flag.FlagSet, args []string) (store.Options, *sql.DB, error) {
@@ -83,6 +81,27 @@ func (f *outboxFlags) connect(ctx context.Context, fs *flag.FlagSet, args []stri
 	return opts, db, nil
 }
 
+// openStore validates --schema and --prefix, opens the database and returns
+// a store on it, for commands that parsed and checked their other flags
+// first. The caller closes db.
+func (f *outboxFlags) openStore(ctx context.Context) (store.Options, *sql.DB, *store.Store, error) {
+	opts, err := f.options()
+	if err != nil {
+		return store.Options{}, nil, nil, err
+	}
+	db, err := f.open(ctx)
+	if err != nil {
+		return store.Options{}, nil, nil, err
+	}
+	st, err := store.New(db, opts)
+	if err != nil {
+		db.Close()
+		return store.Options{}, nil, nil, err
+	}
+	return opts, db, st, nil
+}
+
+// open opens --database-url, or $DATABASE_URL when it is not given.
 func (f *outboxFlags) open(ctx context.Context) (*sql.DB, error) {
 	url := f.databaseURL
 	if url == "" {
@@ -91,6 +110,8 @@ func (f *outboxFlags) open(ctx context.Context) (*sql.DB, error) {
 	return openDB(ctx, url)
 }
 
+// openDB opens url with pgx's database/sql driver and checks that the server
+// answers, within connectTimeout.
 func openDB(ctx context.Context, url string) (*sql.DB, error) {
 	if url == "" {
 		return nil, usagef("--database-url is required (or set DATABASE_URL)")
@@ -399,123 +420,5 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	printMembers(stdout, members, orphans)
-	return nil
-}
-
-// stuckRow is a dead letter or a parked row, as the list commands print it.
-type stuckRow struct {
-	ID          string    `json:"id"`
-	Type        string    `json:"type"`
-	Destination string    `json:"destination"`
-	Key         string    `json:"key,omitempty"`
-	Attempts    int       `json:"attempts"`
-	LastError   string    `json:"last_error,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	Since       time.Time `json:"since"`
-}
-
-func runDead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runStuck(ctx, "dead", "Lists dead letters: messages taken out of delivery, with their attempts, last error and reason, newest first.", args, stdout, stderr)
-}
-
-func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runStuck(ctx, "parked", "Lists parked rows: messages whose delivery is stopped (their key waits behind them), with attempts and last error, in lane and key order.", args, stdout, stderr)
-}
-
-// runStuck runs "dead <sub>" and "parked <sub>". Only list exists; redrive
-// subcommands go next to it.
-func runStuck(ctx context.Context, what, summary string, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintf(stderr, "usage: relayer %s list [flags]\n\nsubcommands:\n  list  %s\n\nexample:\n  relayer %s list --database-url postgres://app@db:5432/app --schema messaging\n\nRun \"relayer %s list -h\" for its flags.\n",
-			what, summary, what, what)
-		if len(args) == 0 {
-			return usagef("missing subcommand: want %q", what+" list")
-		}
-		return flag.ErrHelp
-	}
-	if args[0] != "list" {
-		return usagef("unknown subcommand %q: want list", args[0])
-	}
-	var f outboxFlags
-	fs := newFlagSet(what+" list", summary,
-		"relayer "+what+" list --database-url postgres://app@db:5432/app --schema messaging --limit 20", stderr)
-	f.register(fs, true)
-	asJSON := fs.Bool("json", false, "print JSON, one object per line")
-	limit := fs.Int("limit", 100, "most rows to list, 1 to 10000")
-	if err := parse(fs, args[1:]); err != nil {
-		return err
-	}
-	if *limit < 1 || *limit > 10000 {
-		return usagef("--limit %d: must be 1 to 10000", *limit)
-	}
-	opts, err := f.options()
-	if err != nil {
-		return err
-	}
-	db, err := f.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	st, err := store.New(db, opts)
-	if err != nil {
-		return err
-	}
-	list := st.ListParked
-	if what == "dead" {
-		list = st.ListDead
-	}
-	stuck, err := list(ctx, *limit)
-	if err != nil {
-		return fmt.Errorf("list %s rows: %w", what, err)
-	}
-	rows := make([]stuckRow, len(stuck))
-	for i, r := range stuck {
-		rows[i] = stuckRow{ID: r.ID.String(), Type: r.Type, Destination: r.Destination, Key: r.Key,
-			Attempts: r.Attempts, LastError: r.LastError, Reason: r.Reason, Since: r.Since}
-	}
-	return printStuck(stdout, what, describe(opts), rows, *asJSON, *limit)
-}
-
-// printStuck prints dead or parked rows as JSON lines or a table.
-func printStuck(stdout io.Writer, what, outbox string, list []stuckRow, asJSON bool, limit int) error {
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		for _, r := range list {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if len(list) == 0 {
-		fmt.Fprintf(stdout, "no %s rows in outbox %s\n", what, outbox)
-		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	if what == "dead" {
-		fmt.Fprintln(tw, "ID\tTYPE\tDESTINATION\tKEY\tATTEMPTS\tDEAD AT\tREASON\tLAST ERROR")
-	} else {
-		fmt.Fprintln(tw, "ID\tTYPE\tDESTINATION\tKEY\tATTEMPTS\tPARKED AT\tLAST ERROR")
-	}
-	for _, r := range list {
-		key := r.Key
-		if key == "" {
-			key = "-"
-		}
-		if what == "dead" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Type, r.Destination, key, r.Attempts,
-				r.Since.Format(time.RFC3339), oneLine(r.Reason), oneLine(r.LastError))
-		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Type, r.Destination, key, r.Attempts,
-				r.Since.Format(time.RFC3339), oneLine(r.LastError))
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(list) == limit {
-		fmt.Fprintf(stdout, "(first %d rows; raise --limit for more)\n", limit)
-	}
 	return nil
 }

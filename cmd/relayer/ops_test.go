@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -50,7 +54,7 @@ func setupOps(t *testing.T) *opsBundle {
 	t.Helper()
 	b := &opsBundle{url: testdb.URL(t), schema: testdb.NewSchema(t), prefix: "ops_"}
 	r := b.run(t, "migrate")
-	if r.code != exitOK || !strings.Contains(r.stdout, "applied migrations [1]") {
+	if r.code != exitOK || !strings.Contains(r.stdout, "applied migrations "+allMigrations(t)) {
 		t.Fatalf("migrate: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	r = b.run(t, "migrate")
@@ -95,7 +99,7 @@ func setupOps(t *testing.T) *opsBundle {
 	}
 	exec(`UPDATE `+t2.outbox+` SET parked_at = now(), attempts = 5, last_error = 'broker said no' WHERE id = $1`, b.parked)
 	exec(`INSERT INTO `+t2.dead+` (id, message_type, transport, destination, body, headers, ordering_key, attempts, last_error, reason, created_at)
-VALUES ($1, 'ops.Dead', 'nats', 'ops.dead', '\x7b7d', '\x0000000000000000', 'k1', 9, 'too large', 'permanent failure', now())`, b.dead)
+VALUES ($1, 'ops.Dead', 'nats', 'ops.dead', '\x7b7d', '\x0100000000000000', 'k1', 9, 'too large', 'permanent', now())`, b.dead)
 	lease := func(name, owner string, token uuid.UUID, ttl string) {
 		exec(`INSERT INTO `+t2.leases+` (name, owner, owner_token, expires_at) VALUES ($1, $2, $3, now() + $4::interval)`,
 			name, owner, token, ttl)
@@ -221,7 +225,7 @@ func TestDeadAndParkedList(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("dead list: code %d, stderr %q", r.code, r.stderr)
 	}
-	for _, want := range []string{b.dead.String(), "ops.Dead", "ops.dead", "k1", "9", "permanent failure", "too large"} {
+	for _, want := range []string{b.dead.String(), "ops.Dead", "ops.dead", "k1", "9", "permanent", "too large"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("dead list lacks %q:\n%s", want, r.stdout)
 		}
@@ -230,13 +234,13 @@ func TestDeadAndParkedList(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("parked list: code %d, stderr %q", r.code, r.stderr)
 	}
-	var row stuckRow
+	var row parkedSummary
 	if err := json.Unmarshal([]byte(r.stdout), &row); err != nil {
 		t.Fatalf("parked list --json printed %q: %v", r.stdout, err)
 	}
-	if row.ID != b.parked.String() || row.Key != "customer-7" || row.Attempts != 5 || row.LastError != "broker said no" ||
-		row.Destination != "ops.ordered" {
-		t.Errorf("parked row = %+v", row)
+	if row.HeadID != b.parked.String() || row.Key != "customer-7" || row.Attempts != 5 || row.LastError != "broker said no" ||
+		row.Destination != "ops.ordered" || row.Waiting != 0 {
+		t.Errorf("parked key = %+v", row)
 	}
 }
 
@@ -268,6 +272,21 @@ func TestStatsWithoutTables(t *testing.T) {
 	}
 }
 
+// allMigrations is how the migrate command prints the versions of every
+// migration step, such as "[1 2]".
+func allMigrations(t *testing.T) string {
+	t.Helper()
+	steps, err := store.Migrations(store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := make([]int, len(steps))
+	for i, m := range steps {
+		versions[i] = m.Version
+	}
+	return fmt.Sprint(versions)
+}
+
 func equalInts(a, b []int) bool {
 	if len(a) != len(b) {
 		return false
@@ -293,4 +312,483 @@ func tablesOf(o store.Options) testTables {
 	}
 	q := func(name string) string { return pgx.Identifier{schema, o.TablePrefix + name}.Sanitize() }
 	return testTables{outbox: q("outbox"), dead: q("dead"), leases: q("relayer_leases")}
+}
+
+// redriveBundle is an outbox holding four dead letters and two parked keys,
+// put in place by SQL as the workers would leave them.
+type redriveBundle struct {
+	opsBundle
+	tables testTables
+	// Dead letters, newest first: placed (two headers, a text body),
+	// shipped (ordered, a binary body), broken (headers that do not decode)
+	// and old (dead for 40 days).
+	placed, shipped, broken, old uuid.UUID
+	// cust1 is parked at its head with two rows waiting behind it; cust2, a
+	// single row, was parked two hours ago.
+	cust1 [3]uuid.UUID
+	cust2 uuid.UUID
+}
+
+// setupRedrive migrates an outbox with the migrate command and fills it.
+func setupRedrive(t *testing.T) *redriveBundle {
+	t.Helper()
+	b := &redriveBundle{opsBundle: opsBundle{url: testdb.URL(t), schema: testdb.NewSchema(t), prefix: "rd_"}}
+	if r := b.run(t, "migrate"); r.code != exitOK {
+		t.Fatalf("migrate: code %d, stderr %q", r.code, r.stderr)
+	}
+	b.db = testdb.Open(t, "pgx")
+	b.tables = tablesOf(store.Options{Schema: b.schema, TablePrefix: b.prefix})
+	ids := make([]uuid.UUID, 8)
+	for i := range ids {
+		ids[i] = uuid.Must(relayer.NewID())
+	}
+	slices.SortFunc(ids, func(a, c uuid.UUID) int { return bytes.Compare(a[:], c[:]) })
+	b.placed, b.shipped, b.broken, b.old = ids[0], ids[1], ids[2], ids[3]
+	b.cust1 = [3]uuid.UUID{ids[4], ids[5], ids[6]}
+	b.cust2 = ids[7]
+
+	two, err := headers.Encode([]headers.Header{
+		{Name: "content-type", Value: []byte("application/json")},
+		{Name: "blob", Value: []byte{0, 1, 2}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := headers.Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badVersion := []byte{2, 0, 0, 0, 0, 0, 0, 0}
+	dead := func(id uuid.UUID, typ, dest string, key any, lane any, body, hs []byte, attempts int, lastErr any, reason, age string) {
+		t.Helper()
+		b.exec(t, `INSERT INTO `+b.tables.dead+` (id, message_type, transport, destination, body, headers, ordering_key, lane,
+    created_at, attempts, last_error, reason, dead_at, trace_parent)
+VALUES ($1, $2, 'nats', $3, $4, $5, $6, $7, now() - interval '50 days', $8, $9, $10, now() - $11::interval,
+    '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')`,
+			id, typ, dest, body, hs, key, lane, attempts, lastErr, reason, age)
+	}
+	dead(b.placed, "orders.Placed", "orders.events", nil, nil, []byte(`{"n":1}`), two, 1,
+		"broker: message refused\n  schema mismatch", store.ReasonPermanent, "1 minute")
+	dead(b.shipped, "orders.Shipped", "orders.ordered", "k2", 3, []byte{0x00, 0xff}, none, 8, "timeout", store.ReasonExhausted, "2 minutes")
+	dead(b.broken, "orders.Broken", "orders.events", nil, nil, []byte("x"), badVersion, 0, nil, store.ReasonCorrupt, "3 minutes")
+	dead(b.old, "orders.Old", "orders.events", nil, nil, []byte("old"), none, 5, "gone", store.ReasonExhausted, "40 days")
+
+	row := func(id uuid.UUID, typ, dest, key string, lane int) {
+		t.Helper()
+		b.exec(t, `INSERT INTO `+b.tables.outbox+` (id, message_type, transport, destination, body, headers, ordering_key, lane)
+VALUES ($1, $2, 'nats', $3, '\x7b7d', $4, $5, $6)`, id, typ, dest, none, key, lane)
+	}
+	for _, id := range b.cust1 {
+		row(id, "orders.Placed", "orders.ordered", "cust-1", 5)
+	}
+	row(b.cust2, "orders.Other", "orders.other", "cust-2", 6)
+	b.exec(t, `UPDATE `+b.tables.outbox+` SET parked_at = now(), attempts = 1, last_error = 'refused' WHERE id = $1`, b.cust1[0])
+	b.exec(t, `UPDATE `+b.tables.outbox+` SET parked_at = now() - interval '2 hours', attempts = 3, last_error = 'no route'
+WHERE id = $1`, b.cust2)
+	return b
+}
+
+// exec runs a statement on the bundle's database or fails the test.
+func (b *opsBundle) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if _, err := b.db.ExecContext(t.Context(), q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// count returns the number of rows of table matching where.
+func (b *opsBundle) count(t *testing.T, table, where string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.db.QueryRowContext(t.Context(), `SELECT count(*) FROM `+table+` WHERE `+where, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// mustRun runs a command that must succeed and returns its output.
+func (b *opsBundle) mustRun(t *testing.T, args ...string) result {
+	t.Helper()
+	r := b.run(t, args...)
+	if r.code != exitOK {
+		t.Fatalf("%v: code %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// jsonLines decodes the objects a --json list printed, one a line.
+func jsonLines[T any](t *testing.T, out string) []T {
+	t.Helper()
+	var list []T
+	for line := range strings.Lines(out) {
+		var v T
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("line %q is not a JSON object: %v", line, err)
+		}
+		list = append(list, v)
+	}
+	return list
+}
+
+// deadIDs returns the ids of dead letters as printed by --json.
+func deadIDs(list []deadSummary) []string {
+	ids := make([]string, len(list))
+	for i, d := range list {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+func TestRedriveDeadList(t *testing.T) {
+	t.Parallel()
+	b := setupRedrive(t)
+	r := b.mustRun(t, "dead", "list")
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "ID") {
+		t.Fatalf("dead list: want a header and 4 rows:\n%s", r.stdout)
+	}
+	for _, col := range []string{"TYPE", "DESTINATION", "KEY", "ATTEMPTS", "DEAD AT", "REASON", "LAST ERROR"} {
+		if !strings.Contains(lines[0], col) {
+			t.Errorf("header %q lacks %s", lines[0], col)
+		}
+	}
+	for i, want := range [][]string{
+		{b.placed.String(), "orders.Placed", "orders.events", " - ", "permanent", "broker: message refused schema mismatch"},
+		{b.shipped.String(), "orders.Shipped", "k2", " 8 ", "exhausted", "timeout"},
+		{b.broken.String(), "orders.Broken", "corrupt"},
+		{b.old.String(), "orders.Old", "gone"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i+1], w) {
+				t.Errorf("row %d %q lacks %q", i+1, lines[i+1], w)
+			}
+		}
+	}
+
+	got := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--type", "orders.Placed", "--json").stdout)
+	if len(got) != 1 {
+		t.Fatalf("--type orders.Placed: %+v", got)
+	}
+	if d := got[0]; d.ID != b.placed.String() || d.Transport != "nats" || d.Destination != "orders.events" || d.Key != "" ||
+		d.Lane != nil || d.Attempts != 1 || d.Reason != "permanent" || d.LastError != "broker: message refused\n  schema mismatch" ||
+		time.Since(d.DeadAt) < time.Minute || d.Corrupt != "" {
+		t.Errorf("--type orders.Placed: %+v", d)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--reason", "exhausted"}, []string{b.shipped.String(), b.old.String()}},
+		{[]string{"--older-than", "39d"}, []string{b.old.String()}},
+		{[]string{"--older-than", "41d"}, nil},
+		{[]string{"--destination", "orders.events", "--older-than", "150s"}, []string{b.broken.String(), b.old.String()}},
+		{[]string{"--key", "k2"}, []string{b.shipped.String()}},
+		{[]string{"--id", b.old.String() + "," + b.placed.String(), "--id", b.broken.String()},
+			[]string{b.placed.String(), b.broken.String(), b.old.String()}},
+		{[]string{"--id", uuid.NewString()}, nil},
+	} {
+		got := deadIDs(jsonLines[deadSummary](t, b.mustRun(t, append([]string{"dead", "list", "--json"}, tc.args...)...).stdout))
+		if !slices.Equal(got, tc.want) && (len(got) != 0 || len(tc.want) != 0) {
+			t.Errorf("%v: ids %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	if d := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--key", "k2", "--json").stdout); d[0].Lane == nil || *d[0].Lane != 3 {
+		t.Errorf("ordered dead letter without its lane: %+v", d[0])
+	}
+
+	r = b.mustRun(t, "dead", "list", "--limit", "2")
+	if strings.Count(r.stdout, "\n") != 4 || !strings.Contains(r.stdout, "(first 2 rows; raise --limit for more)") {
+		t.Errorf("--limit 2:\n%s", r.stdout)
+	}
+	r = b.mustRun(t, "dead", "list", "--type", "nothing")
+	if !strings.HasPrefix(r.stdout, "no dead letters matching the filters in outbox in schema "+b.schema) {
+		t.Errorf("empty selection: %q", r.stdout)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"--reason bogus", `--reason "bogus": want one of permanent, exhausted, corrupt, skipped`},
+		{"--limit 10001", "--limit 10001"},
+		{"--older-than -1h", "must not be negative"},
+		{"--older-than 3x", "90m, 48h or 30d"},
+		{"--id nope", `"nope" is not a message id`},
+	} {
+		r := b.run(t, append([]string{"dead", "list"}, strings.Fields(tc.args)...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("dead list %s: code %d, stderr %q, want %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+func TestRedriveDeadShow(t *testing.T) {
+	t.Parallel()
+	b := setupRedrive(t)
+	r := b.mustRun(t, "dead", "show", b.placed.String())
+	for _, want := range []string{
+		"id            " + b.placed.String(), "type          orders.Placed", "transport     nats",
+		"destination   orders.events", "key           -", "lane          - (unordered)", "attempts      1",
+		"last error    broker: message refused schema mismatch", "reason        permanent",
+		"trace parent  00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "deliver at    -",
+		"headers (2):\n  content-type: application/json\n  blob: AAEC (base64)\n",
+		"body (7 bytes of text):\n{\"n\":1}\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("dead show lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	// The id may come after the flags, too.
+	var d deadDetail
+	r = runCmd(t, append(append([]string{"dead", "show", "--json"}, b.flags()...), b.placed.String())...)
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
+		t.Fatalf("dead show --json: code %d, stdout %q, stderr %q: %v", r.code, r.stdout, r.stderr, err)
+	}
+	wantHeaders := []headerText{{"content-type", "application/json", "text"}, {"blob", "AAEC", "base64"}}
+	if d.ID != b.placed.String() || !slices.Equal(d.Headers, wantHeaders) || d.Body != `{"n":1}` || d.BodyEncoding != "text" ||
+		d.TraceParent == "" || d.DeliverAt != nil || time.Since(d.CreatedAt) < 49*24*time.Hour {
+		t.Errorf("dead show --json: %+v", d)
+	}
+
+	d = deadDetail{}
+	if err := json.Unmarshal([]byte(b.mustRun(t, "dead", "show", b.shipped.String(), "--json").stdout), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Body != "AP8=" || d.BodyEncoding != "base64" || d.Headers == nil || len(d.Headers) != 0 || d.Lane == nil || *d.Lane != 3 {
+		t.Errorf("binary body: %+v", d)
+	}
+	r = b.mustRun(t, "dead", "show", b.shipped.String())
+	if !strings.Contains(r.stdout, "headers: none") || !strings.Contains(r.stdout, "body (base64, not UTF-8 text):\nAP8=\n") ||
+		!strings.Contains(r.stdout, "lane          3") {
+		t.Errorf("binary body:\n%s", r.stdout)
+	}
+
+	r = b.mustRun(t, "dead", "show", b.broken.String())
+	if !strings.Contains(r.stdout, "headers: the stored headers do not decode: ") ||
+		!strings.Contains(r.stdout, "unsupported header format version") || !strings.Contains(r.stdout, "reason        corrupt") {
+		t.Errorf("corrupt row:\n%s", r.stdout)
+	}
+	d = deadDetail{}
+	if err := json.Unmarshal([]byte(b.mustRun(t, "dead", "show", b.broken.String(), "--json").stdout), &d); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d.Corrupt, "unsupported header format version") || d.Headers != nil || d.Body != "x" {
+		t.Errorf("corrupt row --json: %+v", d)
+	}
+
+	missing := uuid.NewString()
+	if r := b.run(t, "dead", "show", missing); r.code != exitFail || !strings.Contains(r.stderr, "no dead letter with id "+missing) {
+		t.Errorf("unknown id: code %d, stderr %q", r.code, r.stderr)
+	}
+	for _, args := range [][]string{{"dead", "show"}, {"dead", "show", "nope"}, {"dead", "show", missing, missing}} {
+		if r := b.run(t, args...); r.code != exitUsage {
+			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestRedriveDeadRequeueAndPurge(t *testing.T) {
+	t.Parallel()
+	b := setupRedrive(t)
+	for _, args := range [][]string{{"dead", "requeue"}, {"dead", "purge"}, {"dead", "requeue", "--older-than", "0s"}} {
+		r := b.run(t, args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "without --all") || !strings.Contains(r.stderr, "--type") ||
+			!strings.Contains(r.stderr, "--older-than") {
+			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	if r := b.run(t, "dead", "purge", "--all", "--type", "orders.Old"); r.code != exitUsage || !strings.Contains(r.stderr, "not both") {
+		t.Errorf("--all with a filter: code %d, stderr %q", r.code, r.stderr)
+	}
+	if n := b.count(t, b.tables.dead, "true"); n != 4 {
+		t.Fatalf("a refused command changed the dead letters: %d left", n)
+	}
+
+	if r := b.mustRun(t, "dead", "requeue", "--type", "orders.Shipped"); r.stdout != "requeued 1 dead letters\n" {
+		t.Errorf("requeue: %q", r.stdout)
+	}
+	if r := b.mustRun(t, "dead", "requeue", "--type", "orders.Shipped"); r.stdout != "requeued 0 dead letters\n" {
+		t.Errorf("second requeue: %q", r.stdout)
+	}
+	var attempts, lane int
+	var key, lastErr string
+	var body []byte
+	var parked sql.NullTime
+	err := b.db.QueryRowContext(t.Context(), `SELECT attempts, lane, ordering_key, last_error, body, parked_at FROM `+
+		b.tables.outbox+` WHERE id = $1`, b.shipped).Scan(&attempts, &lane, &key, &lastErr, &body, &parked)
+	if err != nil {
+		t.Fatalf("requeued row not in the outbox: %v", err)
+	}
+	if attempts != 0 || lane != 3 || key != "k2" || lastErr != "timeout" || !bytes.Equal(body, []byte{0, 0xff}) || parked.Valid {
+		t.Errorf("requeued row: attempts %d, lane %d, key %q, last error %q, body %x, parked %v", attempts, lane, key, lastErr, body, parked)
+	}
+	if n := b.count(t, b.tables.dead, "id = $1", b.shipped); n != 0 {
+		t.Errorf("requeued row still dead")
+	}
+	r := b.mustRun(t, "dead", "requeue", "--id", b.placed.String()+","+uuid.NewString())
+	if r.stdout != "requeued 1 dead letters\n" || b.count(t, b.tables.outbox, "id = $1 AND attempts = 0", b.placed) != 1 {
+		t.Errorf("requeue --id: %q", r.stdout)
+	}
+
+	if r := b.mustRun(t, "dead", "purge", "--older-than", "1h"); r.stdout != "purged 1 dead letters\n" {
+		t.Errorf("purge --older-than 1h: %q", r.stdout)
+	}
+	if n := b.count(t, b.tables.dead, "id = $1", b.old); n != 0 {
+		t.Errorf("purged row still dead")
+	}
+	if r := b.mustRun(t, "dead", "purge", "--older-than", "1h"); r.stdout != "purged 0 dead letters\n" {
+		t.Errorf("purge --older-than 1h of a fresh row: %q", r.stdout)
+	}
+	if r := b.mustRun(t, "dead", "purge", "--all"); r.stdout != "purged 1 dead letters\n" {
+		t.Errorf("purge --all: %q", r.stdout)
+	}
+	if n := b.count(t, b.tables.dead, "true"); n != 0 {
+		t.Errorf("%d dead letters left after purge --all", n)
+	}
+	if r := b.mustRun(t, "dead", "list"); !strings.HasPrefix(r.stdout, "no dead letters in outbox") {
+		t.Errorf("dead list after purge --all: %q", r.stdout)
+	}
+}
+
+func TestRedriveParkedListAndRetry(t *testing.T) {
+	t.Parallel()
+	b := setupRedrive(t)
+	r := b.mustRun(t, "parked", "list")
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("parked list: want a header and 2 rows:\n%s", r.stdout)
+	}
+	for _, col := range []string{"KEY", "LANE", "HEAD ID", "TYPE", "DESTINATION", "ATTEMPTS", "PARKED AT", "WAITING", "LAST ERROR"} {
+		if !strings.Contains(lines[0], col) {
+			t.Errorf("header %q lacks %s", lines[0], col)
+		}
+	}
+	if !strings.HasPrefix(lines[1], "cust-2") || !strings.Contains(lines[1], b.cust2.String()) || !strings.Contains(lines[1], "no route") ||
+		!strings.HasPrefix(lines[2], "cust-1") || !strings.Contains(lines[2], b.cust1[0].String()) {
+		t.Errorf("parked list, longest parked first:\n%s", r.stdout)
+	}
+	list := jsonLines[parkedSummary](t, b.mustRun(t, "parked", "list", "--json").stdout)
+	if len(list) != 2 {
+		t.Fatalf("parked list --json: %+v", list)
+	}
+	if p := list[1]; p.Key != "cust-1" || p.Lane != 5 || p.HeadID != b.cust1[0].String() || p.Type != "orders.Placed" ||
+		p.Destination != "orders.ordered" || p.Attempts != 1 || p.LastError != "refused" || p.Waiting != 2 {
+		t.Errorf("cust-1: %+v", p)
+	}
+	if list := jsonLines[parkedSummary](t, b.mustRun(t, "parked", "list", "--older-than", "1h", "--json").stdout); len(list) != 1 ||
+		list[0].Key != "cust-2" || list[0].Waiting != 0 || time.Since(list[0].ParkedAt) < time.Hour {
+		t.Errorf("--older-than 1h: %+v", list)
+	}
+	if r := b.mustRun(t, "parked", "list", "--type", "orders.Placed", "--limit", "1"); !strings.Contains(r.stdout, "cust-1") ||
+		!strings.Contains(r.stdout, "(first 1 rows; raise --limit for more)") {
+		t.Errorf("--type --limit 1:\n%s", r.stdout)
+	}
+	if r := b.mustRun(t, "parked", "list", "--key", "nobody"); !strings.HasPrefix(r.stdout, "no parked keys matching the filters") {
+		t.Errorf("empty selection: %q", r.stdout)
+	}
+
+	for _, args := range [][]string{{"parked", "retry"}, {"parked", "retry", "--key", ""}} {
+		if r := b.run(t, args...); r.code != exitUsage || !strings.Contains(r.stderr, "without --all") || !strings.Contains(r.stderr, "--key") {
+			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	const released = "parked keys; each resumes at its head, in order\n"
+	if r := b.mustRun(t, "parked", "retry", "--key", "cust-2"); r.stdout != "released 1 "+released {
+		t.Errorf("retry: %q", r.stdout)
+	}
+	if r := b.mustRun(t, "parked", "retry", "--key", "cust-2"); r.stdout != "released 0 "+released {
+		t.Errorf("second retry: %q", r.stdout)
+	}
+	if n := b.count(t, b.tables.outbox, "id = $1 AND parked_at IS NULL AND attempts = 0", b.cust2); n != 1 {
+		t.Errorf("retried row is still parked or kept its attempts")
+	}
+	if n := b.count(t, b.tables.outbox, "id = $1 AND parked_at IS NOT NULL", b.cust1[0]); n != 1 {
+		t.Errorf("retry --key cust-2 released cust-1")
+	}
+	if r := b.mustRun(t, "parked", "retry", "--all"); r.stdout != "released 1 "+released {
+		t.Errorf("retry --all: %q", r.stdout)
+	}
+	if r := b.mustRun(t, "parked", "list"); !strings.HasPrefix(r.stdout, "no parked keys in outbox") {
+		t.Errorf("parked list after retry --all: %q", r.stdout)
+	}
+}
+
+func TestRedriveParkedSkip(t *testing.T) {
+	t.Parallel()
+	b := setupRedrive(t)
+	if r := b.run(t, "parked", "skip"); r.code != exitUsage || !strings.Contains(r.stderr, "--key is required") {
+		t.Errorf("skip without --key: code %d, stderr %q", r.code, r.stderr)
+	}
+	r := b.mustRun(t, "parked", "skip", "--key", "cust-1")
+	head := b.cust1[0].String()
+	if !strings.Contains(r.stdout, "skipped message "+head) || !strings.Contains(r.stdout, "key cust-1") ||
+		!strings.Contains(r.stdout, "the 2 messages waiting behind it go on without it") {
+		t.Errorf("skip: stdout %q", r.stdout)
+	}
+	for _, want := range []string{"level=WARN", "order is broken on purpose", "key=cust-1", "message_id=" + head} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("skip: stderr %q lacks %q", r.stderr, want)
+		}
+	}
+	if n := strings.Count(r.stderr, "\n"); n != 1 {
+		t.Errorf("skip: %d lines on stderr, want one warning: %q", n, r.stderr)
+	}
+	if n := b.count(t, b.tables.dead, "id = $1 AND reason = 'skipped' AND attempts = 1 AND last_error = 'refused'", b.cust1[0]); n != 1 {
+		t.Errorf("skipped head is not a dead letter with reason skipped")
+	}
+	if n := b.count(t, b.tables.outbox, "ordering_key = 'cust-1' AND parked_at IS NULL"); n != 2 {
+		t.Errorf("%d of the key's later rows in the outbox, unparked; want 2", n)
+	}
+	if n := b.count(t, b.tables.outbox, "id = $1 AND parked_at IS NOT NULL", b.cust2); n != 1 {
+		t.Errorf("skip --key cust-1 touched cust-2")
+	}
+
+	r = b.mustRun(t, "parked", "skip", "--key", "cust-1")
+	if r.stdout != "key cust-1 has no parked head\n" || r.stderr != "" {
+		t.Errorf("second skip: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	d := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--reason", "skipped", "--json").stdout)
+	if len(d) != 1 || d[0].ID != head || d[0].Key != "cust-1" || d[0].Lane == nil || *d[0].Lane != 5 {
+		t.Errorf("dead list --reason skipped: %+v", d)
+	}
+}
+
+func TestRedriveUsageAndHelp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"dead"}, []string{"missing subcommand: want list, show, requeue or purge", "requeue ", "purge "}},
+		{[]string{"dead", "frob"}, []string{`unknown subcommand "frob": want list, show, requeue or purge`, "show "}},
+		{[]string{"parked"}, []string{"missing subcommand: want list, retry or skip", "retry ", "skip "}},
+		{[]string{"parked", "list", "extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"dead", "requeue", "--id", "x"}, []string{"-id", `"x" is not a message id`}},
+		{[]string{"dead", "purge", "--older-than", "soon"}, []string{"-older-than", "90m, 48h or 30d"}},
+		{[]string{"dead", "purge", "--reason", "old", "--database-url", "postgres://x@127.0.0.1:1/db"}, []string{`--reason "old"`}},
+		{[]string{"parked", "retry", "--all", "--key", "k"}, []string{"not both"}},
+		{[]string{"parked", "skip", "--key", ""}, []string{"--key is required"}},
+	} {
+		r := runCmd(t, tc.args...)
+		if r.code != exitUsage {
+			t.Errorf("%v: code %d, want %d; stderr %q", tc.args, r.code, exitUsage, r.stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%v: stderr %q lacks %q", tc.args, r.stderr, w)
+			}
+		}
+	}
+	for _, args := range [][]string{
+		{"dead", "-h"}, {"parked", "--help"}, {"dead", "list", "-h"}, {"dead", "show", "-h"}, {"dead", "requeue", "-h"},
+		{"dead", "purge", "-h"}, {"parked", "list", "-h"}, {"parked", "retry", "-h"}, {"parked", "skip", "-h"},
+	} {
+		r := runCmd(t, args...)
+		if r.code != exitOK || !strings.Contains(r.stderr, "example:\n  relayer "+strings.Join(args[:len(args)-1], " ")) {
+			t.Errorf("%v: code %d, stderr:\n%s", args, r.code, r.stderr)
+		}
+	}
+	r := runCmd(t, "help")
+	for _, want := range []string{"list, show, requeue or purge dead letters", "list parked keys, retry them or skip their head"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("help lacks %q:\n%s", want, r.stdout)
+		}
+	}
 }

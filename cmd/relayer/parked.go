@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/relayer-go/relayer/store"
+)
+
+// runParked runs "relayer parked <subcommand>".
+func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return group{
+		name: "parked",
+		summary: "A parked key is an ordering key whose delivery stopped at a message that failed for good: its later\n" +
+			"messages wait behind it. List the parked keys, retry them (each resumes at its head, in order), or\n" +
+			"skip a key's head to the dead letters, breaking the key's order on purpose.",
+		examples: []string{
+			"relayer parked list --database-url postgres://app@db:5432/app --schema messaging",
+			"relayer parked retry --database-url postgres://app@db:5432/app --schema messaging --key customer-42",
+			"relayer parked skip --database-url postgres://app@db:5432/app --schema messaging --key customer-42",
+		},
+		subs: []command{
+			{"list", "list parked keys, longest parked first, with the head's last error and the rows waiting", runParkedList},
+			{"retry", "release parked keys; each resumes at its head, in order (--key, filters or --all)", runParkedRetry},
+			{"skip", "move a key's parked head to the dead letters and release the rest of the key (--key)", runParkedSkip},
+		},
+	}.run(ctx, args, stdout, stderr)
+}
+
+// parkedSummary is a parked key as "parked list --json" prints it.
+type parkedSummary struct {
+	Key         string    `json:"key"`
+	Lane        int       `json:"lane"`
+	HeadID      string    `json:"head_id"`
+	Type        string    `json:"type"`
+	Transport   string    `json:"transport"`
+	Destination string    `json:"destination"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"last_error,omitempty"`
+	ParkedAt    time.Time `json:"parked_at"`
+	// Waiting counts the key's later rows, held behind the head.
+	Waiting int `json:"waiting"`
+	// Corrupt is the error decoding the head's stored headers, if they do
+	// not decode.
+	Corrupt string `json:"corrupt,omitempty"`
+}
+
+// summarizeParked returns the summary of p.
+func summarizeParked(p store.ParkedKey) parkedSummary {
+	s := parkedSummary{Key: p.Head.Key, Lane: p.Head.Lane, HeadID: p.Head.ID.String(), Type: p.Head.Type,
+		Transport: p.Head.Transport, Destination: p.Head.Destination, Attempts: p.Head.Attempts,
+		LastError: p.Head.LastError, ParkedAt: p.ParkedAt, Waiting: p.Waiting}
+	if p.Head.Corrupt != nil {
+		s.Corrupt = corruptCause(p.Head.Corrupt)
+	}
+	return s
+}
+
+// runParkedList runs "relayer parked list".
+func runParkedList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f outboxFlags
+	var sel parkedSelection
+	fs := newFlagSet("parked list", "Lists parked keys, longest parked first: the key and its lane, the parked head with its attempts and last error, and how many rows wait behind it.",
+		"relayer parked list --database-url postgres://app@db:5432/app --schema messaging --older-than 1h", stderr)
+	f.register(fs, true)
+	sel.register(fs, false)
+	asJSON := fs.Bool("json", false, "print JSON, one object per line")
+	limit := limitFlag(fs, "parked keys")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkLimit(*limit); err != nil {
+		return err
+	}
+	opts, db, st, err := f.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	list, err := st.ParkedKeys(ctx, sel.filter(), *limit)
+	if err != nil {
+		return fmt.Errorf("list parked keys: %w", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, p := range list {
+			if err := enc.Encode(summarizeParked(p)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(stdout, "no parked keys %sin outbox %s\n", matching(sel.selects()), describe(opts))
+		return nil
+	}
+	return printParkedTable(stdout, list, *limit)
+}
+
+// printParkedTable prints parked keys one a line, and a note when the list
+// stopped at the limit.
+func printParkedTable(w io.Writer, list []store.ParkedKey, limit int) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tLANE\tHEAD ID\tTYPE\tDESTINATION\tATTEMPTS\tPARKED AT\tWAITING\tLAST ERROR")
+	for _, p := range list {
+		h := p.Head
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", oneLine(h.Key), h.Lane, h.ID, oneLine(h.Type),
+			oneLine(h.Destination), h.Attempts, p.ParkedAt.Format(time.RFC3339), p.Waiting, orDash(oneLine(h.LastError)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(list) == limit {
+		fmt.Fprintf(w, "(first %d rows; raise --limit for more)\n", limit)
+	}
+	return nil
+}
+
+// runParkedRetry runs "relayer parked retry".
+func runParkedRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f outboxFlags
+	var sel parkedSelection
+	fs := newFlagSet("parked retry", "Releases the selected parked keys: each key's parked head becomes eligible again with its attempts from zero, and the key resumes at its head, in order. Retrying again finds nothing more to do.",
+		"relayer parked retry --database-url postgres://app@db:5432/app --schema messaging --key customer-42", stderr)
+	f.register(fs, true)
+	sel.register(fs, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkSelection(sel.selects(), sel.all, "retry", "parked key", parkedFilterFlags); err != nil {
+		return err
+	}
+	_, db, st, err := f.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := st.RetryParked(ctx, sel.filter())
+	if err != nil {
+		return fmt.Errorf("retry parked keys: %w", err)
+	}
+	fmt.Fprintf(stdout, "released %d parked keys; each resumes at its head, in order\n", n)
+	return nil
+}
+
+// runParkedSkip runs "relayer parked skip": it moves a key's parked head to
+// the dead letters, so that the key's later messages go without it, and
+// logs a warning, since that breaks the key's order on purpose.
+func runParkedSkip(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f outboxFlags
+	fs := newFlagSet("parked skip", "Moves the parked head of one ordering key to the dead letters (reason skipped), so that the key's later messages are delivered without it: a deliberate break of the key's order, logged as a warning. The head can be requeued later with relayer dead requeue --id.",
+		"relayer parked skip --database-url postgres://app@db:5432/app --schema messaging --key customer-42", stderr)
+	f.register(fs, true)
+	key := fs.String("key", "", "the ordering key whose parked head to skip (required)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *key == "" {
+		return usagef("--key is required: the ordering key whose parked head to skip")
+	}
+	opts, db, st, err := f.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	parked, err := st.ParkedKeys(ctx, store.ParkedFilter{Key: *key}, maxLimit)
+	if err != nil {
+		return fmt.Errorf("find the parked head of key %s: %w", *key, err)
+	}
+	var n int64
+	if len(parked) > 0 {
+		if n, err = st.SkipParkedHead(ctx, *key); err != nil {
+			return fmt.Errorf("skip the parked head of key %s: %w", *key, err)
+		}
+	}
+	if n == 0 {
+		fmt.Fprintf(stdout, "key %s has no parked head\n", *key)
+		return nil
+	}
+	head := firstByID(parked)
+	fmt.Fprintf(stdout, "skipped message %s (type %s, destination %s), the parked head of key %s: it is a dead letter now (reason %s); the %d messages waiting behind it go on without it\n",
+		head.Head.ID, head.Head.Type, head.Head.Destination, *key, store.ReasonSkipped, head.Waiting)
+	slog.New(slog.NewTextHandler(stderr, nil)).Warn("skipped the parked head of an ordered key: the key's order is broken on purpose",
+		"key", *key, "message_id", head.Head.ID.String(), "type", head.Head.Type, "destination", head.Head.Destination,
+		"waiting", head.Waiting, "outbox", describe(opts))
+	return nil
+}
+
+// firstByID returns the parked row with the smallest id, the one
+// SkipParkedHead moves when a key has several.
+func firstByID(parked []store.ParkedKey) store.ParkedKey {
+	first := parked[0]
+	for _, p := range parked[1:] {
+		if bytes.Compare(p.Head.ID[:], first.Head.ID[:]) < 0 {
+			first = p
+		}
+	}
+	return first
+}

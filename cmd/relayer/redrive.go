@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/store"
+)
+
+// Redrive: the dead and parked commands, each a group of subcommands that
+// look at the messages that left delivery and put them back, or drop them.
+// Every change is one store statement: atomic, idempotent and safe while
+// workers run.
+
+// maxLimit bounds --limit of the list subcommands.
+const maxLimit = 10000
+
+// group is a command made of subcommands, such as "dead list".
+type group struct {
+	name     string
+	summary  string
+	examples []string
+	subs     []command
+}
+
+// run runs the subcommand that args name. No subcommand, an unknown one or
+// -h prints the group's usage; the first two are usage errors.
+func (g group) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		g.usage(stderr)
+		if len(args) == 0 {
+			return usagef("missing subcommand: want %s", g.names())
+		}
+		return flag.ErrHelp
+	}
+	for _, c := range g.subs {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	g.usage(stderr)
+	fmt.Fprintln(stderr)
+	return usagef("unknown subcommand %q: want %s", args[0], g.names())
+}
+
+// usage prints the group's summary, subcommands and examples.
+func (g group) usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: relayer %s <subcommand> [flags]\n\n%s\n\nsubcommands:\n", g.name, g.summary)
+	for _, c := range g.subs {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nexample:\n")
+	for _, e := range g.examples {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	fmt.Fprintf(w, "\nRun \"relayer %s <subcommand> -h\" for its flags.\n", g.name)
+}
+
+// names lists the subcommands for an error message: "a, b or c".
+func (g group) names() string {
+	var b strings.Builder
+	for i, c := range g.subs {
+		switch {
+		case i == 0:
+		case i == len(g.subs)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(c.name)
+	}
+	return b.String()
+}
+
+// ageFlag is a --older-than flag: a Go duration such as 90m or 48h, or a
+// whole number of days such as 30d; never negative.
+type ageFlag time.Duration
+
+// String returns the flag's value as a Go duration.
+func (a *ageFlag) String() string {
+	if a == nil {
+		return "0s"
+	}
+	return time.Duration(*a).String()
+}
+
+// Set parses a duration or a number of days.
+func (a *ageFlag) Set(s string) error {
+	d, err := parseAge(s)
+	if err != nil {
+		return err
+	}
+	*a = ageFlag(d)
+	return nil
+}
+
+// parseAge parses a non-negative Go duration, or a whole number of days
+// written with a d suffix.
+func parseAge(s string) (time.Duration, error) {
+	const bad = "want a duration such as 90m, 48h or 30d"
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 100*365 {
+			return 0, fmt.Errorf("%s", bad)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s", bad)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("must not be negative")
+	}
+	return d, nil
+}
+
+// deadSelection holds the flags that select dead letters.
+type deadSelection struct {
+	ids                           []uuid.UUID
+	typ, destination, key, reason string
+	olderThan                     ageFlag
+	all                           bool
+}
+
+// deadFilterFlags names the filter flags of the dead subcommands, for
+// messages that ask for one.
+const deadFilterFlags = "--id, --type, --destination, --key, --reason or --older-than"
+
+// register adds the filter flags to fs; withAll adds --all, which the
+// subcommands that change dead letters require when no filter is given.
+func (s *deadSelection) register(fs *flag.FlagSet, withAll bool) {
+	fs.Func("id", "only the dead letter with this `id`; repeat the flag or separate ids with commas for several", s.addIDs)
+	fs.StringVar(&s.typ, "type", "", "only messages of this message type")
+	fs.StringVar(&s.destination, "destination", "", "only messages to this destination")
+	fs.StringVar(&s.key, "key", "", "only messages with this ordering key")
+	fs.StringVar(&s.reason, "reason", "", "only dead letters that died for this `reason`: "+strings.Join(deadReasons(), ", "))
+	fs.Var(&s.olderThan, "older-than", "only dead letters that died at least this long ago, a `duration` such as 90m, 48h or 30d")
+	if withAll {
+		fs.BoolVar(&s.all, "all", false, "every dead letter; required when no filter is given")
+	}
+}
+
+// addIDs parses one --id value: one id or several separated by commas.
+func (s *deadSelection) addIDs(v string) error {
+	for part := range strings.SplitSeq(v, ",") {
+		id, err := uuid.Parse(strings.TrimSpace(part))
+		if err != nil {
+			return fmt.Errorf("%q is not a message id: %w", part, err)
+		}
+		s.ids = append(s.ids, id)
+	}
+	return nil
+}
+
+// deadReasons are the reasons a message dies, for --reason.
+func deadReasons() []string {
+	return []string{store.ReasonPermanent, store.ReasonExhausted, store.ReasonCorrupt, store.ReasonSkipped}
+}
+
+// filter checks the flags and returns the store filter they make.
+func (s *deadSelection) filter() (store.DeadFilter, error) {
+	if s.reason != "" && !slices.Contains(deadReasons(), s.reason) {
+		return store.DeadFilter{}, usagef("--reason %q: want one of %s", s.reason, strings.Join(deadReasons(), ", "))
+	}
+	return store.DeadFilter{IDs: s.ids, Type: s.typ, Destination: s.destination, Key: s.key,
+		Reason: s.reason, OlderThan: time.Duration(s.olderThan)}, nil
+}
+
+// selects reports whether any filter narrows the selection.
+func (s *deadSelection) selects() bool {
+	return len(s.ids) > 0 || s.typ != "" || s.destination != "" || s.key != "" || s.reason != "" || s.olderThan > 0
+}
+
+// parkedSelection holds the flags that select parked keys.
+type parkedSelection struct {
+	typ, destination, key string
+	olderThan             ageFlag
+	all                   bool
+}
+
+// parkedFilterFlags names the filter flags of the parked subcommands.
+const parkedFilterFlags = "--key, --type, --destination or --older-than"
+
+// register adds the filter flags to fs; withAll adds --all.
+func (s *parkedSelection) register(fs *flag.FlagSet, withAll bool) {
+	fs.StringVar(&s.key, "key", "", "only this ordering key")
+	fs.StringVar(&s.typ, "type", "", "only keys whose parked head has this message type")
+	fs.StringVar(&s.destination, "destination", "", "only keys whose parked head goes to this destination")
+	fs.Var(&s.olderThan, "older-than", "only keys parked at least this long ago, a `duration` such as 90m, 48h or 30d")
+	if withAll {
+		fs.BoolVar(&s.all, "all", false, "every parked key; required when no filter is given")
+	}
+}
+
+// filter returns the store filter the flags make.
+func (s *parkedSelection) filter() store.ParkedFilter {
+	return store.ParkedFilter{Type: s.typ, Destination: s.destination, Key: s.key, OlderThan: time.Duration(s.olderThan)}
+}
+
+// selects reports whether any filter narrows the selection.
+func (s *parkedSelection) selects() bool {
+	return s.typ != "" || s.destination != "" || s.key != "" || s.olderThan > 0
+}
+
+// checkSelection refuses a change that names neither filters nor --all, so
+// that a bare command never touches every row, and one that names both.
+func checkSelection(selects, all bool, verb, what, flags string) error {
+	switch {
+	case !selects && !all:
+		return usagef("refusing to %s every %s without --all: select them with %s, or pass --all", verb, what, flags)
+	case selects && all:
+		return usagef("--all selects every %s: give either --all or filters (%s), not both", what, flags)
+	}
+	return nil
+}
+
+// limitFlag adds --limit to a list subcommand's flags.
+func limitFlag(fs *flag.FlagSet, what string) *int {
+	return fs.Int("limit", 100, fmt.Sprintf("most %s to list, 1 to %d", what, maxLimit))
+}
+
+// checkLimit checks a --limit value.
+func checkLimit(limit int) error {
+	if limit < 1 || limit > maxLimit {
+		return usagef("--limit %d: must be 1 to %d", limit, maxLimit)
+	}
+	return nil
+}
+
+// orDash returns s, or "-" when it is empty, for table cells.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// timeOrDash formats t, or returns "-" when it is zero.
+func timeOrDash(t time.Time, layout string) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format(layout)
+}
+
+// printable reports whether b is valid UTF-8 made of printable characters,
+// and, when multiline is set, line breaks and tabs: text that is safe to
+// print as it is.
+func printable(b []byte, multiline bool) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsPrint(r) || multiline && (r == '\n' || r == '\r' || r == '\t') {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// asText returns b as text when it is printable, else in base64, and the
+// encoding it used: "text" or "base64".
+func asText(b []byte, multiline bool) (value, encoding string) {
+	if printable(b, multiline) {
+		return string(b), "text"
+	}
+	return base64.StdEncoding.EncodeToString(b), "base64"
+}
