@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -38,54 +36,6 @@ func (s *Store) LiveLeases(ctx context.Context) ([]LeaseRow, error) {
 		out = append(out, l)
 	}
 	return out, wrap(ctx, "live leases", rows.Err())
-}
-
-// StuckRow is a message out of delivery: a dead letter, or a parked row.
-type StuckRow struct {
-	ID          uuid.UUID
-	Type        string
-	Destination string
-	// Key is the ordering key, or "".
-	Key       string
-	Attempts  int
-	LastError string
-	// Reason says why a dead letter was taken out of delivery; "" for a
-	// parked row.
-	Reason string
-	// Since is when the row died or was parked.
-	Since time.Time
-}
-
-// ListDead returns up to limit dead letters, newest first.
-func (s *Store) ListDead(ctx context.Context, limit int) ([]StuckRow, error) {
-	return s.listStuck(ctx, "list dead letters", s.q.listDead, limit)
-}
-
-// ListParked returns up to limit parked rows, in lane and key order.
-func (s *Store) ListParked(ctx context.Context, limit int) ([]StuckRow, error) {
-	return s.listStuck(ctx, "list parked rows", s.q.listParked, limit)
-}
-
-func (s *Store) listStuck(ctx context.Context, op, query string, limit int) ([]StuckRow, error) {
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
-	}
-	rows, err := s.db.QueryContext(ctx, query, limit)
-	if err != nil {
-		return nil, wrap(ctx, op, err)
-	}
-	defer rows.Close()
-	var out []StuckRow
-	for rows.Next() {
-		var r StuckRow
-		var since sql.NullTime
-		if err := rows.Scan(&r.ID, &r.Type, &r.Destination, &r.Key, &r.Attempts, &r.LastError, &r.Reason, &since); err != nil {
-			return nil, wrap(ctx, op, err)
-		}
-		r.Since = since.Time.UTC()
-		out = append(out, r)
-	}
-	return out, wrap(ctx, op, rows.Err())
 }
 
 // Reset empties the outbox, its dead letters, leases and published pauses (the inbox stays):

@@ -12,8 +12,8 @@ import (
 	"github.com/relayer-go/relayer/store"
 )
 
-// The operator reads on both drivers: live leases, parked rows, limits, and
-// Reset emptying what it names.
+// The operator reads on both drivers: live leases, parked keys, dead letters,
+// limits, and Reset emptying what it names.
 func TestOperatorReads(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {
@@ -34,15 +34,18 @@ func TestOperatorReads(t *testing.T) {
 		if _, err := b.db.ExecContext(ctx, `UPDATE "`+b.opts.Schema+`".orders_outbox SET parked_at = now(), last_error = 'no' WHERE id = $1`, m.ID); err != nil {
 			t.Fatal(err)
 		}
-		parked, err := b.store.ListParked(ctx, 10)
-		if err != nil || len(parked) != 1 || parked[0].ID != m.ID || parked[0].Key != "k" || parked[0].LastError != "no" || parked[0].Since.IsZero() {
-			t.Fatalf("ListParked = %+v, %v", parked, err)
+		parked, err := b.store.ParkedKeys(ctx, store.ParkedFilter{}, 10)
+		if err != nil || len(parked) != 1 || parked[0].Head.ID != m.ID || parked[0].Head.Key != "k" || parked[0].Head.LastError != "no" || parked[0].ParkedAt.IsZero() {
+			t.Fatalf("ParkedKeys = %+v, %v", parked, err)
 		}
-		if dead, err := b.store.ListDead(ctx, 10); err != nil || len(dead) != 0 {
-			t.Fatalf("ListDead = %+v, %v", dead, err)
+		if dead, err := b.store.DeadLetters(ctx, store.DeadFilter{}, 10); err != nil || len(dead) != 0 {
+			t.Fatalf("DeadLetters = %+v, %v", dead, err)
 		}
-		if _, err := b.store.ListDead(ctx, 0); !errors.Is(err, store.ErrInvalidArgument) {
-			t.Errorf("ListDead with limit 0 = %v, want ErrInvalidArgument", err)
+		if _, err := b.store.DeadLetters(ctx, store.DeadFilter{}, 0); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("DeadLetters with limit 0 = %v, want ErrInvalidArgument", err)
+		}
+		if err := b.store.PublishPauses(ctx, token, "w", []store.Pause{{Transport: "t", Destination: "d", Since: time.Now(), NextProbe: time.Now()}}); err != nil {
+			t.Fatal(err)
 		}
 		if err := b.store.Reset(ctx); err != nil {
 			t.Fatal(err)
@@ -50,8 +53,11 @@ func TestOperatorReads(t *testing.T) {
 		if leases, _ := b.store.LiveLeases(ctx); len(leases) != 0 {
 			t.Errorf("leases after Reset: %+v", leases)
 		}
-		if parked, _ := b.store.ListParked(ctx, 10); len(parked) != 0 {
+		if parked, _ := b.store.ParkedKeys(ctx, store.ParkedFilter{}, 10); len(parked) != 0 {
 			t.Errorf("parked rows after Reset: %+v", parked)
+		}
+		if pauses, _ := b.store.Pauses(ctx); len(pauses) != 0 {
+			t.Errorf("pauses after Reset: %+v", pauses)
 		}
 	})
 }

@@ -34,8 +34,6 @@ type queries struct {
 	serverTime  string
 
 	listLeases   string
-	listDead     string
-	listParked   string
 	reset        string
 	laneHead     string
 	laneClaim    string
@@ -205,12 +203,7 @@ WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
 		// Operator reads (see ops.go).
 		listLeases: `SELECT name, owner, owner_token, expires_at FROM ` + n.leases + `
 WHERE expires_at > now() ORDER BY name`,
-		reset: `TRUNCATE ` + n.outbox + `, ` + n.dead + `, ` + n.leases + `, ` + n.pauses,
-		listDead: `SELECT id, message_type, destination, coalesce(ordering_key, ''), attempts,
-    coalesce(last_error, ''), reason, dead_at FROM ` + n.dead + ` ORDER BY dead_at DESC, id LIMIT $1`,
-		listParked: `SELECT id, message_type, destination, coalesce(ordering_key, ''), attempts,
-    coalesce(last_error, ''), '', parked_at FROM ` + n.outbox + `
-WHERE parked_at IS NOT NULL ORDER BY lane NULLS LAST, ordering_key, id LIMIT $1`,
+		reset:        `TRUNCATE ` + n.outbox + `, ` + n.dead + `, ` + n.leases + `, ` + n.pauses,
 		releaseOwner: `DELETE FROM ` + n.leases + ` WHERE owner_token = $1`,
 		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at <= now()`,
 		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at > now() ORDER BY name`,
