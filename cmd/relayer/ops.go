@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -189,13 +190,21 @@ type statsReport struct {
 	Eligible    int64     `json:"eligible"`
 	Scheduled   int64     `json:"scheduled"`
 	Claimed     int64     `json:"claimed"`
+	Retrying    int64     `json:"retrying"`
+	NextRetryAt time.Time `json:"next_retry_at,omitzero"`
 	Parked      int64     `json:"parked"`
 	ParkedKeys  int64     `json:"parked_keys"`
-	Dead        int64     `json:"dead"`
-	OldestAge   float64   `json:"oldest_eligible_age_seconds"`
-	Members     []member  `json:"members"`
-	Recovery    *holder   `json:"recovery,omitempty"`
-	OrphanLanes []int     `json:"orphan_lanes,omitempty"`
+	// OldestParkedAge is how long the longest-parked row has been parked.
+	OldestParkedAge float64          `json:"oldest_parked_age_seconds"`
+	Dead            int64            `json:"dead"`
+	DeadByReason    map[string]int64 `json:"dead_by_reason"`
+	OldestAge       float64          `json:"oldest_eligible_age_seconds"`
+	// Paused is the destinations workers pass over while their broker is
+	// down or slow, as the workers publish them.
+	Paused      []store.Pause `json:"paused"`
+	Members     []member      `json:"members"`
+	Recovery    *holder       `json:"recovery,omitempty"`
+	OrphanLanes []int         `json:"orphan_lanes,omitempty"`
 }
 
 // member is a live ordered worker and the lanes it holds leases on.
@@ -272,10 +281,23 @@ func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsRep
 	r := statsReport{
 		Schema: st.Options().Schema, Prefix: opts.TablePrefix, At: now,
 		Eligible: s.Eligible, Scheduled: s.Scheduled, Claimed: s.Claimed,
+		Retrying: s.Retrying, NextRetryAt: s.NextRetryAt,
 		Parked: s.Parked, ParkedKeys: s.ParkedKeys, Dead: s.Dead,
 	}
 	if !s.OldestDueAt.IsZero() {
 		r.OldestAge = max(0, now.Sub(s.OldestDueAt).Seconds())
+	}
+	if !s.OldestParkedAt.IsZero() {
+		r.OldestParkedAge = max(0, now.Sub(s.OldestParkedAt).Seconds())
+	}
+	if r.DeadByReason, err = st.DeadByReason(ctx); err != nil {
+		return statsReport{}, err
+	}
+	if r.Paused, err = st.Pauses(ctx); err != nil {
+		return statsReport{}, err
+	}
+	if r.Paused == nil {
+		r.Paused = []store.Pause{}
 	}
 	r.Members, r.Recovery, r.OrphanLanes, err = readLeases(ctx, db, opts)
 	if r.Members == nil {
@@ -286,7 +308,7 @@ func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsRep
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f outboxFlags
-	fs := newFlagSet("stats", "Shows the backlog (eligible, scheduled, claimed), the age of the oldest eligible message, parked and dead rows, live ordered workers and the lanes they hold, and the recovery lease.",
+	fs := newFlagSet("stats", "Shows the backlog (eligible, scheduled, claimed, waiting for retry), the age of the oldest eligible message, parked keys, dead letters by reason, paused destinations, live ordered workers and the lanes they hold, and the recovery lease.",
 		"relayer stats --database-url postgres://app@db:5432/app --schema messaging --watch", stderr)
 	f.register(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON (one object per refresh with --watch)")
@@ -340,8 +362,24 @@ func printStats(w io.Writer, r statsReport) {
 		age = (time.Duration(r.OldestAge * float64(time.Second))).Round(time.Millisecond).String()
 	}
 	fmt.Fprintf(tw, "oldest eligible waits\t%s\n", age)
-	fmt.Fprintf(tw, "parked\t%d rows, %d keys\n", r.Parked, r.ParkedKeys)
-	fmt.Fprintf(tw, "dead\t%d\n", r.Dead)
+	retry := ""
+	if r.Retrying > 0 {
+		retry = fmt.Sprintf(" (next at %s)", r.NextRetryAt.Format(time.RFC3339))
+	}
+	fmt.Fprintf(tw, "waiting for retry\t%d%s\n", r.Retrying, retry)
+	parked := ""
+	if r.Parked > 0 {
+		parked = fmt.Sprintf(", oldest parked %s ago", seconds(r.OldestParkedAge))
+	}
+	fmt.Fprintf(tw, "parked\t%d rows, %d keys%s\n", r.Parked, r.ParkedKeys, parked)
+	fmt.Fprintf(tw, "dead\t%d%s\n", r.Dead, byReason(r.DeadByReason))
+	if len(r.Paused) == 0 {
+		fmt.Fprintf(tw, "paused destinations\tnone\n")
+	}
+	for _, p := range r.Paused {
+		fmt.Fprintf(tw, "paused destination\t%s %s by %s, since %s, next probe %s: %s\n", p.Transport, p.Destination, p.Owner,
+			p.Since.Format(time.RFC3339), p.NextProbe.Format(time.RFC3339), oneLine(p.LastError))
+	}
 	if r.Recovery != nil {
 		fmt.Fprintf(tw, "recovery\t%s (lease until %s)\n", r.Recovery.Owner, r.Recovery.ExpiresAt.Format(time.RFC3339))
 	} else {
@@ -350,6 +388,23 @@ func printStats(w io.Writer, r statsReport) {
 	fmt.Fprintf(tw, "members\t%d\n", len(r.Members))
 	tw.Flush()
 	printMembers(w, r.Members, r.OrphanLanes)
+}
+
+// seconds formats a duration given in seconds, to the second.
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}
+
+// byReason formats dead-letter counts as " (exhausted 3, permanent 1)".
+func byReason(counts map[string]int64) string {
+	if len(counts) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, reason := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s %d", reason, counts[reason]))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func printMembers(w io.Writer, members []member, orphans []int) {

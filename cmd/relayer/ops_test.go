@@ -136,6 +136,15 @@ func TestSchemaCommand(t *testing.T) {
 func TestStatsJSON(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
+	st, err := store.New(b.db, store.Options{Schema: b.schema, TablePrefix: b.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	pause := store.Pause{Transport: "nats", Destination: "ops.events", Since: since, NextProbe: since.Add(2 * time.Minute), LastError: "nats: no responders"}
+	if err := st.PublishPauses(t.Context(), uuid.New(), "worker-p", []store.Pause{pause}); err != nil {
+		t.Fatal(err)
+	}
 	r := b.run(t, "stats", "--json")
 	if r.code != exitOK {
 		t.Fatalf("code %d, stderr %q", r.code, r.stderr)
@@ -149,6 +158,13 @@ func TestStatsJSON(t *testing.T) {
 	}
 	if got.Eligible != 1 || got.Scheduled != 1 || got.Claimed != 0 || got.Parked != 1 || got.ParkedKeys != 1 || got.Dead != 1 {
 		t.Errorf("counts = %+v", got)
+	}
+	pause.Owner = "worker-p"
+	if len(got.Paused) != 1 || !got.Paused[0].Since.Equal(pause.Since) || got.Paused[0].Destination != pause.Destination || got.Paused[0].LastError != pause.LastError || got.Paused[0].Owner != "worker-p" {
+		t.Errorf("paused = %+v, want %+v", got.Paused, pause)
+	}
+	if len(got.DeadByReason) != 1 || got.DeadByReason["permanent"] != 1 || got.Retrying != 0 || got.OldestParkedAge < 0 || got.OldestParkedAge > 60 {
+		t.Errorf("dead by reason %v, retrying %d, oldest parked %vs", got.DeadByReason, got.Retrying, got.OldestParkedAge)
 	}
 	if got.OldestAge < 0 || got.OldestAge > 60 {
 		t.Errorf("oldest eligible age = %v s", got.OldestAge)
@@ -170,7 +186,8 @@ func TestStatsJSON(t *testing.T) {
 	}
 
 	r = b.run(t, "stats")
-	for _, want := range []string{"eligible", "scheduled", "parked", "1 rows, 1 keys", "host/42", "0-2,7", "worker-c"} {
+	for _, want := range []string{"eligible", "scheduled", "parked", "1 rows, 1 keys", "host/42", "0-2,7", "worker-c",
+		"waiting for retry", "1 (permanent 1)", "nats ops.events by worker-p", "nats: no responders"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stats output lacks %q:\n%s", want, r.stdout)
 		}
