@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -342,4 +343,17 @@ func TestRedriveUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 		t.Errorf("redrive requeued %d and retried %d: the test did not exercise it", requeued.Load(), retried.Load())
 	}
 	checkOrder(t, b.mem.Messages("orders.shipped"), keys, perKey, false)
+}
+
+func TestLoadRetry(t *testing.T) {
+	t.Parallel()
+	r, err := dispatch.LoadRetry(dispatch.MapSource(map[string]string{"MaxAttempts": "4", "Backoff": "250ms"}))
+	if err != nil || r != (relayer.Retry{MaxAttempts: 4, Backoff: 250 * time.Millisecond}) {
+		t.Errorf("LoadRetry = %+v, %v", r, err)
+	}
+	for key, value := range map[string]string{"MaxAttempts": "zero", "Backoff": "1µs", "MaxBackoff": "-1s"} {
+		if _, err := dispatch.LoadRetry(dispatch.MapSource(map[string]string{key: value})); !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), key) {
+			t.Errorf("LoadRetry with %s=%s: %v, want ErrInvalidOptions naming it", key, value, err)
+		}
+	}
 }

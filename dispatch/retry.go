@@ -80,3 +80,21 @@ func jittered(d time.Duration) time.Duration {
 	}
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }
+
+// LoadRetry reads a retry policy, for relayer.Outbox.Retry or a route's, from
+// a configuration source: MaxAttempts, Backoff and MaxBackoff. Missing keys
+// stay zero (the enclosing policy's value).
+func LoadRetry(src Source) (relayer.Retry, error) {
+	var r relayer.Retry
+	l := loader{src: src}
+	l.int("MaxAttempts", &r.MaxAttempts)
+	l.duration("Backoff", &r.Backoff)
+	l.duration("MaxBackoff", &r.MaxBackoff)
+	if l.err != nil {
+		return relayer.Retry{}, l.err
+	}
+	if err := r.Validate(); err != nil {
+		return relayer.Retry{}, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	return r, nil
+}
