@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -19,71 +21,60 @@ import (
 
 // startDatabase opens --database-url or a throwaway cluster.
 func (d *demo) startDatabase(ctx context.Context) error {
-	url := d.flags.databaseURL
+	db, stop, err := openOrStartDB(ctx, d.flags.databaseURL, d.stderr, "demo", 16+2*d.flags.workers)
+	if err != nil {
+		return err
+	}
+	d.db = db
+	d.onCleanup(stop)
+	return nil
+}
+
+// openOrStartDB opens url, or starts a throwaway cluster when url is empty,
+// with a pool of conns connections (writers and workers pin or borrow
+// connections at once). stop closes the pool and stops the cluster.
+func openOrStartDB(ctx context.Context, url string, stderr io.Writer, command string, conns int) (db *sql.DB, stop func(), err error) {
+	var cleanups []func()
+	stop = func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
 	if url == "" {
-		d.logf("starting a throwaway PostgreSQL cluster (use --database-url to bring your own)")
+		fmt.Fprintf(stderr, "relayer %s: starting a throwaway PostgreSQL cluster (use --database-url to bring your own)\n", command)
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		cluster, err := pgcluster.Start(sctx, pgcluster.Options{Install: true,
-			Logf: func(format string, args ...any) { fmt.Fprintf(d.stderr, "postgres: "+format+"\n", args...) }})
+			Logf: func(format string, args ...any) { fmt.Fprintf(stderr, "postgres: "+format+"\n", args...) }})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("start a throwaway PostgreSQL cluster: %w (or pass --database-url)", err)
+			return nil, nil, fmt.Errorf("start a throwaway PostgreSQL cluster: %w (or pass --database-url)", err)
 		}
-		d.onCleanup(func() {
+		cleanups = append(cleanups, func() {
 			if err := cluster.Stop(); err != nil {
-				fmt.Fprintf(d.stderr, "relayer demo: stopping PostgreSQL: %v\n", err)
+				fmt.Fprintf(stderr, "relayer %s: stopping PostgreSQL: %v\n", command, err)
 			}
 		})
 		url = cluster.URL()
 	}
-	db, err := openDB(ctx, url)
+	db, err = openDB(ctx, url)
 	if err != nil {
-		return err
+		stop()
+		return nil, nil, err
 	}
-	// Writers and the runner's workers (dispatch.Runner.Connections) pin or
-	// borrow connections at once.
-	db.SetMaxOpenConns(16 + 2*d.flags.workers)
-	db.SetMaxIdleConns(16 + 2*d.flags.workers)
-	d.db = db
-	d.onCleanup(func() { db.Close() })
-	return nil
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	cleanups = append(cleanups, func() { db.Close() })
+	return db, stop, nil
 }
 
 // startNATS connects to --nats-url or to an embedded JetStream server, and
 // creates the run's stream.
 func (d *demo) startNATS(ctx context.Context) error {
-	url := d.flags.natsURL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "relayer-demo-nats-")
-		if err != nil {
-			return err
-		}
-		d.onCleanup(func() { os.RemoveAll(dir) })
-		s, err := server.NewServer(&server.Options{
-			Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
-		})
-		if err != nil {
-			return fmt.Errorf("embedded NATS server: %w", err)
-		}
-		s.Start()
-		d.onCleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-		if !s.ReadyForConnections(10 * time.Second) {
-			return errors.New("embedded NATS server did not get ready within 10s")
-		}
-		url = s.ClientURL()
-	}
-	nc, err := nats.Connect(url, nats.Name("relayer-demo"), nats.MaxReconnects(0))
-	if err != nil {
-		return fmt.Errorf("--nats-url: %w", err)
-	}
-	d.onCleanup(nc.Close)
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
+	js, stop, err := connectJetStream(d.flags.natsURL, "relayer-demo")
 	if err != nil {
 		return err
 	}
+	d.onCleanup(stop)
 	d.js = js
 	d.stream = "RELAYER_DEMO_" + strings.ToUpper(d.token)
 	prefix := "relayer-demo." + d.token + "."
@@ -101,6 +92,54 @@ func (d *demo) startNATS(ctx context.Context) error {
 		_ = js.DeleteStream(dctx, d.stream)
 	})
 	return nil
+}
+
+// connectJetStream connects to url, or to an embedded JetStream server it
+// starts when url is empty. stop disconnects and stops the server.
+func connectJetStream(url, name string) (js jetstream.JetStream, stop func(), err error) {
+	var cleanups []func()
+	stop = func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	if url == "" {
+		dir, err := os.MkdirTemp("", name+"-nats-")
+		if err != nil {
+			return nil, nil, err
+		}
+		cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+		s, err := server.NewServer(&server.Options{
+			Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("embedded NATS server: %w", err)
+		}
+		s.Start()
+		cleanups = append(cleanups, func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+		if !s.ReadyForConnections(10 * time.Second) {
+			return nil, nil, errors.New("embedded NATS server did not get ready within 10s")
+		}
+		url = s.ClientURL()
+	}
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(0))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--nats-url: %w", err)
+	}
+	cleanups = append(cleanups, nc.Close)
+	js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return nil, nil, err
+	}
+	return js, stop, nil
 }
 
 // ordersTable is the quoted name of the business table.

@@ -25,7 +25,8 @@
 //	relayer schema              print the DDL
 //	relayer migrate             create or upgrade the tables
 //	relayer stats [--json] [--watch]
-//	                            backlog, oldest eligible age, parked, dead, members and lane owners
+//	                            backlog, retries, parked keys, dead letters by reason,
+//	                            paused destinations, members and lane owners
 //	relayer lanes               the current lane assignment by member
 //	relayer dead list           dead letters and why they died (filters: --id, --type,
 //	                            --destination, --key, --reason, --older-than)
@@ -35,6 +36,18 @@
 //	relayer parked list         parked keys: the parked head, its last error, rows waiting
 //	relayer parked retry        release parked keys; each resumes at its head (--key, filters or --all)
 //	relayer parked skip --key K move a key's parked head to the dead letters, breaking its order
+//
+// # Benchmarks
+//
+//	relayer bench [--database-url URL] [--scenario enlist,e2e,latency,drain,ordered] [--quick] [--json]
+//
+// measures, in a schema of its own (dropped afterwards unless --keep): what
+// enlistment costs a business transaction, end-to-end throughput and
+// commit-to-send latency, latency at a fixed rate (--rate), the drain of a
+// backlog (--backlog) through recovery, and ordered dispatch with 1, 2 and 4
+// workers, each counting lost, duplicate and out-of-order messages. Messages
+// go to an in-process sink, or to NATS JetStream with --sink nats. Without
+// --database-url it starts a throwaway PostgreSQL cluster.
 //
 // --database-url defaults to the DATABASE_URL environment variable. Every
 // command has -h with an example.
@@ -83,6 +96,7 @@ func commands() []command {
 		{"lanes", "show the lane assignment by member", runLanes},
 		{"dead", "list, show, requeue or purge dead letters", runDead},
 		{"parked", "list parked keys, retry them or skip their head", runParked},
+		{"bench", "measure enlistment, throughput, latency, drain and ordered dispatch on a database", runBench},
 	}
 }
 

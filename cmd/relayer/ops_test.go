@@ -809,3 +809,53 @@ func TestRedriveUsageAndHelp(t *testing.T) {
 		}
 	}
 }
+
+// relayer bench --quick runs every scenario on the test database and prints a
+// table, or JSON lines, with nothing lost, duplicated or out of order.
+func TestBenchQuick(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	schema := testdb.NewSchema(t) + "_b"
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), []string{"bench", "--database-url", url, "--schema", schema, "--quick", "--producers", "4", "--json"}, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("code %d, stderr:\n%s", code, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 10 {
+		t.Fatalf("%d JSON lines, want 10:\n%s", len(lines), out.String())
+	}
+	for _, l := range lines {
+		var r struct {
+			Scenario   string  `json:"scenario"`
+			Variant    string  `json:"variant"`
+			MsgsPerSec float64 `json:"msgs_per_sec"`
+			Lost       int     `json:"lost"`
+			Duplicates int     `json:"duplicates"`
+			OutOfOrder int     `json:"out_of_order"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		if r.Lost+r.Duplicates+r.OutOfOrder != 0 || (r.Scenario != "enlist" && r.MsgsPerSec <= 0) {
+			t.Errorf("result %+v", r)
+		}
+	}
+	if !strings.Contains(errOut.String(), "step 10/11") {
+		t.Errorf("progress lines missing:\n%s", errOut.String())
+	}
+	// The table form, one scenario, on NATS.
+	out.Reset()
+	errOut.Reset()
+	code = run(t.Context(), []string{"bench", "--database-url", url, "--schema", schema + "2", "--quick", "--scenario", "drain", "--backlog", "2000", "--sink", "nats"}, &out, &errOut)
+	if code != exitOK || !strings.Contains(out.String(), "sink nats") || !strings.Contains(out.String(), "2000 rows") {
+		t.Errorf("code %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	// Bad flags are usage errors naming the flag.
+	for _, args := range [][]string{{"--scenario", "nope"}, {"--producers", "0"}, {"--sink", "kafka-ish"}, {"--schema", "Bad"}} {
+		errOut.Reset()
+		if code := run(t.Context(), append([]string{"bench", "--database-url", url}, args...), &out, &errOut); code != exitUsage {
+			t.Errorf("bench %v: code %d, stderr %q", args, code, errOut.String())
+		}
+	}
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/bench"
+	relayernats "github.com/relayer-go/relayer/transport/nats"
+)
+
+type benchFlags struct {
+	databaseURL, schema, scenarios, sink, natsURL string
+	keep, quick, asJSON                           bool
+	producers, rate, backlog, bodySize            int
+	duration                                      time.Duration
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f benchFlags
+	fs := newFlagSet("bench", `Measures the outbox on a database: what enlistment costs a business
+transaction (0, 1, 10 and 100 messages against the insert alone), end-to-end
+throughput and commit-to-send latency, latency at a fixed rate, the drain of a
+backlog through recovery, and ordered dispatch with 1, 2 and 4 workers. Each
+scenario counts lost, duplicate and out-of-order messages. It works in its own
+schema, dropped at the end unless --keep. Without --database-url it starts a
+throwaway PostgreSQL cluster.`,
+		"relayer bench --database-url postgres://app@db:5432/app --scenario e2e,latency --json", stderr)
+	fs.StringVar(&f.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL; empty: a throwaway cluster)")
+	fs.StringVar(&f.schema, "schema", "", "schema for the run's tables; must not exist (default relayer_bench_<pid>)")
+	fs.BoolVar(&f.keep, "keep", false, "keep the run's schema afterwards")
+	fs.StringVar(&f.scenarios, "scenario", strings.Join(bench.Scenarios, ","), "comma-separated scenarios to run")
+	fs.BoolVar(&f.quick, "quick", false, "run every scenario briefly (1s, a 5,000-row backlog)")
+	fs.BoolVar(&f.asJSON, "json", false, "print the results as JSON, one object per line")
+	fs.StringVar(&f.sink, "sink", "memory", "where messages go: memory (an in-process sink) or nats")
+	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server with JetStream for --sink nats (default: an embedded one)")
+	fs.IntVar(&f.producers, "producers", 8, "goroutines committing transactions, 1 to 64")
+	fs.DurationVar(&f.duration, "duration", 0, "length of each timed scenario (default 10s, 1s with --quick)")
+	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second")
+	fs.IntVar(&f.backlog, "backlog", 0, "the drain scenario's rows (default 200,000, 5,000 with --quick)")
+	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg := bench.Config{Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
+		Rate: f.rate, Backlog: f.backlog, BodySize: f.bodySize}
+	for s := range strings.SplitSeq(f.scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Scenarios = append(cfg.Scenarios, s)
+		}
+	}
+	switch { // zero means a default to the library, not on the command line
+	case f.producers < 1:
+		return usagef("--producers %d: must be 1 to 64", f.producers)
+	case f.rate < 1:
+		return usagef("--rate %d: must be positive", f.rate)
+	case f.duration < 0:
+		return usagef("--duration %s: must be positive", f.duration)
+	case f.backlog < 0:
+		return usagef("--backlog %d: must be positive", f.backlog)
+	}
+	if err := cfg.Validate(); err != nil {
+		return usagef("%s", strings.TrimPrefix(err.Error(), bench.ErrInvalidConfig.Error()+": "))
+	}
+	if f.sink != "memory" && f.sink != "nats" {
+		return usagef("--sink %q: want memory or nats", f.sink)
+	}
+	db, stop, err := openOrStartDB(ctx, f.databaseURL, stderr, "bench", f.producers+24)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	cfg.DB = db
+	if f.sink == "nats" {
+		tr, stopNATS, err := benchNATS(ctx, f.natsURL)
+		if err != nil {
+			return err
+		}
+		defer stopNATS()
+		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "nats", "relayer-bench.events"
+	}
+	steps := newStepper(stderr, benchSteps(cfg.Scenarios))
+	cfg.Progress = steps.step
+	results, err := bench.Run(ctx, cfg)
+	steps.stop()
+	if f.asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, r := range results {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+	} else {
+		printBench(stdout, cfg, results)
+	}
+	return err
+}
+
+// benchSteps is how many progress steps the scenarios report.
+func benchSteps(scenarios []string) int {
+	per := map[string]int{bench.ScenarioEnlist: 4, bench.ScenarioE2E: 1, bench.ScenarioLatency: 1, bench.ScenarioDrain: 2, bench.ScenarioOrdered: 3}
+	if len(scenarios) == 0 {
+		scenarios = bench.Scenarios
+	}
+	n := 0
+	for _, s := range scenarios {
+		n += per[s]
+	}
+	return n
+}
+
+// benchNATS connects to url (or an embedded server), creates a memory
+// stream for the run's subjects, and returns a transport to it.
+func benchNATS(ctx context.Context, url string) (relayer.Transport, func(), error) {
+	js, stop, err := connectJetStream(url, "relayer-bench")
+	if err != nil {
+		return nil, nil, err
+	}
+	stream := fmt.Sprintf("RELAYER_BENCH_%d", os.Getpid())
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(sctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"relayer-bench.>"},
+		Storage: jetstream.MemoryStorage, Duplicates: time.Minute}); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("create JetStream stream %s: %w", stream, err)
+	}
+	tr, err := relayernats.New(js, relayernats.Options{Stream: stream})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return tr, func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(dctx, stream)
+		stop()
+	}, nil
+}
+
+// printBench prints the results as a table.
+func printBench(w io.Writer, cfg bench.Config, results []bench.Result) {
+	fmt.Fprintf(w, "relayer bench: %d producers, %d-byte bodies, sink %s\n\n", max(cfg.Producers, 1), cfg.BodySize, cmp.Or(cfg.TransportName, "in-process"))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tMSG/S\tTX/S\tRATIO\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLOST\tDUP\tOUT OF ORDER\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", r.Scenario, r.Variant,
+			figure(r.MsgsPerSec, "%.0f"), figure(r.TxPerSec, "%.0f"), figure(r.Ratio, "%.2f"), figure(r.Produced, "%.0f"),
+			r.Backlog, latency(r.P50), latency(r.P95), latency(r.P99), r.Lost, r.Duplicates, r.OutOfOrder)
+	}
+	tw.Flush()
+}
+
+func figure(v float64, format string) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func latency(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.Round(10 * time.Microsecond).String()
+}
+
+// stepper shows which step of a run is going: on a terminal a bar redrawn
+// in place, otherwise a line per step.
+type stepper struct {
+	w     io.Writer
+	tty   bool
+	total int
+	start time.Time
+
+	mu   sync.Mutex
+	n    int
+	name string
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newStepper(w io.Writer, total int) *stepper {
+	s := &stepper{w: w, tty: isTerminal(w), total: total, start: time.Now(), done: make(chan struct{})}
+	if s.tty {
+		s.wg.Go(s.loop)
+	}
+	return s
+}
+
+func (s *stepper) step(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	s.name = name
+	if !s.tty {
+		fmt.Fprintf(s.w, "step %d/%d: %s (%s)\n", s.n, s.total, name, time.Since(s.start).Round(time.Second))
+	}
+}
+
+func (s *stepper) loop() {
+	t := time.NewTicker(ttyInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			s.draw()
+			fmt.Fprintln(s.w)
+			return
+		case <-t.C:
+			s.draw()
+		}
+	}
+}
+
+func (s *stepper) draw() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	filled := 0
+	if s.total > 0 {
+		filled = min(barWidth, max(0, s.n-1)*barWidth/s.total)
+	}
+	bar := strings.Repeat("#", filled) + strings.Repeat(".", barWidth-filled)
+	fmt.Fprintf(s.w, "\r[%s] step %d/%d %-50s %s   ", bar, s.n, s.total, s.name, time.Since(s.start).Round(100*time.Millisecond))
+}
+
+func (s *stepper) stop() {
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+	s.wg.Wait()
+}

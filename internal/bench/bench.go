@@ -1,0 +1,263 @@
+// Package bench runs the benchmark scenarios of the relayer command ("relayer
+// bench") against a database the caller names: what enlistment costs a
+// business transaction, end-to-end throughput and latency, the drain of a
+// backlog, and ordered dispatch. Each scenario runs in its own tables of one
+// schema, counts lost, duplicate and out-of-order messages, and returns
+// figures rather than printing them.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Scenario names, in the order Run runs them.
+const (
+	ScenarioEnlist  = "enlist"
+	ScenarioE2E     = "e2e"
+	ScenarioLatency = "latency"
+	ScenarioDrain   = "drain"
+	ScenarioOrdered = "ordered"
+)
+
+// Scenarios lists every scenario, in the order Run runs them.
+var Scenarios = []string{ScenarioEnlist, ScenarioE2E, ScenarioLatency, ScenarioDrain, ScenarioOrdered}
+
+// ErrInvalidConfig is returned for a Config field out of range.
+var ErrInvalidConfig = errors.New("bench: invalid config")
+
+// Config is one benchmark run. Zero fields mean their defaults; Quick
+// shrinks every default so that a whole run takes seconds.
+type Config struct {
+	// DB is the database to run in; it must allow Producers + 12 connections.
+	DB *sql.DB
+	// Schema holds the run's tables, dropped at the end unless Keep is set.
+	// It must not exist yet. Default: relayer_bench_<pid>.
+	Schema string
+	Keep   bool
+	// Scenarios to run, from [Scenarios]. Default: all.
+	Scenarios []string
+	// Quick runs every scenario briefly, for smoke tests.
+	Quick bool
+	// Transport delivers the messages; nil means an in-process sink that
+	// accepts everything at once. TransportName names it in the report.
+	Transport     relayer.Transport
+	TransportName string
+	// Destination is the broker destination (subject, topic, exchange) the
+	// run sends to. Default: "relayer.bench".
+	Destination string
+	// Producers is how many goroutines commit transactions, 1 to 64.
+	// Default: 8.
+	Producers int
+	// Duration is how long each timed scenario runs. Default: 10s (Quick:
+	// 1s).
+	Duration time.Duration
+	// Rate is the latency scenario's total messages per second. Default:
+	// 2,000.
+	Rate int
+	// Backlog is the drain scenario's pre-filled rows. Default: 200,000
+	// (Quick: 5,000).
+	Backlog int
+	// BodySize is each message body's size in bytes, 16 to 1 MiB. Default:
+	// 256.
+	BodySize int
+	// Progress, when set, is told which step runs, as it starts.
+	Progress func(step string)
+}
+
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = fmt.Sprintf("relayer_bench_%d", os.Getpid())
+	}
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = Scenarios
+	}
+	if c.TransportName == "" {
+		c.TransportName = "in-process"
+	}
+	if c.Destination == "" {
+		c.Destination = "relayer.bench"
+	}
+	if c.Producers == 0 {
+		c.Producers = 8
+	}
+	if c.Duration == 0 {
+		c.Duration = 10 * time.Second
+		if c.Quick {
+			c.Duration = time.Second
+		}
+	}
+	if c.Rate == 0 {
+		c.Rate = 2000
+	}
+	if c.Backlog == 0 {
+		c.Backlog = 200_000
+		if c.Quick {
+			c.Backlog = 5000
+		}
+	}
+	if c.BodySize == 0 {
+		c.BodySize = 256
+	}
+	if c.Progress == nil {
+		c.Progress = func(string) {}
+	}
+	return c
+}
+
+// Validate reports the first field out of range. It does not look at DB,
+// which Run needs.
+func (c Config) Validate() error {
+	d := c.withDefaults()
+	switch {
+	case !schemaPattern.MatchString(d.Schema) || len(d.Schema) > store.SchemaMaxLen:
+		return fmt.Errorf("%w: Schema %q must match [a-z_][a-z0-9_]* and be at most %d bytes", ErrInvalidConfig, d.Schema, store.SchemaMaxLen)
+	case d.Producers < 1 || d.Producers > 64:
+		return fmt.Errorf("%w: Producers must be 1 to 64, got %d", ErrInvalidConfig, c.Producers)
+	case d.Duration < 100*time.Millisecond:
+		return fmt.Errorf("%w: Duration must be at least 100ms, got %s", ErrInvalidConfig, c.Duration)
+	case d.Rate < 1 || d.Rate > 1_000_000:
+		return fmt.Errorf("%w: Rate must be 1 to 1,000,000 msg/s, got %d", ErrInvalidConfig, c.Rate)
+	case d.Backlog < 1 || d.Backlog > 10_000_000:
+		return fmt.Errorf("%w: Backlog must be 1 to 10,000,000, got %d", ErrInvalidConfig, c.Backlog)
+	case d.BodySize < 16 || d.BodySize > 1<<20:
+		return fmt.Errorf("%w: BodySize must be 16 to 1 MiB, got %d", ErrInvalidConfig, c.BodySize)
+	}
+	for _, s := range d.Scenarios {
+		if !slices.Contains(Scenarios, s) {
+			return fmt.Errorf("%w: unknown scenario %q (want one of %v)", ErrInvalidConfig, s, Scenarios)
+		}
+	}
+	return nil
+}
+
+// Result is one measured variant of a scenario.
+type Result struct {
+	Scenario string `json:"scenario"`
+	// Variant says what was measured, such as "10 per tx" or "4 workers".
+	Variant string `json:"variant"`
+	// MsgsPerSec is the messages committed (enlist) or delivered per second.
+	MsgsPerSec float64 `json:"msgs_per_sec,omitempty"`
+	// TxPerSec is the transactions committed per second (enlist).
+	TxPerSec float64 `json:"tx_per_sec,omitempty"`
+	// Ratio is the enlist scenario's transactions per second against the
+	// business insert alone.
+	Ratio float64 `json:"ratio,omitempty"`
+	// Produced is the messages committed per second (e2e).
+	Produced float64 `json:"produced_per_sec,omitempty"`
+	// Backlog is the rows left in the outbox when the timed part ended.
+	Backlog int64 `json:"backlog"`
+	// P50, P95 and P99 are commit-to-send latencies.
+	P50 time.Duration `json:"p50_ns,omitempty"`
+	P95 time.Duration `json:"p95_ns,omitempty"`
+	P99 time.Duration `json:"p99_ns,omitempty"`
+	// Lost, Duplicates and OutOfOrder count committed messages never
+	// delivered, deliveries beyond the first, and first deliveries of a key
+	// that came before an earlier message of that key.
+	Lost       int `json:"lost"`
+	Duplicates int `json:"duplicates"`
+	OutOfOrder int `json:"out_of_order"`
+	// Elapsed is the scenario variant's measured time.
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Run runs cfg's scenarios in order and returns their results. It creates
+// the schema first and drops it at the end unless cfg.Keep is set. ctx
+// cancels the run.
+func Run(ctx context.Context, cfg Config) (results []Result, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.DB == nil {
+		return nil, fmt.Errorf("%w: DB is nil", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	r := &runner{cfg: cfg}
+	if err := r.createSchema(ctx); err != nil {
+		return nil, err
+	}
+	if !cfg.Keep {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if _, derr := cfg.DB.ExecContext(cctx, `DROP SCHEMA `+r.schema()+` CASCADE`); derr != nil {
+				err = errors.Join(err, fmt.Errorf("bench: drop schema %s: %w", cfg.Schema, derr))
+			}
+		}()
+	}
+	steps := map[string]func(context.Context) ([]Result, error){
+		ScenarioEnlist: r.enlist, ScenarioE2E: r.endToEnd, ScenarioLatency: r.latency,
+		ScenarioDrain: r.drain, ScenarioOrdered: r.ordered,
+	}
+	for _, s := range Scenarios {
+		if !slices.Contains(cfg.Scenarios, s) {
+			continue
+		}
+		res, err := steps[s](ctx)
+		results = append(results, res...)
+		if err != nil {
+			return results, fmt.Errorf("bench: %s: %w", s, err)
+		}
+	}
+	return results, nil
+}
+
+// runner is one Run's state.
+type runner struct {
+	cfg  Config
+	next int // the next table prefix number
+}
+
+func (r *runner) schema() string { return pgx.Identifier{r.cfg.Schema}.Sanitize() }
+
+func (r *runner) createSchema(ctx context.Context) error {
+	var exists bool
+	if err := r.cfg.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, r.cfg.Schema).Scan(&exists); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if exists {
+		return fmt.Errorf("%w: schema %q exists; name a new one, or drop it", ErrInvalidConfig, r.cfg.Schema)
+	}
+	_, err := r.cfg.DB.ExecContext(ctx, `CREATE SCHEMA `+r.schema())
+	return err
+}
+
+// fresh returns a new outbox in the run's schema, migrated, with a business
+// table (<prefix>orders) beside it, routing "bench.event" (unordered) and
+// "bench.ordered" (ordered) to the run's transport and destination.
+func (r *runner) fresh(ctx context.Context, sink relayer.Transport) (relayer.Outbox, error) {
+	r.next++
+	prefix := fmt.Sprintf("b%d_", r.next)
+	routes := &relayer.Routes{}
+	if err := routes.Add(eventType, relayer.Route{Transport: "bench", Destination: r.cfg.Destination}); err != nil {
+		return relayer.Outbox{}, err
+	}
+	if err := routes.Add(orderedType, relayer.Route{Transport: "bench", Destination: r.cfg.Destination, Ordered: true}); err != nil {
+		return relayer.Outbox{}, err
+	}
+	outbox := relayer.Outbox{Schema: r.cfg.Schema, TablePrefix: prefix, Routes: routes,
+		Transports: map[string]relayer.Transport{"bench": sink}, Serializer: raw{}}
+	if _, err := store.Migrate(ctx, r.cfg.DB, store.OptionsOf(outbox)); err != nil {
+		return relayer.Outbox{}, err
+	}
+	_, err := r.cfg.DB.ExecContext(ctx, `CREATE TABLE `+r.orders(outbox)+` (id bigserial PRIMARY KEY, note text NOT NULL)`)
+	return outbox, err
+}
+
+// orders is the business table of an outbox made by fresh.
+func (r *runner) orders(o relayer.Outbox) string {
+	return pgx.Identifier{o.Schema, o.TablePrefix + "orders"}.Sanitize()
+}

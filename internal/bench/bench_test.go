@@ -1,0 +1,68 @@
+package bench_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/relayer-go/relayer/internal/bench"
+	"github.com/relayer-go/relayer/internal/testdb"
+)
+
+// A quick run of every scenario gives figures for each, loses, duplicates
+// and reorders nothing, and leaves no schema behind.
+func TestQuickRun(t *testing.T) {
+	db := testdb.Open(t, "pgx")
+	db.SetMaxOpenConns(40)
+	schema := testdb.NewSchema(t)
+	var steps []string
+	results, err := bench.Run(context.Background(), bench.Config{DB: db, Schema: schema + "_bench", Quick: true, Producers: 4,
+		Progress: func(s string) { steps = append(steps, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{bench.ScenarioEnlist: 4, bench.ScenarioE2E: 1, bench.ScenarioLatency: 1, bench.ScenarioDrain: 1, bench.ScenarioOrdered: 3}
+	got := map[string]int{}
+	for _, r := range results {
+		t.Logf("%-8s %-22s %9.0f msg/s %8.0f tx/s ratio %.2f produced %.0f backlog %d p50 %s p99 %s lost %d dup %d ooo %d",
+			r.Scenario, r.Variant, r.MsgsPerSec, r.TxPerSec, r.Ratio, r.Produced, r.Backlog, r.P50, r.P99, r.Lost, r.Duplicates, r.OutOfOrder)
+		got[r.Scenario]++
+		if r.Lost != 0 || r.Duplicates != 0 || r.OutOfOrder != 0 {
+			t.Errorf("%s %s: %d lost, %d duplicates, %d out of order", r.Scenario, r.Variant, r.Lost, r.Duplicates, r.OutOfOrder)
+		}
+		if r.Scenario != bench.ScenarioEnlist && r.MsgsPerSec <= 0 {
+			t.Errorf("%s %s: no throughput", r.Scenario, r.Variant)
+		}
+		if (r.Scenario == bench.ScenarioE2E || r.Scenario == bench.ScenarioLatency) && (r.P50 <= 0 || r.P99 < r.P50) {
+			t.Errorf("%s: latencies p50 %s p99 %s", r.Scenario, r.P50, r.P99)
+		}
+	}
+	for s, n := range want {
+		if got[s] != n {
+			t.Errorf("%d results of %s, want %d", got[s], s, n)
+		}
+	}
+	if len(steps) == 0 || !strings.HasPrefix(steps[0], "enlist") {
+		t.Errorf("progress steps = %q", steps)
+	}
+	var exists bool
+	if err := db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema+"_bench").Scan(&exists); err != nil || exists {
+		t.Errorf("schema left behind: %v, %v", exists, err)
+	}
+}
+
+func TestConfigIsValidated(t *testing.T) {
+	db := testdb.Open(t, "pgx")
+	for _, c := range []bench.Config{
+		{},
+		{DB: db, Schema: "Bad-Name"},
+		{DB: db, Producers: 65},
+		{DB: db, Scenarios: []string{"nope"}},
+		{DB: db, BodySize: 8},
+	} {
+		if _, err := bench.Run(context.Background(), c); !errors.Is(err, bench.ErrInvalidConfig) {
+			t.Errorf("Run(%+v) = %v, want ErrInvalidConfig", c, err)
+		}
+	}
+}

@@ -1,0 +1,350 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/store"
+)
+
+// quiet discards the workers' logs: a run reports figures.
+var quiet = slog.New(slog.DiscardHandler)
+
+// stamper is a commit listener that notes when each row committed, then
+// hands the rows on.
+type stamper struct {
+	next    enlist.CommitListener
+	mu      sync.Mutex
+	commits []committed
+}
+
+func (s *stamper) StoreOptions() store.Options { return s.next.StoreOptions() }
+
+func (s *stamper) Committed(rows []relayer.Message) error {
+	now := time.Now()
+	s.mu.Lock()
+	for i := range rows {
+		s.commits = append(s.commits, committed{id: rows[i].ID, at: now})
+	}
+	s.mu.Unlock()
+	return s.next.Committed(rows)
+}
+
+// produce runs the run's producers until stop closes (or, with perTx 0, the
+// business insert alone), each committing transactions of perTx messages
+// with one business row, paced to one transaction per every (0: as fast as
+// it can). It returns the transactions committed.
+func (r *runner) produce(ctx context.Context, w *enlist.Writer, outbox relayer.Outbox, perTx int, every time.Duration, stop <-chan struct{}) (int64, error) {
+	var txs atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, r.cfg.Producers)
+	insert := `INSERT INTO ` + r.orders(outbox) + ` (note) VALUES ($1)`
+	body := newPayload(r.cfg.BodySize, 0, false)
+	for p := range r.cfg.Producers {
+		wg.Go(func() {
+			var tick *time.Ticker
+			if every > 0 {
+				time.Sleep(every * time.Duration(p) / time.Duration(r.cfg.Producers)) // spread the producers out
+				tick = time.NewTicker(every)
+				defer tick.Stop()
+			}
+			msgs := make([]relayer.Outgoing, perTx)
+			for i := range msgs {
+				msgs[i] = relayer.NewOutgoing(body, relayer.Header("bench-producer", []byte(strconv.Itoa(p))),
+					relayer.Header("bench-run", []byte(r.cfg.Schema)), relayer.Header("traceparent", []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")))
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				if tick != nil {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+				}
+				err := w.RunInTx(ctx, r.cfg.DB, nil, func(tx *enlist.Tx) error {
+					if _, err := tx.ExecContext(ctx, insert, "order"); err != nil {
+						return err
+					}
+					return tx.PublishAll(ctx, msgs...)
+				})
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				txs.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return txs.Load(), <-errs
+}
+
+// timed runs f until the scenario's duration has passed, then closes stop and
+// returns the time it ran.
+func (r *runner) timed(ctx context.Context, f func(stop <-chan struct{}) error) (time.Duration, error) {
+	stop := make(chan struct{})
+	start := time.Now()
+	timer := time.AfterFunc(r.cfg.Duration, func() { close(stop) })
+	defer timer.Stop()
+	err := f(stop)
+	return time.Since(start), err
+}
+
+// enlist measures transactions per second with 0 (the business insert
+// alone), 1, 10 and 100 messages each, without dispatch.
+func (r *runner) enlist(ctx context.Context) ([]Result, error) {
+	var results []Result
+	var base float64
+	for _, perTx := range []int{0, 1, 10, 100} {
+		r.cfg.Progress(fmt.Sprintf("%s: %d messages per transaction", ScenarioEnlist, perTx))
+		outbox, err := r.fresh(ctx, &sink{})
+		if err != nil {
+			return results, err
+		}
+		w, err := enlist.NewWriter(outbox, enlist.Options{Logger: quiet})
+		if err != nil {
+			return results, err
+		}
+		var txs int64
+		elapsed, err := r.timed(ctx, func(stop <-chan struct{}) (err error) {
+			txs, err = r.produce(ctx, w, outbox, perTx, 0, stop)
+			return err
+		})
+		if err != nil {
+			return results, err
+		}
+		res := Result{Scenario: ScenarioEnlist, Variant: fmt.Sprintf("%d per tx", perTx), Elapsed: elapsed,
+			TxPerSec: float64(txs) / elapsed.Seconds(), MsgsPerSec: float64(txs*int64(perTx)) / elapsed.Seconds()}
+		if perTx == 0 {
+			res.Variant = "business insert alone"
+			base = res.TxPerSec
+		}
+		if base > 0 {
+			res.Ratio = res.TxPerSec / base
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// dispatched runs producers of perTx messages per transaction, paced to one
+// transaction per every per producer (0: as fast as they can), against a
+// runner for the scenario's duration, then waits for the backlog to drain
+// and checks what arrived.
+func (r *runner) dispatched(ctx context.Context, scenario, variant string, perTx int, every time.Duration) (Result, error) {
+	r.cfg.Progress(fmt.Sprintf("%s: %s", scenario, variant))
+	sk := &sink{next: r.cfg.Transport}
+	outbox, err := r.fresh(ctx, sk)
+	if err != nil {
+		return Result{}, err
+	}
+	runner, err := dispatch.NewRunner(r.cfg.DB, outbox, dispatch.RunnerOptions{DisableCleanup: true, DisableOrdered: true, Logger: quiet})
+	if err != nil {
+		return Result{}, err
+	}
+	st := &stamper{next: runner}
+	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: st, Logger: quiet})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := runner.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	defer runner.Stop(context.WithoutCancel(ctx))
+	var txs int64
+	elapsed, err := r.timed(ctx, func(stop <-chan struct{}) (err error) {
+		txs, err = r.produce(ctx, w, outbox, perTx, every, stop)
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	delivered := sk.count.Load()
+	backlog, err := r.outboxRows(ctx, outbox)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := sk.wait(ctx, txs*int64(perTx), 2*time.Minute); err != nil {
+		return Result{}, err
+	}
+	res := Result{Scenario: scenario, Variant: variant, Elapsed: elapsed, Backlog: backlog,
+		Produced: float64(txs*int64(perTx)) / elapsed.Seconds(), MsgsPerSec: float64(delivered) / elapsed.Seconds()}
+	st.mu.Lock()
+	commits := st.commits
+	st.mu.Unlock()
+	var latencies []time.Duration
+	res.Lost, res.Duplicates, res.OutOfOrder, latencies = sk.check(commits)
+	res.withLatencies(latencies)
+	return res, nil
+}
+
+// endToEnd is producers committing 10 messages per transaction as fast as
+// they can, with dispatch running.
+func (r *runner) endToEnd(ctx context.Context) ([]Result, error) {
+	res, err := r.dispatched(ctx, ScenarioE2E, "10 per tx", 10, 0)
+	return []Result{res}, err
+}
+
+// latency is single-message transactions at the configured total rate.
+func (r *runner) latency(ctx context.Context) ([]Result, error) {
+	every := time.Duration(float64(time.Second) * float64(r.cfg.Producers) / float64(r.cfg.Rate))
+	res, err := r.dispatched(ctx, ScenarioLatency, fmt.Sprintf("%d msg/s", r.cfg.Rate), 1, every)
+	return []Result{res}, err
+}
+
+// outboxRows counts the rows of an outbox.
+func (r *runner) outboxRows(ctx context.Context, outbox relayer.Outbox) (int64, error) {
+	st, err := store.New(r.cfg.DB, store.OptionsOf(outbox))
+	if err != nil {
+		return 0, err
+	}
+	s, err := st.Stats(ctx, time.Now())
+	return s.Eligible + s.Scheduled + s.Claimed + s.Retrying + s.Parked, err
+}
+
+// fill writes n messages to the outbox without dispatch, 1,000 per
+// statement, ordered ones over keys when keys > 0 (numbered per key), and
+// returns them as committed.
+func (r *runner) fill(ctx context.Context, outbox relayer.Outbox, n, keys int) ([]committed, error) {
+	w, err := enlist.NewWriter(outbox, enlist.Options{Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	seq := make([]int, keys)
+	commits := make([]committed, 0, n)
+	for start := 0; start < n; start += 1000 {
+		msgs := make([]relayer.Outgoing, min(1000, n-start))
+		for i := range msgs {
+			if keys == 0 {
+				msgs[i] = relayer.NewOutgoing(newPayload(r.cfg.BodySize, 0, false), relayer.WithID(uuid.Must(relayer.NewID())))
+				continue
+			}
+			k := (start + i) % keys
+			seq[k]++
+			msgs[i] = relayer.NewOutgoing(newPayload(r.cfg.BodySize, seq[k], true),
+				relayer.Key("key-"+strconv.Itoa(k)), relayer.WithID(uuid.Must(relayer.NewID())))
+		}
+		if err := w.RunInTx(ctx, r.cfg.DB, nil, func(tx *enlist.Tx) error { return tx.PublishAll(ctx, msgs...) }); err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			commits = append(commits, committed{id: m.ID})
+		}
+	}
+	_, err = r.cfg.DB.ExecContext(ctx, `ANALYZE `+r.schema()+`.`+quoteIdent(outbox.TablePrefix+"outbox"))
+	return commits, err
+}
+
+func quoteIdent(s string) string { return `"` + s + `"` }
+
+// drain pre-fills the backlog, then measures recovery delivering it.
+func (r *runner) drain(ctx context.Context) ([]Result, error) {
+	r.cfg.Progress(fmt.Sprintf("%s: filling %d rows", ScenarioDrain, r.cfg.Backlog))
+	sk := &sink{next: r.cfg.Transport}
+	outbox, err := r.fresh(ctx, sk)
+	if err != nil {
+		return nil, err
+	}
+	commits, err := r.fill(ctx, outbox, r.cfg.Backlog, 0)
+	if err != nil {
+		return nil, err
+	}
+	r.cfg.Progress(fmt.Sprintf("%s: %d rows through recovery", ScenarioDrain, r.cfg.Backlog))
+	rec, err := dispatch.NewRecovery(r.cfg.DB, outbox, dispatch.RecoveryOptions{MinAge: time.Nanosecond, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.deliverBacklog(ctx, sk, commits, rec.Start, rec.Stop)
+	res.Scenario, res.Variant = ScenarioDrain, fmt.Sprintf("%d rows", r.cfg.Backlog)
+	return []Result{res}, err
+}
+
+// deliverBacklog starts a worker on a filled outbox, times it until every
+// committed message arrived, stops it and checks what arrived.
+func (r *runner) deliverBacklog(ctx context.Context, sk *sink, commits []committed, start, stop func(context.Context) error) (Result, error) {
+	begin := time.Now()
+	if err := start(ctx); err != nil {
+		return Result{}, err
+	}
+	waitErr := sk.wait(ctx, int64(len(commits)), 10*time.Minute)
+	elapsed := time.Since(begin)
+	if err := errors.Join(waitErr, stop(context.WithoutCancel(ctx))); err != nil {
+		return Result{}, err
+	}
+	res := Result{Elapsed: elapsed, MsgsPerSec: float64(len(commits)) / elapsed.Seconds()}
+	res.Lost, res.Duplicates, res.OutOfOrder, _ = sk.check(commits)
+	return res, nil
+}
+
+// ordered delivers a backlog of ordered messages over 1,000 keys and 32
+// lanes with 1, 2 and 4 ordered workers, checking per-key order.
+func (r *runner) ordered(ctx context.Context) ([]Result, error) {
+	n := 20_000
+	if r.cfg.Quick {
+		n = 2000
+	}
+	var results []Result
+	for _, workers := range []int{1, 2, 4} {
+		r.cfg.Progress(fmt.Sprintf("%s: %d rows, %d workers", ScenarioOrdered, n, workers))
+		sk := &sink{next: r.cfg.Transport}
+		outbox, err := r.fresh(ctx, sk)
+		if err != nil {
+			return results, err
+		}
+		commits, err := r.fill(ctx, outbox, n, 1000)
+		if err != nil {
+			return results, err
+		}
+		var ws []*dispatch.Ordered
+		for i := range workers {
+			o, err := dispatch.NewOrdered(r.cfg.DB, outbox, dispatch.OrderedOptions{Name: fmt.Sprintf("bench-%d", i), Logger: quiet})
+			if err != nil {
+				return results, err
+			}
+			ws = append(ws, o)
+		}
+		startAll := func(ctx context.Context) error {
+			for _, o := range ws {
+				if err := o.Start(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		stopAll := func(ctx context.Context) error {
+			var err error
+			for _, o := range ws {
+				err = errors.Join(err, o.Stop(ctx))
+			}
+			return err
+		}
+		res, err := r.deliverBacklog(ctx, sk, commits, startAll, stopAll)
+		res.Scenario, res.Variant = ScenarioOrdered, fmt.Sprintf("%d workers", workers)
+		results = append(results, res)
+		if err != nil {
+			return results, err
+		}
+	}
+	return results, nil
+}

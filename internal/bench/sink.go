@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+)
+
+// Message types the runs publish.
+const (
+	eventType   = "bench.event"
+	orderedType = "bench.ordered"
+)
+
+// event and orderedEvent are message bodies: the first 8 bytes a sequence
+// number (per key, for ordered messages), the rest padding. Each names its
+// own type, since a type's name must not depend on the value.
+type (
+	event        struct{ body []byte }
+	orderedEvent struct{ body []byte }
+)
+
+func (event) MessageType() string        { return eventType }
+func (orderedEvent) MessageType() string { return orderedType }
+
+// newPayload returns a message value of size bytes numbered seq.
+func newPayload(size int, seq int, ordered bool) any {
+	b := make([]byte, size)
+	binary.BigEndian.PutUint64(b, uint64(seq))
+	for i := 8; i < size; i++ {
+		b[i] = 'a' + byte(i%26)
+	}
+	if ordered {
+		return orderedEvent{b}
+	}
+	return event{b}
+}
+
+// raw stores a message's bytes as they are: the run measures the outbox, not
+// a serializer.
+type raw struct{}
+
+func (raw) ContentType() string { return "application/octet-stream" }
+
+func (raw) Marshal(v any) ([]byte, error) {
+	switch p := v.(type) {
+	case event:
+		return p.body, nil
+	case orderedEvent:
+		return p.body, nil
+	}
+	return nil, fmt.Errorf("bench: cannot marshal %T", v)
+}
+
+func (raw) Unmarshal(data []byte, v any) error {
+	return fmt.Errorf("bench: unmarshal is not supported")
+}
+
+// delivery is one message the sink was handed and the transport accepted.
+type delivery struct {
+	id  uuid.UUID
+	at  time.Time
+	key string
+	seq uint64
+}
+
+// sink records every delivery, then hands the message on to next, if any
+// (a broker), counting it only once next accepted it.
+type sink struct {
+	next relayer.Transport
+
+	mu         sync.Mutex
+	deliveries []delivery
+	count      atomic.Int64
+}
+
+func (s *sink) Capabilities(ctx context.Context, destination string) (relayer.Capabilities, error) {
+	if s.next != nil {
+		return s.next.Capabilities(ctx, destination)
+	}
+	return relayer.Capabilities{MaxBatchSize: 1000, OrderedByKey: true}, nil
+}
+
+func (s *sink) Send(ctx context.Context, m *relayer.Message) error {
+	if s.next != nil {
+		if err := s.next.Send(ctx, m); err != nil {
+			return err
+		}
+	}
+	s.record(time.Now(), m)
+	return nil
+}
+
+func (s *sink) SendBatch(ctx context.Context, ms []*relayer.Message) error {
+	if s.next != nil {
+		err := s.next.SendBatch(ctx, ms)
+		if be, ok := err.(*relayer.BatchError); ok && len(be.Errs) == len(ms) {
+			now := time.Now()
+			for i, m := range ms {
+				if be.Errs[i] == nil {
+					s.record(now, m)
+				}
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.record(time.Now(), ms...)
+	return nil
+}
+
+func (s *sink) record(at time.Time, ms ...*relayer.Message) {
+	s.mu.Lock()
+	for _, m := range ms {
+		var seq uint64
+		if len(m.Body) >= 8 {
+			seq = binary.BigEndian.Uint64(m.Body)
+		}
+		s.deliveries = append(s.deliveries, delivery{id: m.ID, at: at, key: m.Key, seq: seq})
+	}
+	s.mu.Unlock()
+	s.count.Add(int64(len(ms)))
+}
+
+// wait blocks until the sink holds n deliveries, ctx ends or limit passes.
+func (s *sink) wait(ctx context.Context, n int64, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for s.count.Load() < n {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d messages delivered after %s", s.count.Load(), n, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// committed is a message a producer committed, and when its commit returned.
+type committed struct {
+	id uuid.UUID
+	at time.Time
+}
+
+// check compares what committed with what the sink holds: messages never
+// delivered, deliveries beyond the first, and first deliveries of a key whose
+// sequence number is not one more than the key's last. It returns the
+// commit-to-send latency of each first delivery of a committed message.
+func (s *sink) check(commits []committed) (lost, dups, outOfOrder int, latencies []time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := make(map[uuid.UUID]time.Time, len(s.deliveries))
+	last := map[string]uint64{}
+	for _, d := range s.deliveries {
+		if _, seen := first[d.id]; seen {
+			dups++
+			continue
+		}
+		first[d.id] = d.at
+		if d.key != "" {
+			if d.seq != last[d.key]+1 {
+				outOfOrder++
+			}
+			last[d.key] = d.seq
+		}
+	}
+	latencies = make([]time.Duration, 0, len(commits))
+	for _, c := range commits {
+		at, ok := first[c.id]
+		if !ok {
+			lost++
+			continue
+		}
+		if !c.at.IsZero() {
+			latencies = append(latencies, max(0, at.Sub(c.at)))
+		}
+	}
+	return lost, dups, outOfOrder, latencies
+}
+
+// percentile returns the p-th percentile (0 to 100) of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p / 100)
+	return sorted[i]
+}
+
+// withLatencies sets r's percentiles from latencies, sorting them.
+func (r *Result) withLatencies(latencies []time.Duration) {
+	slices.Sort(latencies)
+	r.P50, r.P95, r.P99 = percentile(latencies, 50), percentile(latencies, 95), percentile(latencies, 99)
+}
