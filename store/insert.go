@@ -23,8 +23,8 @@ func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	if len(msgs) == 1 {
-		return s.insertOne(ctx, &msgs[0])
+	if len(msgs) <= insertValuesMax {
+		return s.insertValues(ctx, msgs)
 	}
 	var cols columnArrays
 	now := time.Now()
@@ -89,29 +89,39 @@ func (c *columnArrays) args() []any {
 		c.keys.String(), c.lanes.String(), c.created.String(), c.deliver.String(), c.parents.String(), c.states.String()}
 }
 
-func (s *Store) insertOne(ctx context.Context, m *relayer.Message) error {
-	if err := validateMessage(m); err != nil {
-		return fmt.Errorf("%w: message 0 (id %s): %w", ErrInvalidMessage, m.ID, err)
+// insertValues writes up to insertValuesMax messages with one VALUES list of
+// plain parameters.
+func (s *Store) insertValues(ctx context.Context, msgs []relayer.Message) error {
+	args := make([]any, 0, len(msgs)*insertColumns)
+	now := time.Now()
+	var hbuf []byte
+	for i := range msgs {
+		m := &msgs[i]
+		if err := validateMessage(m); err != nil {
+			return fmt.Errorf("%w: message %d (id %s): %w", ErrInvalidMessage, i, m.ID, err)
+		}
+		start := len(hbuf)
+		var err error
+		if hbuf, err = headers.Append(hbuf, m.Headers); err != nil {
+			return fmt.Errorf("%w: message %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
+		}
+		created := m.CreatedAt
+		if created.IsZero() {
+			created = now
+		}
+		body := m.Body
+		if body == nil {
+			body = []byte{} // NULL would violate NOT NULL; an empty body is a body
+		}
+		args = append(args, m.ID, m.Type, m.Transport, m.Destination, body, hbuf[start:len(hbuf):len(hbuf)],
+			sql.NullString{String: m.Key, Valid: m.Key != ""},
+			sql.NullInt32{Int32: int32(m.Lane), Valid: m.Ordered},
+			pgTime(created),
+			sql.NullTime{Time: pgTime(m.DeliverAt), Valid: !m.DeliverAt.IsZero()},
+			sql.NullString{String: m.TraceParent, Valid: m.TraceParent != ""},
+			sql.NullString{String: m.TraceState, Valid: m.TraceState != ""})
 	}
-	hdrs, err := headers.Encode(m.Headers)
-	if err != nil {
-		return fmt.Errorf("%w: message 0 (id %s): headers: %w", ErrInvalidMessage, m.ID, err)
-	}
-	created := m.CreatedAt
-	if created.IsZero() {
-		created = time.Now()
-	}
-	body := m.Body
-	if body == nil {
-		body = []byte{} // NULL would violate NOT NULL; an empty body is a body
-	}
-	_, err = s.db.ExecContext(ctx, s.q.insertOne, m.ID, m.Type, m.Transport, m.Destination, body, hdrs,
-		sql.NullString{String: m.Key, Valid: m.Key != ""},
-		sql.NullInt32{Int32: int32(m.Lane), Valid: m.Ordered},
-		pgTime(created),
-		sql.NullTime{Time: pgTime(m.DeliverAt), Valid: !m.DeliverAt.IsZero()},
-		sql.NullString{String: m.TraceParent, Valid: m.TraceParent != ""},
-		sql.NullString{String: m.TraceState, Valid: m.TraceState != ""})
+	_, err := s.db.ExecContext(ctx, s.q.insertValues[len(msgs)], args...)
 	return wrap(ctx, "insert", err)
 }
 

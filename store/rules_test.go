@@ -21,17 +21,19 @@ const us = time.Microsecond
 
 // TestInsertPreservesEveryField covers both insert statements: one row, and
 // several rows in one statement.
+// Every field survives each way Insert writes: one row, a VALUES list
+// (2 to 128 rows) and unnested arrays (more).
 func TestInsertPreservesEveryField(t *testing.T) {
 	t.Parallel()
-	for _, batched := range []bool{false, true} {
-		t.Run(map[bool]string{false: "one", true: "batch"}[batched], func(t *testing.T) {
+	for _, mode := range []string{"one", "values", "unnest"} {
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			testInsertPreservesEveryField(t, batched)
+			testInsertPreservesEveryField(t, mode)
 		})
 	}
 }
 
-func testInsertPreservesEveryField(t *testing.T, batched bool) {
+func testInsertPreservesEveryField(t *testing.T, mode string) {
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		m := b.unordered(t)
 		m.Body = []byte{0, 1, 2, 0xff, '"', '\\', '{', '}', ','}
@@ -50,11 +52,18 @@ func testInsertPreservesEveryField(t *testing.T, batched bool) {
 		empty := b.unordered(t)
 		empty.Body = nil
 		empty.Headers = nil
-		if batched {
-			b.insert(t, m, empty)
-		} else {
+		switch mode {
+		case "one":
 			b.insert(t, m)
 			b.insert(t, empty)
+		case "values":
+			b.insert(t, m, empty)
+		default: // ordered fillers past the VALUES limit, which the unordered read leaves out
+			msgs := []relayer.Message{m, empty}
+			for i := range 150 {
+				msgs = append(msgs, b.ordered(t, fmt.Sprintf("filler-%d", i), 8))
+			}
+			b.insert(t, msgs...)
 		}
 
 		rows := b.readUnordered(t, b.t0)
