@@ -22,7 +22,7 @@ import (
 type benchFlags struct {
 	databaseURL, schema, scenarios, sink, natsURL string
 	keep, quick, asJSON                           bool
-	producers, rate, backlog, bodySize            int
+	producers, rate, backlog, bodySize, rounds    int
 	duration                                      time.Duration
 }
 
@@ -49,11 +49,12 @@ throwaway PostgreSQL cluster.`,
 	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second")
 	fs.IntVar(&f.backlog, "backlog", 0, "the drain scenario's rows (default 200,000, 5,000 with --quick)")
 	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
+	fs.IntVar(&f.rounds, "rounds", 0, "rounds of the enlist scenario, alternating Relayer and the hand-written loop; medians are reported (default 3, 1 with --quick)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	cfg := bench.Config{Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
-		Rate: f.rate, Backlog: f.backlog, BodySize: f.bodySize}
+		Rate: f.rate, Backlog: f.backlog, BodySize: f.bodySize, Rounds: f.rounds}
 	for s := range strings.SplitSeq(f.scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Scenarios = append(cfg.Scenarios, s)
@@ -66,6 +67,8 @@ throwaway PostgreSQL cluster.`,
 		return usagef("--rate %d: must be positive", f.rate)
 	case f.duration < 0:
 		return usagef("--duration %s: must be positive", f.duration)
+	case f.rounds < 0:
+		return usagef("--rounds %d: must be 1 to 20", f.rounds)
 	case f.backlog < 0:
 		return usagef("--backlog %d: must be positive", f.backlog)
 	}
@@ -89,7 +92,11 @@ throwaway PostgreSQL cluster.`,
 		defer stopNATS()
 		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "nats", "relayer-bench.events"
 	}
-	steps := newStepper(stderr, benchSteps(cfg.Scenarios))
+	rounds := cmp.Or(f.rounds, 3)
+	if f.quick && f.rounds == 0 {
+		rounds = 1
+	}
+	steps := newStepper(stderr, benchSteps(cfg.Scenarios, rounds))
 	cfg.Progress = steps.step
 	results, err := bench.Run(ctx, cfg)
 	steps.stop()
@@ -107,8 +114,8 @@ throwaway PostgreSQL cluster.`,
 }
 
 // benchSteps is how many progress steps the scenarios report.
-func benchSteps(scenarios []string) int {
-	per := map[string]int{bench.ScenarioEnlist: 4, bench.ScenarioE2E: 1, bench.ScenarioLatency: 1, bench.ScenarioDrain: 2, bench.ScenarioOrdered: 3}
+func benchSteps(scenarios []string, rounds int) int {
+	per := map[string]int{bench.ScenarioEnlist: 7 * rounds, bench.ScenarioE2E: 1, bench.ScenarioLatency: 1, bench.ScenarioDrain: 2, bench.ScenarioOrdered: 3}
 	if len(scenarios) == 0 {
 		scenarios = bench.Scenarios
 	}
@@ -151,10 +158,10 @@ func benchNATS(ctx context.Context, url string) (relayer.Transport, func(), erro
 func printBench(w io.Writer, cfg bench.Config, results []bench.Result) {
 	fmt.Fprintf(w, "relayer bench: %d producers, %d-byte bodies, sink %s\n\n", max(cfg.Producers, 1), cfg.BodySize, cmp.Or(cfg.TransportName, "in-process"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tMSG/S\tTX/S\tRATIO\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLOST\tDUP\tOUT OF ORDER\t")
+	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tMSG/S\tTX/S\tRATIO\tVS LOOP\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLOST\tDUP\tOUT OF ORDER\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", r.Scenario, r.Variant,
-			figure(r.MsgsPerSec, "%.0f"), figure(r.TxPerSec, "%.0f"), figure(r.Ratio, "%.2f"), figure(r.Produced, "%.0f"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", r.Scenario, r.Variant,
+			figure(r.MsgsPerSec, "%.0f"), figure(r.TxPerSec, "%.0f"), figure(r.Ratio, "%.2f"), figure(r.VsLoop, "%.2f"), figure(r.Produced, "%.0f"),
 			r.Backlog, latency(r.P50), latency(r.P95), latency(r.P99), r.Lost, r.Duplicates, r.OutOfOrder)
 	}
 	tw.Flush()

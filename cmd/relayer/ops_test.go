@@ -822,8 +822,8 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("code %d, stderr:\n%s", code, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 10 {
-		t.Fatalf("%d JSON lines, want 10:\n%s", len(lines), out.String())
+	if len(lines) != 13 {
+		t.Fatalf("%d JSON lines, want 13:\n%s", len(lines), out.String())
 	}
 	for _, l := range lines {
 		var r struct {
@@ -841,7 +841,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 	}
-	if !strings.Contains(errOut.String(), "step 10/11") {
+	if !strings.Contains(errOut.String(), "step 14/14") {
 		t.Errorf("progress lines missing:\n%s", errOut.String())
 	}
 	// The table form, one scenario, on NATS.

@@ -63,6 +63,10 @@ type Config struct {
 	// Duration is how long each timed scenario runs. Default: 10s (Quick:
 	// 1s).
 	Duration time.Duration
+	// Rounds is how many times each enlist variant runs, alternating with
+	// the hand-written loop; the median is reported. 1 to 20. Default: 3
+	// (Quick: 1).
+	Rounds int
 	// Rate is the latency scenario's total messages per second. Default:
 	// 2,000.
 	Rate int
@@ -103,6 +107,12 @@ func (c Config) withDefaults() Config {
 	if c.Rate == 0 {
 		c.Rate = 2000
 	}
+	if c.Rounds == 0 {
+		c.Rounds = 3
+		if c.Quick {
+			c.Rounds = 1
+		}
+	}
 	if c.Backlog == 0 {
 		c.Backlog = 200_000
 		if c.Quick {
@@ -129,6 +139,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Producers must be 1 to 64, got %d", ErrInvalidConfig, c.Producers)
 	case d.Duration < 100*time.Millisecond:
 		return fmt.Errorf("%w: Duration must be at least 100ms, got %s", ErrInvalidConfig, c.Duration)
+	case d.Rounds < 1 || d.Rounds > 20:
+		return fmt.Errorf("%w: Rounds must be 1 to 20, got %d", ErrInvalidConfig, c.Rounds)
 	case d.Rate < 1 || d.Rate > 1_000_000:
 		return fmt.Errorf("%w: Rate must be 1 to 1,000,000 msg/s, got %d", ErrInvalidConfig, c.Rate)
 	case d.Backlog < 1 || d.Backlog > 10_000_000:
@@ -156,6 +168,14 @@ type Result struct {
 	// Ratio is the enlist scenario's transactions per second against the
 	// business insert alone.
 	Ratio float64 `json:"ratio,omitempty"`
+	// VsLoop is the enlist scenario's transactions per second through
+	// Relayer against the hand-written loop's (medians).
+	VsLoop float64 `json:"vs_loop,omitempty"`
+	// Rounds is how many times the enlist variant ran; TxPerSec is the
+	// median, TxPerSecMin and TxPerSecMax the range.
+	Rounds      int     `json:"rounds,omitempty"`
+	TxPerSecMin float64 `json:"tx_per_sec_min,omitempty"`
+	TxPerSecMax float64 `json:"tx_per_sec_max,omitempty"`
 	// Produced is the messages committed per second (e2e).
 	Produced float64 `json:"produced_per_sec,omitempty"`
 	// Backlog is the rows left in the outbox when the timed part ended.

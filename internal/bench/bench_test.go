@@ -22,11 +22,11 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{bench.ScenarioEnlist: 4, bench.ScenarioE2E: 1, bench.ScenarioLatency: 1, bench.ScenarioDrain: 1, bench.ScenarioOrdered: 3}
+	want := map[string]int{bench.ScenarioEnlist: 7, bench.ScenarioE2E: 1, bench.ScenarioLatency: 1, bench.ScenarioDrain: 1, bench.ScenarioOrdered: 3}
 	got := map[string]int{}
 	for _, r := range results {
-		t.Logf("%-8s %-22s %9.0f msg/s %8.0f tx/s ratio %.2f produced %.0f backlog %d p50 %s p99 %s lost %d dup %d ooo %d",
-			r.Scenario, r.Variant, r.MsgsPerSec, r.TxPerSec, r.Ratio, r.Produced, r.Backlog, r.P50, r.P99, r.Lost, r.Duplicates, r.OutOfOrder)
+		t.Logf("%-8s %-30s %9.0f msg/s %8.0f tx/s ratio %.2f vs loop %.2f produced %.0f backlog %d p50 %s p99 %s lost %d dup %d ooo %d",
+			r.Scenario, r.Variant, r.MsgsPerSec, r.TxPerSec, r.Ratio, r.VsLoop, r.Produced, r.Backlog, r.P50, r.P99, r.Lost, r.Duplicates, r.OutOfOrder)
 		got[r.Scenario]++
 		if r.Lost != 0 || r.Duplicates != 0 || r.OutOfOrder != 0 {
 			t.Errorf("%s %s: %d lost, %d duplicates, %d out of order", r.Scenario, r.Variant, r.Lost, r.Duplicates, r.OutOfOrder)

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,28 +43,22 @@ func (s *stamper) Committed(rows []relayer.Message) error {
 	return s.next.Committed(rows)
 }
 
-// produce runs the run's producers until stop closes (or, with perTx 0, the
-// business insert alone), each committing transactions of perTx messages
-// with one business row, paced to one transaction per every (0: as fast as
-// it can). It returns the transactions committed.
-func (r *runner) produce(ctx context.Context, w *enlist.Writer, outbox relayer.Outbox, perTx int, every time.Duration, stop <-chan struct{}) (int64, error) {
+// produce runs the run's producers until stop closes, each committing one
+// transaction after another with the function newCommit makes for it, paced
+// to one transaction per every (0: as fast as it can). It returns the
+// transactions committed.
+func (r *runner) produce(ctx context.Context, newCommit func(producer int) func(context.Context) error, every time.Duration, stop <-chan struct{}) (int64, error) {
 	var txs atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, r.cfg.Producers)
-	insert := `INSERT INTO ` + r.orders(outbox) + ` (note) VALUES ($1)`
-	body := newPayload(r.cfg.BodySize, 0, false)
 	for p := range r.cfg.Producers {
+		commit := newCommit(p)
 		wg.Go(func() {
 			var tick *time.Ticker
 			if every > 0 {
 				time.Sleep(every * time.Duration(p) / time.Duration(r.cfg.Producers)) // spread the producers out
 				tick = time.NewTicker(every)
 				defer tick.Stop()
-			}
-			msgs := make([]relayer.Outgoing, perTx)
-			for i := range msgs {
-				msgs[i] = relayer.NewOutgoing(body, relayer.Header("bench-producer", []byte(strconv.Itoa(p))),
-					relayer.Header("bench-run", []byte(r.cfg.Schema)), relayer.Header("traceparent", []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")))
 			}
 			for {
 				select {
@@ -79,13 +75,7 @@ func (r *runner) produce(ctx context.Context, w *enlist.Writer, outbox relayer.O
 					case <-tick.C:
 					}
 				}
-				err := w.RunInTx(ctx, r.cfg.DB, nil, func(tx *enlist.Tx) error {
-					if _, err := tx.ExecContext(ctx, insert, "order"); err != nil {
-						return err
-					}
-					return tx.PublishAll(ctx, msgs...)
-				})
-				if err != nil {
+				if err := commit(ctx); err != nil {
 					if ctx.Err() == nil {
 						errs <- err
 					}
@@ -100,6 +90,28 @@ func (r *runner) produce(ctx context.Context, w *enlist.Writer, outbox relayer.O
 	return txs.Load(), <-errs
 }
 
+// relayerCommits makes producers that insert one business row and publish
+// perTx messages (with three headers) through w, in one transaction.
+func (r *runner) relayerCommits(w *enlist.Writer, outbox relayer.Outbox, perTx int) func(int) func(context.Context) error {
+	insert := `INSERT INTO ` + r.orders(outbox) + ` (note) VALUES ($1)`
+	body := newPayload(r.cfg.BodySize, 0, false)
+	return func(p int) func(context.Context) error {
+		msgs := make([]relayer.Outgoing, perTx)
+		for i := range msgs {
+			msgs[i] = relayer.NewOutgoing(body, relayer.Header("bench-producer", []byte(strconv.Itoa(p))),
+				relayer.Header("bench-run", []byte(r.cfg.Schema)), relayer.Header("traceparent", []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")))
+		}
+		return func(ctx context.Context) error {
+			return w.RunInTx(ctx, r.cfg.DB, nil, func(tx *enlist.Tx) error {
+				if _, err := tx.ExecContext(ctx, insert, "order"); err != nil {
+					return err
+				}
+				return tx.PublishAll(ctx, msgs...)
+			})
+		}
+	}
+}
+
 // timed runs f until the scenario's duration has passed, then closes stop and
 // returns the time it ran.
 func (r *runner) timed(ctx context.Context, f func(stop <-chan struct{}) error) (time.Duration, error) {
@@ -112,40 +124,84 @@ func (r *runner) timed(ctx context.Context, f func(stop <-chan struct{}) error) 
 }
 
 // enlist measures transactions per second with 0 (the business insert
-// alone), 1, 10 and 100 messages each, without dispatch.
+// alone), 1, 10 and 100 messages each, without dispatch, against the
+// hand-written loop's multi-row insert of the same messages: each pair
+// alternates, for the configured rounds, and the medians are compared.
 func (r *runner) enlist(ctx context.Context) ([]Result, error) {
-	var results []Result
-	var base float64
-	for _, perTx := range []int{0, 1, 10, 100} {
-		r.cfg.Progress(fmt.Sprintf("%s: %d messages per transaction", ScenarioEnlist, perTx))
-		outbox, err := r.fresh(ctx, &sink{})
-		if err != nil {
-			return results, err
+	type variant struct {
+		perTx int
+		loop  bool
+	}
+	variants := []variant{{0, true}, {1, true}, {1, false}, {10, true}, {10, false}, {100, true}, {100, false}}
+	runs := make([][]Result, len(variants))
+	for round := range r.cfg.Rounds {
+		for i, v := range variants {
+			res, err := r.enlistOnce(ctx, v.perTx, v.loop, round)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = append(runs[i], res)
 		}
-		w, err := enlist.NewWriter(outbox, enlist.Options{Logger: quiet})
-		if err != nil {
-			return results, err
+	}
+	results := make([]Result, len(variants))
+	for i, v := range variants {
+		results[i] = median(runs[i])
+		if v.perTx == 0 {
+			results[i].Variant = "business insert alone"
 		}
-		var txs int64
-		elapsed, err := r.timed(ctx, func(stop <-chan struct{}) (err error) {
-			txs, err = r.produce(ctx, w, outbox, perTx, 0, stop)
-			return err
-		})
-		if err != nil {
-			return results, err
+		results[i].Ratio = results[i].TxPerSec / results[0].TxPerSec
+		if !v.loop {
+			results[i].VsLoop = results[i].TxPerSec / results[i-1].TxPerSec
 		}
-		res := Result{Scenario: ScenarioEnlist, Variant: fmt.Sprintf("%d per tx", perTx), Elapsed: elapsed,
-			TxPerSec: float64(txs) / elapsed.Seconds(), MsgsPerSec: float64(txs*int64(perTx)) / elapsed.Seconds()}
-		if perTx == 0 {
-			res.Variant = "business insert alone"
-			base = res.TxPerSec
-		}
-		if base > 0 {
-			res.Ratio = res.TxPerSec / base
-		}
-		results = append(results, res)
 	}
 	return results, nil
+}
+
+// median returns the run with the median TxPerSec, with the range of all.
+func median(runs []Result) Result {
+	sorted := slices.SortedFunc(slices.Values(runs), func(a, b Result) int { return cmp.Compare(a.TxPerSec, b.TxPerSec) })
+	m := sorted[len(sorted)/2]
+	m.Rounds = len(runs)
+	m.TxPerSecMin, m.TxPerSecMax = sorted[0].TxPerSec, sorted[len(sorted)-1].TxPerSec
+	return m
+}
+
+// enlistOnce runs the producers for the scenario's duration with perTx
+// messages per transaction, through Relayer or the hand-written loop.
+func (r *runner) enlistOnce(ctx context.Context, perTx int, loop bool, round int) (Result, error) {
+	how := "relayer"
+	if loop {
+		how = "hand-written loop"
+	}
+	r.cfg.Progress(fmt.Sprintf("%s: round %d, %d per tx, %s", ScenarioEnlist, round+1, perTx, how))
+	outbox, err := r.fresh(ctx, &sink{})
+	if err != nil {
+		return Result{}, err
+	}
+	newCommit := func(int) func(context.Context) error { return nil }
+	if loop {
+		lp, err := newLoopProducer(r, outbox, perTx)
+		if err != nil {
+			return Result{}, err
+		}
+		newCommit = func(int) func(context.Context) error {
+			args := make([]any, 0, 7*perTx)
+			return func(ctx context.Context) error { return lp.commit(ctx, r.cfg.DB, perTx, args) }
+		}
+	} else {
+		w, err := enlist.NewWriter(outbox, enlist.Options{Logger: quiet})
+		if err != nil {
+			return Result{}, err
+		}
+		newCommit = r.relayerCommits(w, outbox, perTx)
+	}
+	var txs int64
+	elapsed, err := r.timed(ctx, func(stop <-chan struct{}) (err error) {
+		txs, err = r.produce(ctx, newCommit, 0, stop)
+		return err
+	})
+	return Result{Scenario: ScenarioEnlist, Variant: fmt.Sprintf("%d per tx, %s", perTx, how), Elapsed: elapsed,
+		TxPerSec: float64(txs) / elapsed.Seconds(), MsgsPerSec: float64(txs*int64(perTx)) / elapsed.Seconds()}, err
 }
 
 // dispatched runs producers of perTx messages per transaction, paced to one
@@ -174,7 +230,7 @@ func (r *runner) dispatched(ctx context.Context, scenario, variant string, perTx
 	defer runner.Stop(context.WithoutCancel(ctx))
 	var txs int64
 	elapsed, err := r.timed(ctx, func(stop <-chan struct{}) (err error) {
-		txs, err = r.produce(ctx, w, outbox, perTx, every, stop)
+		txs, err = r.produce(ctx, r.relayerCommits(w, outbox, perTx), every, stop)
 		return err
 	})
 	if err != nil {
