@@ -46,7 +46,7 @@ throwaway PostgreSQL cluster.`,
 	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server with JetStream for --sink nats (default: an embedded one)")
 	fs.IntVar(&f.producers, "producers", 8, "goroutines committing transactions, 1 to 64")
 	fs.DurationVar(&f.duration, "duration", 0, "length of each timed scenario (default 10s, 1s with --quick)")
-	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second")
+	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second, in transactions of 10")
 	fs.IntVar(&f.backlog, "backlog", 0, "the drain scenario's rows (default 200,000, 5,000 with --quick)")
 	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
 	fs.IntVar(&f.rounds, "rounds", 0, "rounds of the enlist scenario, alternating Relayer and the hand-written loop; medians are reported (default 3, 1 with --quick)")

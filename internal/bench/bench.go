@@ -40,7 +40,8 @@ var ErrInvalidConfig = errors.New("bench: invalid config")
 // Config is one benchmark run. Zero fields mean their defaults; Quick
 // shrinks every default so that a whole run takes seconds.
 type Config struct {
-	// DB is the database to run in; it must allow Producers + 12 connections.
+	// DB is the database to run in; it must allow Producers + 12
+	// connections.
 	DB *sql.DB
 	// Schema holds the run's tables, dropped at the end unless Keep is set.
 	// It must not exist yet. Default: relayer_bench_<pid>.
@@ -67,8 +68,8 @@ type Config struct {
 	// the hand-written loop; the median is reported. 1 to 20. Default: 3
 	// (Quick: 1).
 	Rounds int
-	// Rate is the latency scenario's total messages per second. Default:
-	// 2,000.
+	// Rate is the latency scenario's total messages per second, sent in
+	// transactions of 10. Default: 2,000.
 	Rate int
 	// Backlog is the drain scenario's pre-filled rows. Default: 200,000
 	// (Quick: 5,000).
