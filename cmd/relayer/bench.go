@@ -115,7 +115,7 @@ throwaway PostgreSQL cluster.`,
 
 // benchSteps is how many progress steps the scenarios report.
 func benchSteps(scenarios []string, rounds int) int {
-	per := map[string]int{bench.ScenarioEnlist: 7 * rounds, bench.ScenarioE2E: 1, bench.ScenarioLatency: 1, bench.ScenarioDrain: 2, bench.ScenarioOrdered: 3}
+	per := map[string]int{bench.ScenarioEnlist: 7 * rounds, bench.ScenarioE2E: 2, bench.ScenarioLatency: 2, bench.ScenarioDrain: 4, bench.ScenarioOrdered: 3}
 	if len(scenarios) == 0 {
 		scenarios = bench.Scenarios
 	}

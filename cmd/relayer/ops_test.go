@@ -822,8 +822,8 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("code %d, stderr:\n%s", code, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 13 {
-		t.Fatalf("%d JSON lines, want 13:\n%s", len(lines), out.String())
+	if len(lines) != 16 {
+		t.Fatalf("%d JSON lines, want 16:\n%s", len(lines), out.String())
 	}
 	for _, l := range lines {
 		var r struct {
@@ -841,14 +841,14 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 	}
-	if !strings.Contains(errOut.String(), "step 14/14") {
+	if !strings.Contains(errOut.String(), "step 18/18") {
 		t.Errorf("progress lines missing:\n%s", errOut.String())
 	}
 	// The table form, one scenario, on NATS.
 	out.Reset()
 	errOut.Reset()
 	code = run(t.Context(), []string{"bench", "--database-url", url, "--schema", schema + "2", "--quick", "--scenario", "drain", "--backlog", "2000", "--sink", "nats"}, &out, &errOut)
-	if code != exitOK || !strings.Contains(out.String(), "sink nats") || !strings.Contains(out.String(), "2000 rows") {
+	if code != exitOK || !strings.Contains(out.String(), "sink nats") || !strings.Contains(out.String(), "2000 rows, recovery") {
 		t.Errorf("code %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 	// Bad flags are usage errors naming the flag.

@@ -185,10 +185,7 @@ func (r *runner) enlistOnce(ctx context.Context, perTx int, loop bool, round int
 		if err != nil {
 			return Result{}, err
 		}
-		newCommit = func(int) func(context.Context) error {
-			args := make([]any, 0, 7*perTx)
-			return func(ctx context.Context) error { return lp.commit(ctx, r.cfg.DB, perTx, args) }
-		}
+		newCommit = lp.commits(r.cfg.DB, perTx, nil)
 	} else {
 		w, err := enlist.NewWriter(outbox, enlist.Options{Logger: quiet})
 		if err != nil {
@@ -206,32 +203,55 @@ func (r *runner) enlistOnce(ctx context.Context, perTx int, loop bool, round int
 }
 
 // dispatched runs producers of perTx messages per transaction, paced to one
-// transaction per every per producer (0: as fast as they can), against a
-// runner for the scenario's duration, then waits for the backlog to drain
-// and checks what arrived.
-func (r *runner) dispatched(ctx context.Context, scenario, variant string, perTx int, every time.Duration) (Result, error) {
+// transaction per every per producer (0: as fast as they can), for the
+// scenario's duration, with a runner dispatching or, when loop is set, the
+// hand-written loop (its producers' multi-row insert, and two workers
+// deleting up to 1,000 rows per statement, polling every 10 ms when idle).
+// Then it waits for the backlog to drain and checks what arrived.
+func (r *runner) dispatched(ctx context.Context, scenario, variant string, perTx int, every time.Duration, loop bool) (Result, error) {
+	if loop {
+		variant += ", hand-written loop"
+	} else {
+		variant += ", relayer"
+	}
 	r.cfg.Progress(fmt.Sprintf("%s: %s", scenario, variant))
 	sk := &sink{next: r.cfg.Transport}
 	outbox, err := r.fresh(ctx, sk)
 	if err != nil {
 		return Result{}, err
 	}
-	runner, err := dispatch.NewRunner(r.cfg.DB, outbox, dispatch.RunnerOptions{DisableCleanup: true, DisableOrdered: true, Logger: quiet})
-	if err != nil {
-		return Result{}, err
+	st := &stamper{}
+	var newCommit func(int) func(context.Context) error
+	if loop {
+		lp, err := newLoopProducer(r, outbox, perTx)
+		if err != nil {
+			return Result{}, err
+		}
+		newCommit = lp.commits(r.cfg.DB, perTx, st)
+		drainer := r.newLoopDrainer(outbox, sk, dispatch.RecoveryWorkersDefault, 1000, 10*time.Millisecond)
+		if err := drainer.start(ctx); err != nil {
+			return Result{}, err
+		}
+		defer drainer.stop(ctx)
+	} else {
+		runner, err := dispatch.NewRunner(r.cfg.DB, outbox, dispatch.RunnerOptions{DisableCleanup: true, DisableOrdered: true, Logger: quiet})
+		if err != nil {
+			return Result{}, err
+		}
+		st.next = runner
+		w, err := enlist.NewWriter(outbox, enlist.Options{Listener: st, Logger: quiet})
+		if err != nil {
+			return Result{}, err
+		}
+		if err := runner.Start(ctx); err != nil {
+			return Result{}, err
+		}
+		defer runner.Stop(context.WithoutCancel(ctx))
+		newCommit = r.relayerCommits(w, outbox, perTx)
 	}
-	st := &stamper{next: runner}
-	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: st, Logger: quiet})
-	if err != nil {
-		return Result{}, err
-	}
-	if err := runner.Start(ctx); err != nil {
-		return Result{}, err
-	}
-	defer runner.Stop(context.WithoutCancel(ctx))
 	var txs int64
 	elapsed, err := r.timed(ctx, func(stop <-chan struct{}) (err error) {
-		txs, err = r.produce(ctx, r.relayerCommits(w, outbox, perTx), every, stop)
+		txs, err = r.produce(ctx, newCommit, every, stop)
 		return err
 	})
 	if err != nil {
@@ -256,11 +276,25 @@ func (r *runner) dispatched(ctx context.Context, scenario, variant string, perTx
 	return res, nil
 }
 
+// againstLoop runs a dispatched scenario with the hand-written loop, then
+// with Relayer, and sets Relayer's VsLoop to its delivered rate against the
+// loop's.
+func (r *runner) againstLoop(ctx context.Context, scenario, variant string, perTx int, every time.Duration) ([]Result, error) {
+	loop, err := r.dispatched(ctx, scenario, variant, perTx, every, true)
+	if err != nil {
+		return []Result{loop}, err
+	}
+	res, err := r.dispatched(ctx, scenario, variant, perTx, every, false)
+	if loop.MsgsPerSec > 0 {
+		res.VsLoop = res.MsgsPerSec / loop.MsgsPerSec
+	}
+	return []Result{loop, res}, err
+}
+
 // endToEnd is producers committing 10 messages per transaction as fast as
 // they can, with dispatch running.
 func (r *runner) endToEnd(ctx context.Context) ([]Result, error) {
-	res, err := r.dispatched(ctx, ScenarioE2E, "10 per tx", 10, 0)
-	return []Result{res}, err
+	return r.againstLoop(ctx, ScenarioE2E, "10 per tx", 10, 0)
 }
 
 // latency is transactions of 10 messages at the configured total rate:
@@ -270,8 +304,7 @@ func (r *runner) endToEnd(ctx context.Context) ([]Result, error) {
 func (r *runner) latency(ctx context.Context) ([]Result, error) {
 	const perTx = 10
 	every := time.Duration(float64(time.Second) * float64(r.cfg.Producers*perTx) / float64(r.cfg.Rate))
-	res, err := r.dispatched(ctx, ScenarioLatency, fmt.Sprintf("%d msg/s, %d per tx", r.cfg.Rate, perTx), perTx, every)
-	return []Result{res}, err
+	return r.againstLoop(ctx, ScenarioLatency, fmt.Sprintf("%d msg/s, %d per tx", r.cfg.Rate, perTx), perTx, every)
 }
 
 // outboxRows counts the rows of an outbox.
@@ -319,26 +352,49 @@ func (r *runner) fill(ctx context.Context, outbox relayer.Outbox, n, keys int) (
 
 func quoteIdent(s string) string { return `"` + s + `"` }
 
-// drain pre-fills the backlog, then measures recovery delivering it.
+// drain pre-fills the backlog, then measures the hand-written loop (1,000
+// rows per statement, two workers) and recovery delivering it, one after the
+// other, each from its own copy.
 func (r *runner) drain(ctx context.Context) ([]Result, error) {
-	r.cfg.Progress(fmt.Sprintf("%s: filling %d rows", ScenarioDrain, r.cfg.Backlog))
-	sk := &sink{next: r.cfg.Transport}
-	outbox, err := r.fresh(ctx, sk)
-	if err != nil {
-		return nil, err
+	var results []Result
+	for _, loop := range []bool{true, false} {
+		how := "recovery"
+		if loop {
+			how = "hand-written loop, 1,000 per statement"
+		}
+		r.cfg.Progress(fmt.Sprintf("%s: filling %d rows for the %s", ScenarioDrain, r.cfg.Backlog, how))
+		sk := &sink{next: r.cfg.Transport}
+		outbox, err := r.fresh(ctx, sk)
+		if err != nil {
+			return results, err
+		}
+		commits, err := r.fill(ctx, outbox, r.cfg.Backlog, 0)
+		if err != nil {
+			return results, err
+		}
+		r.cfg.Progress(fmt.Sprintf("%s: %d rows through the %s", ScenarioDrain, r.cfg.Backlog, how))
+		start, stop := func(context.Context) error { return nil }, func(context.Context) error { return nil }
+		if loop {
+			l := r.newLoopDrainer(outbox, sk, dispatch.RecoveryWorkersDefault, 1000, 10*time.Millisecond)
+			start, stop = l.start, l.stop
+		} else {
+			rec, err := dispatch.NewRecovery(r.cfg.DB, outbox, dispatch.RecoveryOptions{MinAge: time.Nanosecond, Logger: quiet})
+			if err != nil {
+				return results, err
+			}
+			start, stop = rec.Start, rec.Stop
+		}
+		res, err := r.deliverBacklog(ctx, sk, commits, start, stop)
+		res.Scenario, res.Variant = ScenarioDrain, fmt.Sprintf("%d rows, %s", r.cfg.Backlog, how)
+		if !loop {
+			res.VsLoop = res.MsgsPerSec / results[0].MsgsPerSec
+		}
+		results = append(results, res)
+		if err != nil {
+			return results, err
+		}
 	}
-	commits, err := r.fill(ctx, outbox, r.cfg.Backlog, 0)
-	if err != nil {
-		return nil, err
-	}
-	r.cfg.Progress(fmt.Sprintf("%s: %d rows through recovery", ScenarioDrain, r.cfg.Backlog))
-	rec, err := dispatch.NewRecovery(r.cfg.DB, outbox, dispatch.RecoveryOptions{MinAge: time.Nanosecond, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	res, err := r.deliverBacklog(ctx, sk, commits, rec.Start, rec.Stop)
-	res.Scenario, res.Variant = ScenarioDrain, fmt.Sprintf("%d rows", r.cfg.Backlog)
-	return []Result{res}, err
+	return results, nil
 }
 
 // deliverBacklog starts a worker on a filled outbox, times it until every
