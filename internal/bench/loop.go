@@ -176,6 +176,13 @@ func (l *loopDrainer) start(ctx context.Context) error {
 	return nil
 }
 
+// failed returns the errors that ended workers so far.
+func (l *loopDrainer) failed() error {
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	return l.err
+}
+
 // stop stops the workers and returns the first error one met.
 func (l *loopDrainer) stop(context.Context) error {
 	close(l.stopping)
@@ -214,8 +221,15 @@ func (l *loopDrainer) once(ctx context.Context) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	if err := l.sink.SendBatch(ctx, msgs); err != nil {
+	caps, err := l.sink.Capabilities(ctx, msgs[0].Destination)
+	if err != nil {
 		return 0, err
+	}
+	size := max(1, caps.MaxBatchSize)
+	for start := 0; start < len(msgs); start += size {
+		if err := l.sink.SendBatch(ctx, msgs[start:min(start+size, len(msgs))]); err != nil {
+			return 0, err
+		}
 	}
 	return len(msgs), tx.Commit()
 }

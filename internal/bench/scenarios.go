@@ -222,6 +222,7 @@ func (r *runner) dispatched(ctx context.Context, scenario, variant string, perTx
 	}
 	st := &stamper{}
 	var newCommit func(int) func(context.Context) error
+	var failed func() error
 	if loop {
 		lp, err := newLoopProducer(r, outbox, perTx)
 		if err != nil {
@@ -229,6 +230,7 @@ func (r *runner) dispatched(ctx context.Context, scenario, variant string, perTx
 		}
 		newCommit = lp.commits(r.cfg.DB, perTx, st)
 		drainer := r.newLoopDrainer(outbox, sk, dispatch.RecoveryWorkersDefault, 1000, 10*time.Millisecond)
+		failed = drainer.failed
 		if err := drainer.start(ctx); err != nil {
 			return Result{}, err
 		}
@@ -262,7 +264,7 @@ func (r *runner) dispatched(ctx context.Context, scenario, variant string, perTx
 	if err != nil {
 		return Result{}, err
 	}
-	if err := sk.wait(ctx, txs*int64(perTx), 2*time.Minute); err != nil {
+	if err := sk.wait(ctx, txs*int64(perTx), 2*time.Minute, failed); err != nil {
 		return Result{}, err
 	}
 	res := Result{Scenario: scenario, Variant: variant, Elapsed: elapsed, Backlog: backlog,
@@ -374,9 +376,10 @@ func (r *runner) drain(ctx context.Context) ([]Result, error) {
 		}
 		r.cfg.Progress(fmt.Sprintf("%s: %d rows through the %s", ScenarioDrain, r.cfg.Backlog, how))
 		start, stop := func(context.Context) error { return nil }, func(context.Context) error { return nil }
+		var failed func() error
 		if loop {
 			l := r.newLoopDrainer(outbox, sk, dispatch.RecoveryWorkersDefault, 1000, 10*time.Millisecond)
-			start, stop = l.start, l.stop
+			start, stop, failed = l.start, l.stop, l.failed
 		} else {
 			rec, err := dispatch.NewRecovery(r.cfg.DB, outbox, dispatch.RecoveryOptions{MinAge: time.Nanosecond, Logger: quiet})
 			if err != nil {
@@ -384,7 +387,7 @@ func (r *runner) drain(ctx context.Context) ([]Result, error) {
 			}
 			start, stop = rec.Start, rec.Stop
 		}
-		res, err := r.deliverBacklog(ctx, sk, commits, start, stop)
+		res, err := r.deliverBacklog(ctx, sk, commits, start, stop, failed)
 		res.Scenario, res.Variant = ScenarioDrain, fmt.Sprintf("%d rows, %s", r.cfg.Backlog, how)
 		if !loop {
 			res.VsLoop = res.MsgsPerSec / results[0].MsgsPerSec
@@ -399,12 +402,12 @@ func (r *runner) drain(ctx context.Context) ([]Result, error) {
 
 // deliverBacklog starts a worker on a filled outbox, times it until every
 // committed message arrived, stops it and checks what arrived.
-func (r *runner) deliverBacklog(ctx context.Context, sk *sink, commits []committed, start, stop func(context.Context) error) (Result, error) {
+func (r *runner) deliverBacklog(ctx context.Context, sk *sink, commits []committed, start, stop func(context.Context) error, failed func() error) (Result, error) {
 	begin := time.Now()
 	if err := start(ctx); err != nil {
 		return Result{}, err
 	}
-	waitErr := sk.wait(ctx, int64(len(commits)), 10*time.Minute)
+	waitErr := sk.wait(ctx, int64(len(commits)), 10*time.Minute, failed)
 	elapsed := time.Since(begin)
 	if err := errors.Join(waitErr, stop(context.WithoutCancel(ctx))); err != nil {
 		return Result{}, err
@@ -456,7 +459,7 @@ func (r *runner) ordered(ctx context.Context) ([]Result, error) {
 			}
 			return err
 		}
-		res, err := r.deliverBacklog(ctx, sk, commits, startAll, stopAll)
+		res, err := r.deliverBacklog(ctx, sk, commits, startAll, stopAll, nil)
 		res.Scenario, res.Variant = ScenarioOrdered, fmt.Sprintf("%d workers", workers)
 		results = append(results, res)
 		if err != nil {

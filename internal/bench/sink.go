@@ -132,12 +132,18 @@ func (s *sink) record(at time.Time, ms ...*relayer.Message) {
 	s.count.Add(int64(len(ms)))
 }
 
-// wait blocks until the sink holds n deliveries, ctx ends or limit passes.
-func (s *sink) wait(ctx context.Context, n int64, limit time.Duration) error {
+// wait blocks until the sink holds n deliveries, ctx ends, limit passes or
+// failed (when not nil) reports an error of the workers delivering.
+func (s *sink) wait(ctx context.Context, n int64, limit time.Duration, failed func() error) error {
 	deadline := time.Now().Add(limit)
 	for s.count.Load() < n {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if failed != nil {
+			if err := failed(); err != nil {
+				return err
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d of %d messages delivered after %s", s.count.Load(), n, limit)
