@@ -279,6 +279,9 @@ func (r *runner) fresh(ctx context.Context, sink relayer.Transport) (relayer.Out
 }
 
 // orders is the business table of an outbox made by fresh.
-func (r *runner) orders(o relayer.Outbox) string {
-	return pgx.Identifier{o.Schema, o.TablePrefix + "orders"}.Sanitize()
+func (r *runner) orders(o relayer.Outbox) string { return r.table(o, "orders") }
+
+// table is the quoted, qualified name of an outbox's table named name.
+func (r *runner) table(o relayer.Outbox, name string) string {
+	return pgx.Identifier{o.Schema, o.TablePrefix + name}.Sanitize()
 }

@@ -56,7 +56,7 @@ func newLoopProducer(r *runner, outbox relayer.Outbox, perTx int) (*loopProducer
 	if err != nil {
 		return nil, err
 	}
-	table := r.schema() + `.` + quoteIdent(outbox.TablePrefix+"outbox")
+	table := r.table(outbox, "outbox")
 	return &loopProducer{
 		insertBusiness: `INSERT INTO ` + r.orders(outbox) + ` (note) VALUES ($1)`,
 		insertMessages: loopInsert(table, perTx),
@@ -137,7 +137,7 @@ type loopDrainer struct {
 }
 
 func (r *runner) newLoopDrainer(outbox relayer.Outbox, sk *sink, workers, batch int, poll time.Duration) *loopDrainer {
-	table := r.schema() + `.` + quoteIdent(outbox.TablePrefix+"outbox")
+	table := r.table(outbox, "outbox")
 	return &loopDrainer{
 		db: r.cfg.DB, sink: sk, workers: workers, poll: poll, stopping: make(chan struct{}),
 		take: `DELETE FROM ` + table + ` WHERE id = ANY(ARRAY(

@@ -348,11 +348,9 @@ func (r *runner) fill(ctx context.Context, outbox relayer.Outbox, n, keys int) (
 			commits = append(commits, committed{id: m.ID})
 		}
 	}
-	_, err = r.cfg.DB.ExecContext(ctx, `ANALYZE `+r.schema()+`.`+quoteIdent(outbox.TablePrefix+"outbox"))
+	_, err = r.cfg.DB.ExecContext(ctx, `ANALYZE `+r.table(outbox, "outbox"))
 	return commits, err
 }
-
-func quoteIdent(s string) string { return `"` + s + `"` }
 
 // drain pre-fills the backlog, then measures the hand-written loop (1,000
 // rows per statement, two workers) and recovery delivering it, one after the
