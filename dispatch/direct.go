@@ -233,23 +233,23 @@ func (d *Direct) Committed(rows []relayer.Message) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
-		d.leave(len(kept))
+		d.leave(kept)
 		return &PendingError{Err: ErrStopped, Rows: len(kept)}
 	}
 	select {
 	case d.queue <- kept:
 		return nil
 	default:
-		d.leave(len(kept))
+		d.leave(kept)
 		return &PendingError{Err: fmt.Errorf("%w (capacity %d)", ErrQueueFull, d.opts.QueueCapacity), Rows: len(kept)}
 	}
 }
 
 // leave counts rows left for recovery and wakes it.
-func (d *Direct) leave(rows int) {
-	d.stats.left.Add(uint64(rows))
+func (d *Direct) leave(rows []relayer.Message) {
+	d.stats.left.Add(uint64(len(rows)))
 	if d.opts.Recovery != nil {
-		d.opts.Recovery.Wake()
+		d.opts.Recovery.wakeFor(rows)
 	}
 }
 
@@ -467,12 +467,12 @@ func lastOfEachID(rows []relayer.Message, seen *map[uuid.UUID]int) []relayer.Mes
 // abandonQueued counts the notifications still queued at a hard stop.
 func (d *Direct) abandonQueued() {
 	d.closeQueue()
-	left := 0
+	var left []relayer.Message
 	for batch := range d.queue {
-		left += len(batch)
+		left = append(left, batch...)
 	}
-	if left > 0 {
+	if len(left) > 0 {
 		d.leave(left)
-		d.opts.Logger.Warn("dispatch: stopped with queued rows; left for recovery", slog.Int("rows", left))
+		d.opts.Logger.Warn("dispatch: stopped with queued rows; left for recovery", slog.Int("rows", len(left)))
 	}
 }

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -133,8 +134,10 @@ func (o RecoveryOptions) withDefaults() RecoveryOptions {
 // writes back the ones it could not send. When a take finds nothing, the
 // drainers go back to the beginning for rows behind the cursor (written back,
 // or committed late) at most once per PollInterval, and otherwise wait
-// PollInterval, or less when [Recovery.Wake] is called. Rows younger than
-// MinAge are left to direct dispatch.
+// PollInterval, or less when [Recovery.Wake] is called. Rows handed over at
+// commit (by a [Runner] without direct dispatch, or a direct dispatcher's
+// overflow) move the cursor back to the first of them if it had passed it.
+// Rows younger than MinAge are left to direct dispatch.
 type Recovery struct {
 	db         *sql.DB
 	opts       RecoveryOptions
@@ -211,6 +214,40 @@ func (r *Recovery) Paused() []store.Pause { return r.aside.paused() }
 func (r *Recovery) Wake() {
 	r.urgentTill.Store(time.Now().Add(r.opts.MinAge).UnixNano())
 	r.wakeAll.notify()
+}
+
+// wakeFor is Wake for rows that have just committed. A cursor already past
+// the lowest of their ids goes back to just before it: rows commit in
+// another order than their ids, and without it a row whose transaction
+// committed after a later id was taken would wait for the next pass from the
+// beginning, up to PollInterval away.
+func (r *Recovery) wakeFor(rows []relayer.Message) {
+	if len(rows) > 0 {
+		first := rows[0].ID
+		for _, row := range rows[1:] {
+			if bytes.Compare(row.ID[:], first[:]) < 0 {
+				first = row.ID
+			}
+		}
+		r.scanMu.Lock()
+		if r.cursor != uuid.Nil && bytes.Compare(first[:], r.cursor[:]) <= 0 {
+			r.cursor = idBefore(first)
+		}
+		r.scanMu.Unlock()
+	}
+	r.Wake()
+}
+
+// idBefore returns the id just below id, so that a take after it begins at
+// id.
+func idBefore(id uuid.UUID) uuid.UUID {
+	for i := len(id) - 1; i >= 0; i-- {
+		id[i]--
+		if id[i] != 0xff {
+			break
+		}
+	}
+	return id
 }
 
 // Start starts the worker; it runs until [Recovery.Stop] or until ctx ends.

@@ -238,7 +238,7 @@ func (r *Runner) Committed(rows []relayer.Message) error {
 		return r.direct.Committed(rows)
 	}
 	if r.recovery != nil {
-		r.recovery.Wake()
+		r.recovery.wakeFor(rows)
 	}
 	return nil
 }

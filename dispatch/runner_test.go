@@ -94,6 +94,35 @@ func TestRunnerWithoutDirectDispatch(t *testing.T) {
 	b.waitRows(t, 0)
 }
 
+// With direct dispatch off, a row that commits after a later id was sent is
+// sent at its commit too, not when recovery next goes back to the beginning
+// (a minute away here).
+func TestRunnerWithoutDirectDispatchSendsLateCommitsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r, err := dispatch.NewRunner(b.db, b.outbox, dispatch.RunnerOptions{DisableDirect: true, DisableOrdered: true, DisableCleanup: true,
+		Logger: b.logger(), Recovery: dispatch.RecoveryOptions{MinAge: time.Hour, PollInterval: time.Minute}})
+	must(t, err)
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: r})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	ctx := context.Background()
+	late, err := w.Begin(ctx, b.db, nil)
+	must(t, err)
+	defer late.Rollback()
+	must(t, late.Publish(ctx, Placed{1})) // the lower id, committed last
+	publishWith(t, b, w, relayer.NewOutgoing(Placed{2}))
+	b.waitSent(t, 1)
+	start := time.Now()
+	must(t, late.Commit())
+	b.waitSent(t, 2)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the late commit was sent after %s", d)
+	}
+	b.waitRows(t, 0)
+}
+
 // A bounded pool without room for the workers and the application is refused
 // at Start, with the numbers and the fix.
 func TestRunnerRefusesASmallPool(t *testing.T) {
