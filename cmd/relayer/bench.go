@@ -49,7 +49,7 @@ throwaway PostgreSQL cluster.`,
 	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second, in transactions of 10")
 	fs.IntVar(&f.backlog, "backlog", 0, "the drain scenario's rows (default 200,000, 5,000 with --quick)")
 	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
-	fs.IntVar(&f.rounds, "rounds", 0, "rounds of the enlist scenario, alternating Relayer and the hand-written loop; medians are reported (default 3, 1 with --quick)")
+	fs.IntVar(&f.rounds, "rounds", 0, "rounds of each scenario, the contenders alternating within a round; medians and ranges are reported (default 3, 1 with --quick)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -92,11 +92,7 @@ throwaway PostgreSQL cluster.`,
 		defer stopNATS()
 		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "nats", "relayer-bench.events"
 	}
-	rounds := cmp.Or(f.rounds, 3)
-	if f.quick && f.rounds == 0 {
-		rounds = 1
-	}
-	steps := newStepper(stderr, benchSteps(cfg.Scenarios, rounds))
+	steps := newStepper(stderr, bench.Steps(cfg))
 	cfg.Progress = steps.step
 	results, err := bench.Run(ctx, cfg)
 	steps.stop()
@@ -111,19 +107,6 @@ throwaway PostgreSQL cluster.`,
 		printBench(stdout, cfg, results)
 	}
 	return err
-}
-
-// benchSteps is how many progress steps the scenarios report.
-func benchSteps(scenarios []string, rounds int) int {
-	per := map[string]int{bench.ScenarioEnlist: 7 * rounds, bench.ScenarioE2E: 2, bench.ScenarioLatency: 2, bench.ScenarioDrain: 4, bench.ScenarioOrdered: 3}
-	if len(scenarios) == 0 {
-		scenarios = bench.Scenarios
-	}
-	n := 0
-	for _, s := range scenarios {
-		n += per[s]
-	}
-	return n
 }
 
 // benchNATS connects to url (or an embedded server), creates a memory
@@ -158,13 +141,26 @@ func benchNATS(ctx context.Context, url string) (relayer.Transport, func(), erro
 func printBench(w io.Writer, cfg bench.Config, results []bench.Result) {
 	fmt.Fprintf(w, "relayer bench: %d producers, %d-byte bodies, sink %s\n\n", max(cfg.Producers, 1), cfg.BodySize, cmp.Or(cfg.TransportName, "in-process"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tMSG/S\tTX/S\tRATIO\tVS LOOP\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLOST\tDUP\tOUT OF ORDER\t")
+	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tCONTENDER\tMSG/S\tTX/S\tRANGE\tRATIO\tVS LOOP\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLOST\tDUP\tOUT OF ORDER\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", r.Scenario, r.Variant,
-			figure(r.MsgsPerSec, "%.0f"), figure(r.TxPerSec, "%.0f"), figure(r.Ratio, "%.2f"), figure(r.VsLoop, "%.2f"), figure(r.Produced, "%.0f"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", r.Scenario, r.Variant, cmp.Or(r.Contender, "-"),
+			figure(r.MsgsPerSec, "%.0f"), figure(r.TxPerSec, "%.0f"), benchRange(r), figure(r.Ratio, "%.2f"), figure(r.VsLoop, "%.2f"), figure(r.Produced, "%.0f"),
 			r.Backlog, latency(r.P50), latency(r.P95), latency(r.P99), r.Lost, r.Duplicates, r.OutOfOrder)
 	}
 	tw.Flush()
+}
+
+// benchRange is the range over the rounds of a result's headline figure.
+func benchRange(r bench.Result) string {
+	switch {
+	case r.Rounds < 2:
+		return "-"
+	case r.Scenario == bench.ScenarioEnlist:
+		return fmt.Sprintf("%.0f–%.0f tx/s", r.TxPerSecMin, r.TxPerSecMax)
+	case r.Scenario == bench.ScenarioLatency:
+		return fmt.Sprintf("p99 %s–%s", latency(r.P99Min), latency(r.P99Max))
+	}
+	return fmt.Sprintf("%.0f–%.0f msg/s", r.MsgsPerSecMin, r.MsgsPerSecMax)
 }
 
 func figure(v float64, format string) string {

@@ -40,7 +40,7 @@ var ErrInvalidConfig = errors.New("bench: invalid config")
 // Config is one benchmark run. Zero fields mean their defaults; Quick
 // shrinks every default so that a whole run takes seconds.
 type Config struct {
-	// DB is the database to run in; it must allow Producers + 12
+	// DB is the database to run in; it must allow Producers + 24
 	// connections.
 	DB *sql.DB
 	// Schema holds the run's tables, dropped at the end unless Keep is set.
@@ -64,10 +64,13 @@ type Config struct {
 	// Duration is how long each timed scenario runs. Default: 10s (Quick:
 	// 1s).
 	Duration time.Duration
-	// Rounds is how many times each enlist variant runs, alternating with
-	// the hand-written loop; the median is reported. 1 to 20. Default: 3
-	// (Quick: 1).
+	// Rounds is how many times each scenario variant runs, the contenders
+	// alternating within a round; the median and the range are reported. 1
+	// to 20. Default: 3 (Quick: 1).
 	Rounds int
+	// Contenders are measured beside the hand-written loop and Relayer's
+	// dispatch paths, in the scenarios each runs.
+	Contenders []Contender
 	// Rate is the latency scenario's total messages per second, sent in
 	// transactions of 10. Default: 2,000.
 	Rate int
@@ -160,8 +163,11 @@ func (c Config) Validate() error {
 // Result is one measured variant of a scenario.
 type Result struct {
 	Scenario string `json:"scenario"`
-	// Variant says what was measured, such as "10 per tx" or "4 workers".
+	// Variant says what was measured, such as "10 per tx".
 	Variant string `json:"variant"`
+	// Contender names what was measured, such as "relayer direct" (empty
+	// for the business insert alone).
+	Contender string `json:"contender,omitempty"`
 	// MsgsPerSec is the messages committed (enlist) or delivered per second.
 	MsgsPerSec float64 `json:"msgs_per_sec,omitempty"`
 	// TxPerSec is the transactions committed per second (enlist).
@@ -169,14 +175,24 @@ type Result struct {
 	// Ratio is the enlist scenario's transactions per second against the
 	// business insert alone.
 	Ratio float64 `json:"ratio,omitempty"`
-	// VsLoop is the enlist scenario's transactions per second through
-	// Relayer against the hand-written loop's (medians).
+	// VsLoop is the headline figure (transactions per second for enlist,
+	// messages delivered per second for e2e and drain) against the
+	// hand-written loop's, medians over the rounds.
 	VsLoop float64 `json:"vs_loop,omitempty"`
-	// Rounds is how many times the enlist variant ran; TxPerSec is the
-	// median, TxPerSecMin and TxPerSecMax the range.
-	Rounds      int     `json:"rounds,omitempty"`
-	TxPerSecMin float64 `json:"tx_per_sec_min,omitempty"`
-	TxPerSecMax float64 `json:"tx_per_sec_max,omitempty"`
+	// VsDirect is the ordered path's delivered messages per second against
+	// direct dispatch's (e2e).
+	VsDirect float64 `json:"vs_direct,omitempty"`
+	// Rounds is how many times the variant ran. The figures are those of the
+	// round with the median headline figure (TxPerSec for enlist, P99 for
+	// latency, MsgsPerSec otherwise); the Min and Max fields give the range
+	// over every round.
+	Rounds        int           `json:"rounds,omitempty"`
+	TxPerSecMin   float64       `json:"tx_per_sec_min,omitempty"`
+	TxPerSecMax   float64       `json:"tx_per_sec_max,omitempty"`
+	MsgsPerSecMin float64       `json:"msgs_per_sec_min,omitempty"`
+	MsgsPerSecMax float64       `json:"msgs_per_sec_max,omitempty"`
+	P99Min        time.Duration `json:"p99_min_ns,omitempty"`
+	P99Max        time.Duration `json:"p99_max_ns,omitempty"`
 	// Produced is the messages committed per second (e2e).
 	Produced float64 `json:"produced_per_sec,omitempty"`
 	// Backlog is the rows left in the outbox when the timed part ended.
@@ -187,7 +203,7 @@ type Result struct {
 	P99 time.Duration `json:"p99_ns,omitempty"`
 	// Lost, Duplicates and OutOfOrder count committed messages never
 	// delivered, deliveries beyond the first, and first deliveries of a key
-	// that came before an earlier message of that key.
+	// that came before an earlier message of that key, over every round.
 	Lost       int `json:"lost"`
 	Duplicates int `json:"duplicates"`
 	OutOfOrder int `json:"out_of_order"`
@@ -256,32 +272,5 @@ func (r *runner) createSchema(ctx context.Context) error {
 	return err
 }
 
-// fresh returns a new outbox in the run's schema, migrated, with a business
-// table (<prefix>orders) beside it, routing "bench.event" (unordered) and
-// "bench.ordered" (ordered) to the run's transport and destination.
-func (r *runner) fresh(ctx context.Context, sink relayer.Transport) (relayer.Outbox, error) {
-	r.next++
-	prefix := fmt.Sprintf("b%d_", r.next)
-	routes := &relayer.Routes{}
-	if err := routes.Add(eventType, relayer.Route{Transport: "bench", Destination: r.cfg.Destination}); err != nil {
-		return relayer.Outbox{}, err
-	}
-	if err := routes.Add(orderedType, relayer.Route{Transport: "bench", Destination: r.cfg.Destination, Ordered: true}); err != nil {
-		return relayer.Outbox{}, err
-	}
-	outbox := relayer.Outbox{Schema: r.cfg.Schema, TablePrefix: prefix, Routes: routes,
-		Transports: map[string]relayer.Transport{"bench": sink}, Serializer: raw{}}
-	if _, err := store.Migrate(ctx, r.cfg.DB, store.OptionsOf(outbox)); err != nil {
-		return relayer.Outbox{}, err
-	}
-	_, err := r.cfg.DB.ExecContext(ctx, `CREATE TABLE `+r.orders(outbox)+` (id bigserial PRIMARY KEY, note text NOT NULL)`)
-	return outbox, err
-}
-
-// orders is the business table of an outbox made by fresh.
-func (r *runner) orders(o relayer.Outbox) string { return r.table(o, "orders") }
-
-// table is the quoted, qualified name of an outbox's table named name.
-func (r *runner) table(o relayer.Outbox, name string) string {
-	return pgx.Identifier{o.Schema, o.TablePrefix + name}.Sanitize()
-}
+// quoteTable is the quoted, qualified name of table in schema.
+func quoteTable(schema, table string) string { return pgx.Identifier{schema, table}.Sanitize() }

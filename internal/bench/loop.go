@@ -12,13 +12,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/store"
 )
-
-// The hand-written loop: what a service would write without a library, and
-// so the database's own limit for the same rows. Its producer inserts the
-// business row and a multi-row INSERT of the messages in one transaction,
-// with the same ids, bodies, header bytes and columns Relayer stores.
 
 // loopInsert returns the multi-row INSERT of n messages into table.
 func loopInsert(table string, n int) string {
@@ -38,45 +35,56 @@ func loopInsert(table string, n int) string {
 	return b.String()
 }
 
-// loopProducer writes perTx messages per transaction the hand-written way.
-type loopProducer struct {
-	insertBusiness, insertMessages string
-	destination                    string
-	body, hdrs                     []byte
-	once                           sync.Once
-}
+// Loop is the hand-written loop as a contender: what a service would write
+// without a library, and so the database's own limit for the same rows. It
+// writes into a table of Relayer's layout (the same columns and indexes).
+// Its producer inserts the business row and one multi-row INSERT of the
+// messages, with the same ids, bodies and header bytes Relayer stores; two
+// workers each delete up to 1,000 rows per statement, hand them to the sink
+// before the commit, and poll every 10 ms when idle.
+type Loop struct{}
 
-func newLoopProducer(r *runner, outbox relayer.Outbox, perTx int) (*loopProducer, error) {
-	hdrs, err := headers.Encode([]headers.Header{
-		{Name: relayer.HeaderContentType, Value: []byte("application/octet-stream")},
-		{Name: "bench-producer", Value: []byte("0")},
-		{Name: "bench-run", Value: []byte(r.cfg.Schema)},
-		{Name: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")},
-	})
+// Name implements [Contender].
+func (Loop) Name() string { return "hand-written loop" }
+
+// Runs implements [Contender]: every scenario but ordered.
+func (Loop) Runs(scenario string) bool { return scenario != ScenarioOrdered }
+
+// New implements [Contender].
+func (Loop) New(ctx context.Context, env Env) (Instance, error) {
+	outbox := relayer.Outbox{Schema: env.Schema, TablePrefix: env.Prefix}
+	if _, err := store.Migrate(ctx, env.DB, store.OptionsOf(outbox)); err != nil {
+		return nil, err
+	}
+	hdrs, err := headers.Encode(append([]headers.Header{{Name: relayer.HeaderContentType, Value: []byte("application/octet-stream")}}, env.Headers...))
 	if err != nil {
 		return nil, err
 	}
-	table := r.table(outbox, "outbox")
-	return &loopProducer{
-		insertBusiness: `INSERT INTO ` + r.orders(outbox) + ` (note) VALUES ($1)`,
-		insertMessages: loopInsert(table, perTx),
-		destination:    r.cfg.Destination,
-		body:           newPayload(r.cfg.BodySize, 0, false).(event).body,
-		hdrs:           hdrs,
-	}, nil
+	table := quoteTable(env.Schema, env.Prefix+"outbox")
+	return &loopInstance{env: env, table: table, hdrs: hdrs,
+		drainer: newLoopDrainer(env.DB, table, env.Sink, dispatch.RecoveryWorkersDefault, 1000, 10*time.Millisecond)}, nil
 }
 
-// commit runs one business transaction with n messages, their parameters
-// built in args, and returns their ids in ids[:0].
-func (l *loopProducer) commit(ctx context.Context, db *sql.DB, n int, args []any, ids []uuid.UUID) ([]uuid.UUID, error) {
+type loopInstance struct {
+	env     Env
+	table   string
+	hdrs    []byte
+	drainer *loopDrainer
+}
+
+// commit runs one transaction: the business row when business is set, then
+// n messages in one statement; it returns their ids in ids[:0].
+func (l *loopInstance) commit(ctx context.Context, business bool, insert string, n int, args []any, ids []uuid.UUID) ([]uuid.UUID, error) {
 	ids = ids[:0]
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := l.env.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return ids, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, l.insertBusiness, "order"); err != nil {
-		return ids, err
+	if business {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+l.env.Orders+` (note) VALUES ($1)`, "order"); err != nil {
+			return ids, err
+		}
 	}
 	if n > 0 {
 		now := time.Now()
@@ -87,35 +95,54 @@ func (l *loopProducer) commit(ctx context.Context, db *sql.DB, n int, args []any
 				return ids, err
 			}
 			ids = append(ids, id)
-			args = append(args, id, eventType, "bench", l.destination, l.body, l.hdrs, now)
+			args = append(args, id, eventType, "bench", l.env.Destination, l.env.Body, l.hdrs, now)
 		}
-		if _, err := tx.ExecContext(ctx, l.insertMessages, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
 			return ids, err
 		}
 	}
 	return ids, tx.Commit()
 }
 
-// commits makes producers for runner.produce that commit perTx messages per
-// transaction and, when record is set, note each commit in it.
-func (l *loopProducer) commits(db *sql.DB, perTx int, record *stamper) func(int) func(context.Context) error {
-	return func(int) func(context.Context) error {
-		args := make([]any, 0, 7*perTx)
-		var ids []uuid.UUID
-		return func(ctx context.Context) error {
-			var err error
-			if ids, err = l.commit(ctx, db, perTx, args, ids); err != nil || record == nil {
-				return err
-			}
-			now := time.Now()
-			record.mu.Lock()
-			for _, id := range ids {
-				record.commits = append(record.commits, committed{id: id, at: now})
-			}
-			record.mu.Unlock()
-			return nil
+// Producer implements [Instance].
+func (l *loopInstance) Producer(_, perTx int) (func(context.Context) error, error) {
+	insert := loopInsert(l.table, perTx)
+	args := make([]any, 0, 7*perTx)
+	var ids []uuid.UUID
+	return func(ctx context.Context) error {
+		var err error
+		if ids, err = l.commit(ctx, true, insert, perTx, args, ids); err != nil || l.env.Committed == nil {
+			return err
 		}
+		l.env.Committed(time.Now(), ids)
+		return nil
+	}, nil
+}
+
+// Fill implements [Instance], 1,000 messages per statement.
+func (l *loopInstance) Fill(ctx context.Context, n int) ([]uuid.UUID, error) {
+	all := make([]uuid.UUID, 0, n)
+	args := make([]any, 0, 7*1000)
+	var ids []uuid.UUID
+	for start := 0; start < n; start += 1000 {
+		size := min(1000, n-start)
+		var err error
+		if ids, err = l.commit(ctx, false, loopInsert(l.table, size), size, args, ids); err != nil {
+			return nil, err
+		}
+		all = append(all, ids...)
 	}
+	_, err := l.env.DB.ExecContext(ctx, `ANALYZE `+l.table)
+	return all, err
+}
+
+func (l *loopInstance) Start(ctx context.Context) error { return l.drainer.start(ctx) }
+func (l *loopInstance) Stop(ctx context.Context) error  { return l.drainer.stop(ctx) }
+func (l *loopInstance) Err() error                      { return l.drainer.failed() }
+
+func (l *loopInstance) Backlog(ctx context.Context) (n int64, err error) {
+	err = l.env.DB.QueryRowContext(ctx, `SELECT count(*) FROM `+l.table).Scan(&n)
+	return n, err
 }
 
 // loopDrainer is the hand-written loop's dispatcher: workers goroutines each
@@ -126,7 +153,7 @@ func (l *loopProducer) commits(db *sql.DB, perTx int, record *stamper) func(int)
 type loopDrainer struct {
 	db      *sql.DB
 	take    string
-	sink    *sink
+	sink    relayer.Transport
 	workers int
 	poll    time.Duration
 
@@ -136,10 +163,9 @@ type loopDrainer struct {
 	err      error
 }
 
-func (r *runner) newLoopDrainer(outbox relayer.Outbox, sk *sink, workers, batch int, poll time.Duration) *loopDrainer {
-	table := r.table(outbox, "outbox")
+func newLoopDrainer(db *sql.DB, table string, sk relayer.Transport, workers, batch int, poll time.Duration) *loopDrainer {
 	return &loopDrainer{
-		db: r.cfg.DB, sink: sk, workers: workers, poll: poll, stopping: make(chan struct{}),
+		db: db, sink: sk, workers: workers, poll: poll, stopping: make(chan struct{}),
 		take: `DELETE FROM ` + table + ` WHERE id = ANY(ARRAY(
     SELECT id FROM ` + table + ` WHERE lane IS NULL ORDER BY id LIMIT ` + strconv.Itoa(batch) + ` FOR UPDATE SKIP LOCKED))
 RETURNING id, message_type, transport, destination, body, headers`,
