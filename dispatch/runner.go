@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/relayer-go/relayer"
@@ -230,10 +231,12 @@ func (r *Runner) Cleanup() *Cleanup { return r.cleanup }
 // [enlist.CommitListener].
 func (r *Runner) StoreOptions() store.Options { return r.store.Options() }
 
-// Committed hands committed rows to direct dispatch; with direct dispatch
-// turned off, it wakes recovery instead. It implements
+// Committed hands committed rows to direct dispatch (with direct dispatch
+// turned off, it wakes recovery instead), and wakes the runner's ordered
+// workers whose lanes the ordered rows are in. It implements
 // [enlist.CommitListener].
 func (r *Runner) Committed(rows []relayer.Message) error {
+	r.wakeOrdered(rows)
 	if r.direct != nil {
 		return r.direct.Committed(rows)
 	}
@@ -241,6 +244,25 @@ func (r *Runner) Committed(rows []relayer.Message) error {
 		r.recovery.wakeFor(rows)
 	}
 	return nil
+}
+
+// wakeOrdered wakes each ordered worker of this runner that holds the lane
+// of a committed ordered row, so that the row waits for no poll.
+func (r *Runner) wakeOrdered(rows []relayer.Message) {
+	if len(r.ordered) == 0 {
+		return
+	}
+	var lanes []int // few: a transaction touches a handful of keys
+	for i := range rows {
+		if rows[i].Ordered && !slices.Contains(lanes, rows[i].Lane) {
+			lanes = append(lanes, rows[i].Lane)
+		}
+	}
+	for _, o := range r.ordered {
+		if slices.ContainsFunc(*o.assigned.Load(), func(l int) bool { return slices.Contains(lanes, l) }) {
+			o.Wake()
+		}
+	}
 }
 
 // Connections returns how many connections the workers pin from the pool

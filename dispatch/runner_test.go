@@ -123,6 +123,34 @@ func TestRunnerWithoutDirectDispatchSendsLateCommitsAtOnce(t *testing.T) {
 	b.waitRows(t, 0)
 }
 
+// An ordered message committed through a runner's writer is sent at once,
+// not at the ordered worker's next poll (5 s away here).
+func TestRunnerWakesOrderedWorkersAtCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r, err := dispatch.NewRunner(b.db, b.outbox, dispatch.RunnerOptions{DisableCleanup: true, Logger: b.logger(),
+		Ordered: dispatch.OrderedOptions{PollInterval: 5 * time.Second}})
+	must(t, err)
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: r})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.Ordered()[0].Lanes()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // until the worker has joined
+	}
+	time.Sleep(200 * time.Millisecond) // and finished its first, empty scan
+	for i := 1; i <= 3; i++ {
+		start := time.Now()
+		publishWith(t, b, w, relayer.NewOutgoing(Shipped{i}, relayer.Key("k")))
+		b.waitSent(t, i)
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("ordered message %d sent %s after its commit", i, d)
+		}
+	}
+	checkOrder(t, b.mem.Messages("orders.shipped"), []string{"k"}, 3, false)
+}
+
 // A bounded pool without room for the workers and the application is refused
 // at Start, with the numbers and the fix.
 func TestRunnerRefusesASmallPool(t *testing.T) {
