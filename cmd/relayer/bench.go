@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -21,6 +22,7 @@ import (
 
 type benchFlags struct {
 	databaseURL, schema, scenarios, sink, natsURL string
+	kafkaBrokers, kafkaTopic, amqpURL, contenders string
 	keep, quick, asJSON                           bool
 	producers, rate, backlog, bodySize, rounds    int
 	duration                                      time.Duration
@@ -40,10 +42,14 @@ throwaway PostgreSQL cluster.`,
 	fs.StringVar(&f.schema, "schema", "", "schema for the run's tables; must not exist (default relayer_bench_<pid>)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run's schema afterwards")
 	fs.StringVar(&f.scenarios, "scenario", strings.Join(bench.Scenarios, ","), "comma-separated scenarios to run")
+	fs.StringVar(&f.contenders, "contender", "", `comma-separated contenders to run: "hand-written loop", "relayer direct", "relayer recovery", "relayer ordered" (default: all)`)
 	fs.BoolVar(&f.quick, "quick", false, "run every scenario briefly (1s, a 5,000-row backlog)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the results as JSON, one object per line")
-	fs.StringVar(&f.sink, "sink", "memory", "where messages go: memory (an in-process sink) or nats")
+	fs.StringVar(&f.sink, "sink", "memory", "where messages go: memory (an in-process sink), nats, kafka or amqp (RabbitMQ)")
 	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server with JetStream for --sink nats (default: an embedded one)")
+	fs.StringVar(&f.kafkaBrokers, "kafka-brokers", "", "comma-separated Kafka brokers (host:port) for --sink kafka")
+	fs.StringVar(&f.kafkaTopic, "kafka-topic", "relayer-bench", "the topic --sink kafka produces to")
+	fs.StringVar(&f.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ for --sink amqp; the run declares a durable queue of its own and deletes it at the end")
 	fs.IntVar(&f.producers, "producers", 8, "goroutines committing transactions, 1 to 64")
 	fs.DurationVar(&f.duration, "duration", 0, "length of each timed scenario (default 10s, 1s with --quick)")
 	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second, in transactions of 10")
@@ -58,6 +64,11 @@ throwaway PostgreSQL cluster.`,
 	for s := range strings.SplitSeq(f.scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Scenarios = append(cfg.Scenarios, s)
+		}
+	}
+	for c := range strings.SplitSeq(f.contenders, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			cfg.Only = append(cfg.Only, c)
 		}
 	}
 	switch { // zero means a default to the library, not on the command line
@@ -75,8 +86,11 @@ throwaway PostgreSQL cluster.`,
 	if err := cfg.Validate(); err != nil {
 		return usagef("%s", strings.TrimPrefix(err.Error(), bench.ErrInvalidConfig.Error()+": "))
 	}
-	if f.sink != "memory" && f.sink != "nats" {
-		return usagef("--sink %q: want memory or nats", f.sink)
+	if !slices.Contains([]string{"memory", "nats", "kafka", "amqp"}, f.sink) {
+		return usagef("--sink %q: want memory, nats, kafka or amqp", f.sink)
+	}
+	if f.sink == "kafka" && strings.TrimSpace(f.kafkaBrokers) == "" {
+		return usagef("--sink kafka needs --kafka-brokers host:port[,host:port…]")
 	}
 	db, stop, err := openOrStartDB(ctx, f.databaseURL, stderr, "bench", f.producers+24)
 	if err != nil {
@@ -84,13 +98,28 @@ throwaway PostgreSQL cluster.`,
 	}
 	defer stop()
 	cfg.DB = db
-	if f.sink == "nats" {
+	switch f.sink {
+	case "nats":
 		tr, stopNATS, err := benchNATS(ctx, f.natsURL)
 		if err != nil {
 			return err
 		}
 		defer stopNATS()
 		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "nats", "relayer-bench.events"
+	case "kafka":
+		tr, topic, stopKafka, err := benchKafka(ctx, f.kafkaBrokers, f.kafkaTopic)
+		if err != nil {
+			return err
+		}
+		defer stopKafka()
+		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "kafka", topic
+	case "amqp":
+		tr, queue, stopAMQP, err := benchAMQP(f.amqpURL)
+		if err != nil {
+			return err
+		}
+		defer stopAMQP()
+		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "amqp", queue
 	}
 	steps := newStepper(stderr, bench.Steps(cfg))
 	cfg.Progress = steps.step

@@ -8,11 +8,16 @@ require (
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
+	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/relayer-go/relayer v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/enlist/bun v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/enlist/gorm v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/enlist/sqlx v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/transport/amqp v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/transport/kafka v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/transport/nats v0.0.0-00010101000000-000000000000
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/pgdialect v1.3.0
 	go.uber.org/goleak v1.3.0
@@ -34,8 +39,10 @@ require (
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	github.com/tmthrgd/go-hex v0.0.0-20190904060850-447a3041c3bc // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -51,5 +58,7 @@ replace (
 	github.com/relayer-go/relayer/enlist/bun => ../../enlist/bun
 	github.com/relayer-go/relayer/enlist/gorm => ../../enlist/gorm
 	github.com/relayer-go/relayer/enlist/sqlx => ../../enlist/sqlx
+	github.com/relayer-go/relayer/transport/amqp => ../../transport/amqp
+	github.com/relayer-go/relayer/transport/kafka => ../../transport/kafka
 	github.com/relayer-go/relayer/transport/nats => ../../transport/nats
 )

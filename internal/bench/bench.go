@@ -71,6 +71,10 @@ type Config struct {
 	// Contenders are measured beside the hand-written loop and Relayer's
 	// dispatch paths, in the scenarios each runs.
 	Contenders []Contender
+	// Only, when set, limits the run to the contenders of these names (see
+	// [Contender.Name]); the business insert alone of the enlist scenario
+	// runs with the hand-written loop. Default: every contender.
+	Only []string
 	// Rate is the latency scenario's total messages per second, sent in
 	// transactions of 10. Default: 2,000.
 	Rate int
@@ -152,6 +156,16 @@ func (c Config) Validate() error {
 	case d.BodySize < 16 || d.BodySize > 1<<20:
 		return fmt.Errorf("%w: BodySize must be 16 to 1 MiB, got %d", ErrInvalidConfig, c.BodySize)
 	}
+	r := &runner{cfg: d}
+	for _, name := range d.Only {
+		known := false
+		for _, s := range Scenarios {
+			known = known || slices.ContainsFunc(r.all(s), func(c Contender) bool { return c.Name() == name })
+		}
+		if !known {
+			return fmt.Errorf("%w: unknown contender %q", ErrInvalidConfig, name)
+		}
+	}
 	for _, s := range d.Scenarios {
 		if !slices.Contains(Scenarios, s) {
 			return fmt.Errorf("%w: unknown scenario %q (want one of %v)", ErrInvalidConfig, s, Scenarios)
@@ -195,6 +209,10 @@ type Result struct {
 	P99Max        time.Duration `json:"p99_max_ns,omitempty"`
 	// Produced is the messages committed per second (e2e).
 	Produced float64 `json:"produced_per_sec,omitempty"`
+	// ServerTxPerMsg is the database's transactions (of every session, so
+	// run on a database nothing else uses) per message produced during the
+	// timed part (e2e, latency): the producers' own and the dispatchers'.
+	ServerTxPerMsg float64 `json:"server_tx_per_msg,omitempty"`
 	// Backlog is the rows left in the outbox when the timed part ended.
 	Backlog int64 `json:"backlog"`
 	// P50, P95 and P99 are commit-to-send latencies.

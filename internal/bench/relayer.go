@@ -44,8 +44,11 @@ func Relayer(path string) Contender {
 }
 
 func (c relayerPath) Name() string {
+	if c.path == PathOrdered && c.workers == 1 {
+		return c.path + " (1 worker)"
+	}
 	if c.path == PathOrdered && c.workers != 4 {
-		return fmt.Sprintf("%s, %d workers", c.path, c.workers)
+		return fmt.Sprintf("%s (%d workers)", c.path, c.workers)
 	}
 	return c.path
 }

@@ -27,21 +27,30 @@ func (r *runner) orderedBacklog() int {
 	return 20_000
 }
 
-// contenders returns the contenders taking part in scenario: the
-// hand-written loop first (the others' ratios are against it), then
-// Relayer's paths, then the Config's.
-func (r *runner) contenders(scenario string) []Contender {
-	all := append([]Contender{Loop{}, Relayer(PathDirect), Relayer(PathRecovery), Relayer(PathOrdered)}, r.cfg.Contenders...)
+// all returns every contender taking part in scenario: the hand-written
+// loop first (the others' ratios are against it), then Relayer's paths, then
+// the Config's.
+func (r *runner) all(scenario string) []Contender {
 	if scenario == ScenarioOrdered {
 		// Relayer's ordered path with 1, 2 and 4 workers, and nothing else:
 		// no other contender keeps per-key order with several workers.
 		return []Contender{relayerPath{PathOrdered, 1}, relayerPath{PathOrdered, 2}, relayerPath{PathOrdered, 4}}
 	}
 	var cs []Contender
-	for _, c := range all {
+	for _, c := range append([]Contender{Loop{}, Relayer(PathDirect), Relayer(PathRecovery), Relayer(PathOrdered)}, r.cfg.Contenders...) {
 		if c.Runs(scenario) {
 			cs = append(cs, c)
 		}
+	}
+	return cs
+}
+
+// contenders returns the contenders of scenario the run measures: all of
+// them, or those Config.Only names.
+func (r *runner) contenders(scenario string) []Contender {
+	cs := r.all(scenario)
+	if len(r.cfg.Only) > 0 {
+		cs = slices.DeleteFunc(cs, func(c Contender) bool { return !slices.Contains(r.cfg.Only, c.Name()) })
 	}
 	return cs
 }
@@ -249,7 +258,7 @@ func (r *runner) enlist(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	alone[0].Variant, alone[0].Contender = "business insert alone", ""
-	results := alone
+	results := slices.Clone(alone)
 	for _, perTx := range []int{1, 10, 100} {
 		res, err := r.rounds(ctx, r.contenders(ScenarioEnlist), once(perTx), txPerSec)
 		if err != nil {
@@ -289,6 +298,10 @@ func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant 
 			in.Stop(context.WithoutCancel(ctx))
 		}
 	}()
+	serverTx, err := r.serverTransactions(ctx)
+	if err != nil {
+		return Result{}, err
+	}
 	var txs int64
 	elapsed, err := r.timed(func(stop <-chan struct{}) (err error) {
 		txs, err = r.produce(ctx, in, perTx, every, stop)
@@ -298,6 +311,10 @@ func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant 
 		return Result{}, err
 	}
 	delivered := sk.count.Load()
+	serverTxAfter, err := r.serverTransactions(ctx)
+	if err != nil {
+		return Result{}, err
+	}
 	backlog, err := in.Backlog(ctx)
 	if err != nil {
 		return Result{}, err
@@ -311,10 +328,24 @@ func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant 
 	}
 	res := Result{Scenario: scenario, Variant: variant, Elapsed: elapsed, Backlog: backlog,
 		Produced: float64(txs*int64(perTx)) / elapsed.Seconds(), MsgsPerSec: float64(delivered) / elapsed.Seconds()}
+	if txs > 0 {
+		res.ServerTxPerMsg = float64(serverTxAfter-serverTx) / float64(txs*int64(perTx))
+	}
 	var latencies []time.Duration
 	res.Lost, res.Duplicates, res.OutOfOrder, latencies = sk.check(rec.all())
 	res.withLatencies(latencies)
 	return res, nil
+}
+
+// serverTransactions returns the transactions the database has committed
+// and rolled back so far, as its statistics have them (they lag by up to a
+// second: PostgreSQL flushes a session's counts when it goes idle).
+func (r *runner) serverTransactions(ctx context.Context) (n int64, err error) {
+	if _, err = r.cfg.DB.ExecContext(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		return 0, err
+	}
+	err = r.cfg.DB.QueryRowContext(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
 }
 
 // endToEnd is producers committing 10 messages per transaction as fast as

@@ -37,7 +37,7 @@ func header(scenario string) string {
 	case bench.ScenarioLatency:
 		cols = "| scenario | variant | contender | p50 | p95 | p99 (range) | delivered msg/s |"
 	case bench.ScenarioE2E:
-		cols = "| scenario | variant | contender | delivered msg/s (range) | produced msg/s | backlog at end | p50 | p99 | ÷ loop |"
+		cols = "| scenario | variant | contender | delivered msg/s (range) | produced msg/s | backlog at end | p50 | p99 | server tx per msg | ÷ loop |"
 	default:
 		cols = "| scenario | variant | contender | msg/s (range) | ÷ loop |"
 	}
@@ -59,8 +59,8 @@ func row(r bench.Result) string {
 		}
 		cols = fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |", r.Scenario, r.Variant, c, ms(r.P50), ms(r.P95), p99, num(r.MsgsPerSec))
 	case bench.ScenarioE2E:
-		cols = fmt.Sprintf("| %s | %s | %s | %s | %s | %d | %s | %s | %s |", r.Scenario, r.Variant, c,
-			withRange(r.MsgsPerSec, r.MsgsPerSecMin, r.MsgsPerSecMax, r.Rounds), num(r.Produced), r.Backlog, ms(r.P50), ms(r.P99), ratio(r.VsLoop))
+		cols = fmt.Sprintf("| %s | %s | %s | %s | %s | %d | %s | %s | %.2f | %s |", r.Scenario, r.Variant, c,
+			withRange(r.MsgsPerSec, r.MsgsPerSecMin, r.MsgsPerSecMax, r.Rounds), num(r.Produced), r.Backlog, ms(r.P50), ms(r.P99), r.ServerTxPerMsg, ratio(r.VsLoop))
 	default:
 		cols = fmt.Sprintf("| %s | %s | %s | %s | %s |", r.Scenario, r.Variant, c,
 			withRange(r.MsgsPerSec, r.MsgsPerSecMin, r.MsgsPerSecMax, r.Rounds), ratio(r.VsLoop))

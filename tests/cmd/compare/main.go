@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string) error {
 	quick := fs.Bool("quick", false, "run every scenario briefly")
 	asJSON := fs.Bool("json", false, "print JSON lines instead of Markdown")
 	charts := fs.String("charts", "", "directory to write PNG charts to")
+	only := fs.String("contender", "", "comma-separated contenders to run (default: all)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -63,6 +64,11 @@ func run(ctx context.Context, args []string) error {
 	for s := range strings.SplitSeq(*scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Scenarios = append(cfg.Scenarios, s)
+		}
+	}
+	for c := range strings.SplitSeq(*only, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			cfg.Only = append(cfg.Only, c)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
