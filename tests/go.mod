@@ -12,6 +12,9 @@ require (
 	github.com/nats-io/nats.go v1.56.0
 	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/relayer-go/relayer v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/enlist/bun v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/enlist/gorm v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/enlist/sqlx v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/transport/amqp v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/transport/kafka v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/transport/nats v0.0.0-00010101000000-000000000000
@@ -66,6 +69,9 @@ require (
 replace github.com/relayer-go/relayer => ..
 
 replace (
+	github.com/relayer-go/relayer/enlist/bun => ../enlist/bun
+	github.com/relayer-go/relayer/enlist/gorm => ../enlist/gorm
+	github.com/relayer-go/relayer/enlist/sqlx => ../enlist/sqlx
 	github.com/relayer-go/relayer/transport/amqp => ../transport/amqp
 	github.com/relayer-go/relayer/transport/kafka => ../transport/kafka
 	github.com/relayer-go/relayer/transport/nats => ../transport/nats

@@ -1,0 +1,316 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/headers"
+)
+
+var quietLogger = slog.New(slog.DiscardHandler)
+
+// scenario is one run of the system under a fault.
+type scenario struct {
+	name     string
+	injected string // what the fault is, for the report
+	workers  int
+	// setup runs before the workers start.
+	setup func(t *testing.T, s *system)
+	// inject runs while the producers do, until stop closes, and reports
+	// what it did.
+	inject func(ctx context.Context, s *system, stop <-chan struct{}) injection
+	// overlaps reports whether two sends of one lane may overlap: after a
+	// worker's session is killed, its send may still be going on while the
+	// lane's next owner sends, and that is not a second owner while the
+	// first's transaction holds the lane row.
+	overlaps bool
+	// dupsPerFault bounds duplicates per fault injected (a batch resent
+	// after its worker's transaction was lost). Zero means none allowed.
+	dupsPerFault int
+	// leftRows and leftDead are the outbox rows and dead letters the
+	// scenario leaves on purpose.
+	leftRows, leftDead int64
+}
+
+// injection is what an injector did.
+type injection struct {
+	faults int           // how many faults it injected
+	note   string        // in words, for the report
+	resume time.Duration // from the end of the fault to the next delivery, when it applies
+}
+
+// reportRow is one line of the report.
+type reportRow struct {
+	scenario, injected string
+	v                  verdict
+	dupCause           string
+	resume, drained    time.Duration
+	before, after      baseline
+}
+
+var (
+	reportMu   sync.Mutex
+	reportRows []reportRow
+)
+
+func TestFaults(t *testing.T) {
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) { runScenario(t, sc) })
+	}
+	if *report != "" {
+		writeReport(t, *report)
+	}
+}
+
+func scenarios() []scenario {
+	kill := func(every time.Duration) func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		return func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+			var in injection
+			sessions := 0
+			for {
+				select {
+				case <-stop:
+					in.note = fmt.Sprintf("%d worker sessions killed in %d rounds", sessions, in.faults)
+					return in
+				case <-time.After(every/2 + rand.N(every)):
+				}
+				n, err := s.killSessions(ctx, "worker-")
+				if err == nil && n > 0 {
+					in.faults++
+					sessions += n
+				}
+			}
+		}
+	}
+	outage := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		d := produceFor() / 2
+		time.Sleep(produceFor() / 4)
+		s.broker.down.Store(true)
+		time.Sleep(d)
+		before := s.broker.count()
+		s.broker.down.Store(false)
+		back := time.Now()
+		for s.broker.count() == before && time.Since(back) < time.Minute {
+			time.Sleep(time.Millisecond)
+		}
+		<-stop
+		return injection{faults: 1, note: fmt.Sprintf("every send refused (unavailable) for %s", d.Round(time.Millisecond)), resume: time.Since(back)}
+	}
+	flaky := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		s.broker.flaky.Store(true)
+		<-stop
+		s.broker.flaky.Store(false)
+		return injection{note: fmt.Sprintf("%d of %d sends failed, %d slowed by %s", s.broker.failed.Load(), s.broker.sends.Load(), s.broker.slowed.Load(), s.broker.slowFor)}
+	}
+	churn := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		var in injection
+		for {
+			select {
+			case <-stop:
+				in.note = fmt.Sprintf("%d workers stopped and started", in.faults)
+				return in
+			case <-time.After(400*time.Millisecond + rand.N(400*time.Millisecond)):
+			}
+			var live []*worker
+			s.workers.Range(func(_, v any) bool { live = append(live, v.(*worker)); return true })
+			if len(live) > 1 {
+				s.stopWorker(live[rand.IntN(len(live))])
+				in.faults++
+			}
+			if len(live) <= 3 {
+				s.startWorker(ctx)
+			}
+		}
+	}
+	return []scenario{
+		{name: "producer rollbacks", workers: 2, injected: "8% of transactions rolled back after publishing, 7% with a savepoint rolled back, 5% cancelled as the commit goes out"},
+		{name: "sessions killed", workers: 2, injected: "pg_terminate_backend of every worker session every 0.4–1.2 s, mid-batch",
+			inject: kill(800 * time.Millisecond), overlaps: true, dupsPerFault: 100},
+		{name: "broker outage", workers: 2, injected: "every send fails with ErrUnavailable for half the run", inject: outage},
+		{name: "flaky broker", workers: 2, injected: "5% of sends fail, 1% take 700 ms", inject: flaky},
+		{name: "membership churn", workers: 2, injected: "a worker stopped and another started every 0.4–0.8 s", inject: churn},
+		{name: "corrupt and unroutable rows", workers: 2, injected: "3 rows with corrupt headers and 2 naming an unknown transport written straight into the table",
+			setup: insertBadRows, leftRows: 2, leftDead: 3},
+		{name: "combined", workers: 3, injected: "sessions killed, a flaky broker, membership churn and bad rows at once",
+			setup: insertBadRows, leftRows: 2, leftDead: 3, overlaps: true, dupsPerFault: 100,
+			inject: func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+				var wg sync.WaitGroup
+				var ins [3]injection
+				for i, f := range []func(context.Context, *system, <-chan struct{}) injection{kill(time.Second), flaky, churn} {
+					wg.Go(func() { ins[i] = f(ctx, s, stop) })
+				}
+				wg.Wait()
+				return injection{faults: ins[0].faults + ins[2].faults, note: ins[0].note + "; " + ins[1].note + "; " + ins[2].note}
+			}},
+	}
+}
+
+// insertBadRows writes rows no worker can send straight into the outbox:
+// three whose headers do not decode (dead-lettered as corrupt) and two
+// naming a transport no worker has (left in the table, since another
+// process may have it).
+func insertBadRows(t *testing.T, s *system) {
+	good, err := headers.Encode([]headers.Header{{Name: relayer.HeaderContentType, Value: []byte("application/json")}, {Name: "tenant", Value: []byte("t-1")}})
+	must(t, err)
+	if _, err := headers.Decode(good[:len(good)-1], nil); err == nil {
+		t.Fatal("a truncated header block decodes")
+	}
+	badVersion := append([]byte{0xee}, good[1:]...)
+	if _, err := headers.Decode(badVersion, nil); err == nil {
+		t.Fatal("a header block of an unknown version decodes")
+	}
+	for i, r := range []struct {
+		transport string
+		hdrs      []byte
+	}{{"broker", bytes.Repeat([]byte{0xff}, 12)}, {"broker", good[:len(good)-1]}, {"broker", badVersion}, {"nope", good}, {"nope", good}} {
+		id := uuid.Must(relayer.NewID())
+		_, err := s.db.Exec(`INSERT INTO `+s.schema+`.outbox (id, message_type, transport, destination, body, headers, created_at)
+VALUES ($1, 'faults.event', $2, 'events', $3, $4, now() - interval '1 minute')`, id, r.transport, []byte(fmt.Sprintf(`{"bad":%d}`, i)), r.hdrs)
+		must(t, err)
+		s.ledger.intend(id)
+	}
+}
+
+func runScenario(t *testing.T, sc scenario) {
+	base := measure()
+	s := newSystem(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if sc.setup != nil {
+		sc.setup(t, s)
+	}
+	for range sc.workers {
+		s.startWorker(ctx)
+	}
+	stop := make(chan struct{})
+	var in injection
+	var injected sync.WaitGroup
+	if sc.inject != nil {
+		injected.Go(func() { in = sc.inject(ctx, s, stop) })
+	}
+	producers := s.produce(4, standardMix, stop)
+	time.Sleep(produceFor())
+	close(stop)
+	producers.Wait()
+	injected.Wait()
+	if s.startedNone() {
+		s.startWorker(ctx)
+	}
+
+	v, drained := s.settleAndCheck(90*time.Second + produceFor())
+	var rows, dead int64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rows, dead = s.outboxLeft(ctx)
+		if rows == sc.leftRows && dead == sc.leftDead || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.stopAll()
+	if reasons, err := s.st.DeadByReason(ctx); err == nil && sc.leftDead > 0 && reasons["corrupt"] != sc.leftDead {
+		t.Errorf("dead letters by reason %v, want %d corrupt", reasons, sc.leftDead)
+	}
+	cancel()
+
+	t.Logf("%s: %+v; %s; drained %s after the producers stopped", sc.name, v, in.note, drained.Round(time.Millisecond))
+	if v.Lost != 0 {
+		t.Errorf("%d committed messages lost", v.Lost)
+	}
+	if v.RolledBackDelivered != 0 {
+		t.Errorf("%d rolled-back messages delivered", v.RolledBackDelivered)
+	}
+	if v.OrderViolations != 0 {
+		t.Errorf("%d per-key order violations", v.OrderViolations)
+	}
+	if v.Overlaps != 0 && !sc.overlaps {
+		t.Errorf("%d moments with two sends of one lane in flight", v.Overlaps)
+	}
+	if bound := sc.dupsPerFault * in.faults; v.Duplicates > bound {
+		t.Errorf("%d duplicates, more than %d per fault for %d faults", v.Duplicates, sc.dupsPerFault, in.faults)
+	}
+	if v.Committed < 100 {
+		t.Errorf("only %d messages committed: the producers hardly ran", v.Committed)
+	}
+	if rows != sc.leftRows || dead != sc.leftDead {
+		t.Errorf("left %d outbox rows and %d dead letters, want %d and %d", rows, dead, sc.leftRows, sc.leftDead)
+	}
+	after := checkBaseline(t, base)
+
+	cause := "-"
+	if v.Duplicates > 0 {
+		cause = "batches resent after their worker's transaction was lost with its session"
+	}
+	reportMu.Lock()
+	reportRows = append(reportRows, reportRow{scenario: sc.name, injected: strings.TrimSuffix(sc.injected+" ("+in.note+")", " ()"), v: v,
+		dupCause: cause, resume: in.resume, drained: drained, before: base, after: after})
+	reportMu.Unlock()
+}
+
+// startedNone reports whether no worker runs (churn may have stopped the
+// last), so that one is started to finish the delivery.
+func (s *system) startedNone() bool {
+	none := true
+	s.workers.Range(func(any, any) bool { none = false; return false })
+	return none
+}
+
+// checkBaseline checks that the goroutines are back to their count before
+// the scenario and the live heap within 16 MiB of its size then, and returns
+// what it measured. Resident memory is reported rather than checked: the
+// race detector's shadow memory, which the suite runs with, is not given
+// back to the system.
+func checkBaseline(t *testing.T, base baseline) baseline {
+	deadline := time.Now().Add(15 * time.Second)
+	var now baseline
+	for {
+		now = measure()
+		if now.goroutines <= base.goroutines+2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if now.goroutines > base.goroutines+2 {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after Stop, %d before:\n%s", now.goroutines, base.goroutines, buf[:runtime.Stack(buf, true)])
+	}
+	if now.heap > base.heap+16<<20 {
+		t.Errorf("live heap %d MiB after Stop, %d MiB before", now.heap>>20, base.heap>>20)
+	}
+	return now
+}
+
+
+// writeReport writes the report rows as a Markdown table.
+func writeReport(t *testing.T, path string) {
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "| scenario | injected | committed | uncertain | delivered | lost | duplicates (cause) | order violations | lane overlaps | time to resume | drained after producers stopped | goroutines before → after | heap before → after |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range reportRows {
+		resume := "-"
+		if r.resume > 0 {
+			resume = r.resume.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d (%s) | %d | %d | %s | %s | %d → %d | %.1f → %.1f MiB |\n", r.scenario, r.injected,
+			r.v.Committed, r.v.Uncertain, r.v.Delivered, r.v.Lost, r.v.Duplicates, r.dupCause, r.v.OrderViolations, r.v.Overlaps,
+			resume, r.drained.Round(time.Millisecond), r.before.goroutines, r.after.goroutines,
+			float64(r.before.heap)/(1<<20), float64(r.after.heap)/(1<<20))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+}
