@@ -292,7 +292,6 @@ func checkBaseline(t *testing.T, base baseline) baseline {
 	return now
 }
 
-
 // writeReport writes the report rows as a Markdown table.
 func writeReport(t *testing.T, path string) {
 	reportMu.Lock()
