@@ -80,6 +80,12 @@ type Cluster struct {
 	proc *proc
 	logf func(format string, args ...any)
 
+	// What Restart starts the server again with.
+	srv      server
+	owner    osUser
+	settings map[string]string
+	restart  sync.Mutex
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -178,6 +184,8 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopOnce.Do(func() {
+		c.restart.Lock()
+		defer c.restart.Unlock()
 		var errs []error
 		if c.proc != nil {
 			errs = append(errs, c.proc.stop())
@@ -190,6 +198,45 @@ func (c *Cluster) Stop() error {
 		}
 	})
 	return c.stopErr
+}
+
+// Restart shuts the server down and starts it again on the same port and
+// data, for tests of what clients do when their database goes away. A fast
+// shutdown (immediate false) rolls back open transactions and checkpoints;
+// an immediate one kills the server as a crash would, and the start
+// recovers from the write-ahead log. Sessions are cut either way. It returns
+// once the server accepts connections again.
+func (c *Cluster) Restart(ctx context.Context, immediate bool) error {
+	c.restart.Lock()
+	defer c.restart.Unlock()
+	if c.proc == nil {
+		return errors.New("pgcluster: Restart of a cluster that is not running")
+	}
+	var sig os.Signal = syscall.SIGINT // fast shutdown
+	if immediate {
+		sig = sigQuit
+	}
+	if err := c.proc.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("pgcluster: signalling postgres: %w", err)
+	}
+	select {
+	case <-c.proc.exited:
+	case <-time.After(quitTimeout):
+		if err := c.proc.kill(); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("pgcluster: %w", ctx.Err())
+	}
+	var err error
+	for attempt := 1; attempt <= portAttempts; attempt++ {
+		var retry bool
+		if retry, err = c.tryStart(ctx, c.srv, c.owner, c.settings, c.port); err == nil || !retry {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond) // the port is ours: wait for the old socket to go
+	}
+	return err
 }
 
 func (c *Cluster) dataDir() string { return filepath.Join(c.dir, dataName) }
@@ -259,6 +306,7 @@ func (c *Cluster) startServer(ctx context.Context, srv server, owner osUser, ext
 		settings["port"] = strconv.Itoa(port)
 		retry, err := c.tryStart(ctx, srv, owner, settings, port)
 		if err == nil {
+			c.srv, c.owner, c.settings = srv, owner, settings
 			return nil
 		}
 		if !retry {

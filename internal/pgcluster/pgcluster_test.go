@@ -447,3 +447,37 @@ fi
 		t.Errorf("apt-get calls:\n%s\nwant:\n%s", log, want)
 	}
 }
+
+// Restart, fast or immediate, cuts the sessions and brings the server back on
+// the same URL with what had committed, and without what had not.
+func TestRestart(t *testing.T) {
+	c := start(t, Options{})
+	query(t, c.URL(), "CREATE TABLE kept (n int)")
+	for _, immediate := range []bool{false, true} {
+		ctx := context.Background()
+		conn, err := pgconn.Connect(ctx, c.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{"INSERT INTO kept VALUES (1)", "BEGIN", "INSERT INTO kept VALUES (2)"} {
+			if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Restart(ctx, immediate); err != nil {
+			t.Fatalf("Restart(immediate %v): %v", immediate, err)
+		}
+		if _, err := conn.Exec(ctx, "COMMIT").ReadAll(); err == nil {
+			t.Errorf("immediate %v: the session survived the restart", immediate)
+		}
+		conn.Close(ctx)
+		got := query(t, c.URL(), "SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FILTER (WHERE n = 2) FROM kept")
+		want := "1/0"
+		if immediate {
+			want = "2/0"
+		}
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("immediate %v: committed/uncommitted rows after restart %v, want %s", immediate, got, want)
+		}
+	}
+}
