@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/pgcluster"
 )
 
 var quietLogger = slog.New(slog.DiscardHandler)
@@ -42,6 +44,13 @@ type scenario struct {
 	// leftRows and leftDead are the outbox rows and dead letters the
 	// scenario leaves on purpose.
 	leftRows, leftDead int64
+	// check, when set, checks what is particular to the scenario.
+	check func(t *testing.T, s *system)
+	// ownCluster runs the scenario on a PostgreSQL cluster of its own,
+	// which inject may restart.
+	ownCluster bool
+	// proxied puts a proxy between each worker and the server.
+	proxied bool
 }
 
 // injection is what an injector did.
@@ -134,6 +143,85 @@ func scenarios() []scenario {
 			}
 		}
 	}
+	freeze := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		time.Sleep(produceFor() / 4)
+		s.broker.freeze.Store(true)
+		for frozen, _ := s.broker.frozenSend(); !frozen; frozen, _ = s.broker.frozenSend() {
+			select {
+			case <-stop:
+				s.broker.freeze.Store(false)
+				s.broker.thawAll()
+				return injection{note: "no ordered send to freeze"}
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		time.Sleep(3 * leaseDuration) // well past the lease
+		s.broker.thawAll()
+		<-stop
+		return injection{faults: 1, note: fmt.Sprintf("frozen for %s, then its send completed", 3*leaseDuration)}
+	}
+	restart := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		var in injection
+		var resumes []string
+		for _, immediate := range []bool{false, true} {
+			time.Sleep(produceFor() / 3)
+			if err := s.cluster.Restart(ctx, immediate); err != nil {
+				s.t.Errorf("restart: %v", err)
+				continue
+			}
+			in.faults++
+			before, back := s.broker.count(), time.Now()
+			for s.broker.count() == before && time.Since(back) < time.Minute {
+				time.Sleep(time.Millisecond)
+			}
+			in.resume = max(in.resume, time.Since(back))
+			mode := "fast"
+			if immediate {
+				mode = "immediate"
+			}
+			resumes = append(resumes, fmt.Sprintf("%s: delivering again %s after the server was back", mode, time.Since(back).Round(time.Millisecond)))
+		}
+		<-stop
+		in.note = strings.Join(resumes, "; ")
+		return in
+	}
+	loseCommits := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		for {
+			select {
+			case <-stop:
+				lost := 0
+				for _, w := range s.live() {
+					lost += int(w.proxy.lost.Load())
+				}
+				return injection{faults: lost, note: fmt.Sprintf("%d commit replies lost", lost)}
+			case <-time.After(200*time.Millisecond + rand.N(400*time.Millisecond)):
+			}
+			if ws := s.live(); len(ws) > 0 {
+				ws[rand.IntN(len(ws))].proxy.cut.Store(1)
+			}
+		}
+	}
+	abandon := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		time.Sleep(produceFor() / 4)
+		ws := s.live()
+		w := ws[rand.IntN(len(ws))]
+		var lanes []int
+		for _, o := range w.runner.Ordered() {
+			lanes = append(lanes, o.Lanes()...)
+		}
+		s.relay.set(nil, w.runner) // its process would take no commits either
+		w.proxy.freeze()
+		at := time.Now()
+		for len(lanes) > 0 && !s.broker.laneDeliveredAfter(lanes, at) && time.Since(at) < time.Minute {
+			time.Sleep(5 * time.Millisecond)
+		}
+		resume := time.Since(at)
+		time.Sleep(max(0, 3*leaseDuration-resume))
+		w.proxy.thaw() // its late commits must change nothing
+		<-stop
+		return injection{faults: 1, resume: resume,
+			note: fmt.Sprintf("its %d lanes sent by the others %s after it froze", len(lanes), resume.Round(time.Millisecond))}
+	}
 	return []scenario{
 		{name: "producer rollbacks", workers: 2, injected: "8% of transactions rolled back after publishing, 7% with a savepoint rolled back, 5% cancelled as the commit goes out"},
 		{name: "sessions killed", workers: 2, injected: "pg_terminate_backend of every worker session every 0.4–1.2 s, mid-batch",
@@ -141,6 +229,14 @@ func scenarios() []scenario {
 		{name: "broker outage", workers: 2, injected: "every send fails with ErrUnavailable for half the run", inject: outage},
 		{name: "flaky broker", workers: 2, injected: "5% of sends fail, 1% take 700 ms", inject: flaky},
 		{name: "membership churn", workers: 2, injected: "a worker stopped and another started every 0.4–0.8 s", inject: churn},
+		{name: "worker frozen in a send", workers: 2, injected: "a worker frozen (its sessions through a TCP proxy too) in an ordered send past its leases, then resumed: the send completes",
+			inject: freeze, proxied: true, overlaps: true, dupsPerFault: 100, check: checkFrozenLane},
+		{name: "commit replies lost", workers: 2, injected: "the reply to a take's COMMIT cut by a TCP proxy (the server committed; the worker sees its connection drop)",
+			inject: loseCommits, proxied: true, overlaps: true, dupsPerFault: 100},
+		{name: "worker abandoned", workers: 2, injected: "a worker's connections frozen open by a TCP proxy past its leases, then thawed",
+			inject: abandon, proxied: true, dupsPerFault: 100},
+		{name: "server restarted", workers: 2, injected: "PostgreSQL restarted with a fast, then an immediate shutdown, while producers and workers run",
+			inject: restart, ownCluster: true, overlaps: true, dupsPerFault: 200},
 		{name: "corrupt and unroutable rows", workers: 2, injected: "3 rows with corrupt headers and 2 naming an unknown transport written straight into the table",
 			setup: insertBadRows, leftRows: 2, leftDead: 3},
 		{name: "combined", workers: 3, injected: "sessions killed, a flaky broker, membership churn and bad rows at once",
@@ -154,6 +250,48 @@ func scenarios() []scenario {
 				wg.Wait()
 				return injection{faults: ins[0].faults + ins[2].faults, note: ins[0].note + "; " + ins[1].note + "; " + ins[2].note}
 			}},
+	}
+}
+
+// startCluster starts a PostgreSQL cluster for one scenario, with a schema
+// "faults".
+func startCluster(t *testing.T) *pgcluster.Cluster {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Install: true})
+	if err != nil {
+		t.Fatalf("a cluster of its own: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	db, err := sql.Open("pgx", c.URL())
+	must(t, err)
+	defer db.Close()
+	_, err = db.Exec(`CREATE SCHEMA faults`)
+	must(t, err)
+	return c
+}
+
+// checkFrozenLane checks that no other send of the frozen send's lane
+// started while its worker's transaction could still hold the lane row: the
+// server ends that transaction's session only once it has been idle for
+// half the lease, and the lane's lease runs out later still.
+func checkFrozenLane(t *testing.T, s *system) {
+	frozen, at := s.broker.frozenSend()
+	if !frozen {
+		t.Fatal("no send was frozen")
+	}
+	starts := s.broker.otherSendsOfFrozenLane()
+	for _, st := range starts {
+		if d := st.Sub(at); d < leaseDuration/2 {
+			t.Errorf("the frozen lane was sent by another worker %s after the freeze, while the frozen worker's transaction could hold it", d)
+		}
+	}
+	if len(starts) == 0 {
+		t.Error("no other worker took over the frozen lane")
 	}
 }
 
@@ -185,7 +323,15 @@ VALUES ($1, 'faults.event', $2, 'events', $3, $4, now() - interval '1 minute')`,
 
 func runScenario(t *testing.T, sc scenario) {
 	base := measure()
-	s := newSystem(t)
+	var s *system
+	if sc.ownCluster {
+		cluster := startCluster(t)
+		s = newSystemOn(t, cluster.URL(), "faults")
+		s.cluster = cluster
+	} else {
+		s = newSystem(t)
+	}
+	s.proxied = sc.proxied
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if sc.setup != nil {
@@ -246,6 +392,9 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 	if rows != sc.leftRows || dead != sc.leftDead {
 		t.Errorf("left %d outbox rows and %d dead letters, want %d and %d", rows, dead, sc.leftRows, sc.leftDead)
+	}
+	if sc.check != nil {
+		sc.check(t, s)
 	}
 	after := checkBaseline(t, base)
 

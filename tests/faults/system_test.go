@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -31,6 +32,7 @@ import (
 	relayerbun "github.com/relayer-go/relayer/enlist/bun"
 	relayergorm "github.com/relayer-go/relayer/enlist/gorm"
 	relayersqlx "github.com/relayer-go/relayer/enlist/sqlx"
+	"github.com/relayer-go/relayer/internal/pgcluster"
 	"github.com/relayer-go/relayer/internal/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -44,6 +46,10 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	testdb.Main(m) // exits
 }
+
+// leaseDuration is the workers' lane and recovery lease: short, so that a
+// lost worker's lanes move on quickly.
+const leaseDuration = 2 * time.Second
 
 // produceFor is how long producers run in a scenario.
 func produceFor() time.Duration {
@@ -81,6 +87,9 @@ type system struct {
 	gormDB  *gorm.DB
 	workers sync.Map // name → *worker
 	next    atomic.Int64
+	cluster *pgcluster.Cluster // when the scenario has a cluster of its own
+	// proxied puts a proxy of its own between each worker and the server.
+	proxied bool
 }
 
 // worker is one Runner with a database pool of its own, whose sessions carry
@@ -89,6 +98,7 @@ type worker struct {
 	name   string
 	db     *sql.DB
 	runner *dispatch.Runner
+	proxy  *proxy // when the system is proxied
 }
 
 // relay is the writer's commit listener: it hands committed rows to a
@@ -135,7 +145,13 @@ func (r *relay) set(add, remove *dispatch.Runner) {
 // instrumented broker, retries and leases short enough for a test, and the
 // producers' data layers.
 func newSystem(t *testing.T) *system {
-	s := &system{t: t, schema: testdb.NewSchema(t), url: testdb.URL(t), broker: newBroker(), ledger: newLedger()}
+	return newSystemOn(t, testdb.URL(t), testdb.NewSchema(t))
+}
+
+// newSystemOn is newSystem on the database at dbURL, in schema, which
+// exists.
+func newSystemOn(t *testing.T, dbURL, schema string) *system {
+	s := &system{t: t, schema: schema, url: dbURL, broker: newBroker(), ledger: newLedger()}
 	routes := &relayer.Routes{}
 	must(t, relayer.AddType[Event](routes, relayer.Route{Transport: "broker", Destination: "events"}))
 	must(t, relayer.AddType[Step](routes, relayer.Route{Transport: "broker", Destination: "steps", Ordered: true}))
@@ -164,10 +180,13 @@ func newSystem(t *testing.T) *system {
 }
 
 // open opens a pool whose sessions carry the application name
-// <schema>/<role>.
-func (s *system) open(t *testing.T, role string) *sql.DB {
+// <schema>/<role>, through px when it is not nil.
+func (s *system) open(t *testing.T, role string, px ...*proxy) *sql.DB {
 	u, err := url.Parse(s.url)
 	must(t, err)
+	if len(px) > 0 {
+		u.Host = px[0].addr()
+	}
 	q := u.Query()
 	q.Set("application_name", s.schema+"/"+role)
 	u.RawQuery = q.Encode()
@@ -180,16 +199,28 @@ func (s *system) open(t *testing.T, role string) *sql.DB {
 // startWorker starts a Runner with every worker kind on a pool of its own.
 func (s *system) startWorker(ctx context.Context) *worker {
 	name := "w" + strconv.FormatInt(s.next.Add(1), 10)
-	db := s.open(s.t, "worker-"+name)
-	r, err := dispatch.NewRunner(db, s.outbox, dispatch.RunnerOptions{
+	var px *proxy
+	var db *sql.DB
+	if s.proxied {
+		u, err := url.Parse(s.url)
+		must(s.t, err)
+		px = newProxy(s.t, u.Host)
+		db = s.open(s.t, "worker-"+name, px)
+	} else {
+		db = s.open(s.t, "worker-"+name)
+	}
+	w := &worker{name: name, db: db, proxy: px}
+	outbox := s.outbox
+	outbox.Transports = map[string]relayer.Transport{"broker": workerSends{b: s.broker, w: w}}
+	r, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{
 		Logger:   quietLogger,
-		Ordered:  dispatch.OrderedOptions{Name: name, LeaseDuration: 2 * time.Second, PollInterval: 100 * time.Millisecond},
-		Recovery: dispatch.RecoveryOptions{LeaseDuration: 2 * time.Second, PollInterval: 100 * time.Millisecond, MinAge: 300 * time.Millisecond},
+		Ordered:  dispatch.OrderedOptions{Name: name, LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond},
+		Recovery: dispatch.RecoveryOptions{LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond, MinAge: 300 * time.Millisecond},
 		Cleanup:  dispatch.CleanupOptions{Interval: time.Second},
 	})
 	must(s.t, err)
 	must(s.t, r.Start(ctx))
-	w := &worker{name: name, db: db, runner: r}
+	w.runner = r
 	s.workers.Store(name, w)
 	s.relay.set(r, nil)
 	return w
@@ -204,7 +235,17 @@ func (s *system) stopWorker(w *worker) {
 		s.t.Errorf("stop %s: %v", w.name, err)
 	}
 	w.db.Close()
+	if w.proxy != nil {
+		w.proxy.close()
+	}
 	s.workers.Delete(w.name)
+}
+
+// live returns the running workers.
+func (s *system) live() []*worker {
+	var ws []*worker
+	s.workers.Range(func(_, v any) bool { ws = append(ws, v.(*worker)); return true })
+	return ws
 }
 
 func (s *system) stopAll() {
@@ -283,13 +324,21 @@ func (s *system) transaction(p, i int, act action) {
 	case err == nil:
 		s.ledger.settle(committed, ids...)
 		s.ledger.settle(rolledBack, extraIDs...)
-	case errors.Is(err, errCommitUnknown):
+	case errors.Is(err, errCommitUnknown) || !errors.Is(err, errRollback) && !serverError(err):
 		s.ledger.settle(uncertain, ids...)
 		s.ledger.settle(rolledBack, extraIDs...)
 	default:
 		s.ledger.settle(rolledBack, ids...)
 		s.ledger.settle(rolledBack, extraIDs...)
 	}
+}
+
+// serverError reports whether err is an error the server reported, after
+// which its transaction is certain to roll back. Any other failure (a
+// session cut, a restart) may have come after the commit took effect.
+func serverError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
 }
 
 // errCommitUnknown wraps a commit that failed without saying whether it

@@ -17,9 +17,10 @@ import (
 
 // delivery is one message the broker accepted.
 type delivery struct {
-	id  uuid.UUID
-	key string
-	at  time.Time
+	id   uuid.UUID
+	key  string
+	lane int // for ordered messages
+	at   time.Time
 }
 
 // broker is the instrumented transport: it records every message it
@@ -39,10 +40,49 @@ type broker struct {
 	slowFor time.Duration
 
 	sends, failed, slowed atomic.Int64
+
+	// freeze, when armed, stops the next send of an ordered message until
+	// thaw closes, whatever its context says: a worker frozen in a send.
+	// Meanwhile the starts of other sends of its lane are noted.
+	freeze       atomic.Bool
+	frozen       bool
+	frozenLane   int
+	frozenAt     time.Time
+	thaw         chan struct{}
+	laneStarts   []time.Time // other sends of the frozen lane, while frozen
+	frozenFinal  bool        // the frozen send has returned
+	frozenWorker *worker     // whose send froze
 }
 
 func newBroker() *broker {
-	return &broker{inflight: map[int]int{}, slowFor: 700 * time.Millisecond}
+	return &broker{inflight: map[int]int{}, slowFor: 700 * time.Millisecond, thaw: make(chan struct{})}
+}
+
+// thawAll ends the freeze: the frozen send goes on, and so do its worker's
+// sessions.
+func (b *broker) thawAll() {
+	b.mu.Lock()
+	w := b.frozenWorker
+	b.mu.Unlock()
+	if w != nil && w.proxy != nil {
+		w.proxy.thaw()
+	}
+	close(b.thaw)
+}
+
+// frozenSend reports whether a send is frozen, and when it froze.
+func (b *broker) frozenSend() (bool, time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.frozen, b.frozenAt
+}
+
+// otherSendsOfFrozenLane returns when other sends of the frozen send's lane
+// started while it was frozen.
+func (b *broker) otherSendsOfFrozenLane() []time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.laneStarts)
 }
 
 func (b *broker) Capabilities(context.Context, string) (relayer.Capabilities, error) {
@@ -56,6 +96,30 @@ func (b *broker) Send(ctx context.Context, m *relayer.Message) error {
 var errTransient = errors.New("broker: transient failure")
 
 func (b *broker) SendBatch(ctx context.Context, ms []*relayer.Message) error {
+	return b.sendAs(ctx, ms, nil)
+}
+
+// workerSends is the broker as one worker's transport, so that the broker
+// knows who sends.
+type workerSends struct {
+	b *broker
+	w *worker
+}
+
+func (t workerSends) Capabilities(ctx context.Context, d string) (relayer.Capabilities, error) {
+	return t.b.Capabilities(ctx, d)
+}
+
+func (t workerSends) Send(ctx context.Context, m *relayer.Message) error {
+	return t.b.sendAs(ctx, []*relayer.Message{m}, t.w)
+}
+
+func (t workerSends) SendBatch(ctx context.Context, ms []*relayer.Message) error {
+	return t.b.sendAs(ctx, ms, t.w)
+}
+
+// sendAs sends for worker w (nil: unknown).
+func (b *broker) sendAs(ctx context.Context, ms []*relayer.Message, w *worker) error {
 	b.sends.Add(1)
 	var lanes []int
 	for _, m := range ms {
@@ -70,7 +134,25 @@ func (b *broker) SendBatch(ctx context.Context, ms []*relayer.Message) error {
 			b.overlaps++
 		}
 	}
+	freezeThis := len(lanes) > 0 && !b.frozen && b.freeze.CompareAndSwap(true, false)
+	if freezeThis {
+		b.frozen, b.frozenLane, b.frozenAt, b.frozenWorker = true, lanes[0], time.Now(), w
+		if w != nil && w.proxy != nil {
+			w.proxy.freeze() // the whole worker stops, its database sessions too
+		}
+	} else if b.frozen && !b.frozenFinal && slices.Contains(lanes, b.frozenLane) {
+		b.laneStarts = append(b.laneStarts, time.Now())
+	}
+	thaw := b.thaw
 	b.mu.Unlock()
+	if freezeThis {
+		<-thaw // frozen: no context, no deadline
+		defer func() {
+			b.mu.Lock()
+			b.frozenFinal = true
+			b.mu.Unlock()
+		}()
+	}
 	defer func() {
 		b.mu.Lock()
 		for _, l := range lanes {
@@ -100,7 +182,7 @@ func (b *broker) SendBatch(ctx context.Context, ms []*relayer.Message) error {
 	now := time.Now()
 	b.mu.Lock()
 	for _, m := range ms {
-		b.deliveries = append(b.deliveries, delivery{id: m.ID, key: m.Key, at: now})
+		b.deliveries = append(b.deliveries, delivery{id: m.ID, key: m.Key, lane: m.Lane, at: now})
 	}
 	b.mu.Unlock()
 	return nil
@@ -111,6 +193,19 @@ func (b *broker) snapshot() ([]delivery, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.deliveries), b.overlaps
+}
+
+// laneDeliveredAfter reports whether a message of one of lanes was
+// delivered after t.
+func (b *broker) laneDeliveredAfter(lanes []int, t time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := len(b.deliveries) - 1; i >= 0 && b.deliveries[i].at.After(t); i-- {
+		if d := b.deliveries[i]; d.key != "" && slices.Contains(lanes, d.lane) {
+			return true
+		}
+	}
+	return false
 }
 
 // count returns how many deliveries there were.
