@@ -41,6 +41,8 @@ type scenario struct {
 	// dupsPerFault bounds duplicates per fault injected (a batch resent
 	// after its worker's transaction was lost). Zero means none allowed.
 	dupsPerFault int
+	// dupCause is the documented cause of the duplicates it may have.
+	dupCause string
 	// leftRows and leftDead are the outbox rows and dead letters the
 	// scenario leaves on purpose.
 	leftRows, leftDead int64
@@ -225,22 +227,28 @@ func scenarios() []scenario {
 	return []scenario{
 		{name: "producer rollbacks", workers: 2, injected: "8% of transactions rolled back after publishing, 7% with a savepoint rolled back, 5% cancelled as the commit goes out"},
 		{name: "sessions killed", workers: 2, injected: "pg_terminate_backend of every worker session every 0.4–1.2 s, mid-batch",
-			inject: kill(800 * time.Millisecond), overlaps: true, dupsPerFault: 100},
+			inject: kill(800 * time.Millisecond), overlaps: true, dupsPerFault: 100,
+			dupCause: "a batch the broker took, then its worker's session killed before the commit: the rows stayed and were sent again"},
 		{name: "broker outage", workers: 2, injected: "every send fails with ErrUnavailable for half the run", inject: outage},
 		{name: "flaky broker", workers: 2, injected: "5% of sends fail, 1% take 700 ms", inject: flaky},
 		{name: "membership churn", workers: 2, injected: "a worker stopped and another started every 0.4–0.8 s", inject: churn},
 		{name: "worker frozen in a send", workers: 2, injected: "a worker frozen (its sessions through a TCP proxy too) in an ordered send past its leases, then resumed: the send completes",
-			inject: freeze, proxied: true, overlaps: true, dupsPerFault: 100, check: checkFrozenLane},
+			inject: freeze, proxied: true, overlaps: true, dupsPerFault: 100, check: checkFrozenLane,
+			dupCause: "the frozen send completed after the lane's next owner had sent its rows"},
 		{name: "commit replies lost", workers: 2, injected: "the reply to a take's COMMIT cut by a TCP proxy (the server committed; the worker sees its connection drop)",
-			inject: loseCommits, proxied: true, overlaps: true, dupsPerFault: 100},
+			inject: loseCommits, proxied: true, overlaps: true, dupsPerFault: 100,
+			dupCause: "a take whose commit did not happen after all: its rows were sent again"},
 		{name: "worker abandoned", workers: 2, injected: "a worker's connections frozen open by a TCP proxy past its leases, then thawed",
-			inject: abandon, proxied: true, dupsPerFault: 100},
+			inject: abandon, proxied: true, dupsPerFault: 100,
+			dupCause: "batches the abandoned worker had sent but not committed, sent again by the others"},
 		{name: "server restarted", workers: 2, injected: "PostgreSQL restarted with a fast, then an immediate shutdown, while producers and workers run",
-			inject: restart, ownCluster: true, overlaps: true, dupsPerFault: 200},
+			inject: restart, ownCluster: true, overlaps: true, dupsPerFault: 200,
+			dupCause: "batches sent whose commit the restart cut: their rows were sent again"},
 		{name: "corrupt and unroutable rows", workers: 2, injected: "3 rows with corrupt headers and 2 naming an unknown transport written straight into the table",
 			setup: insertBadRows, leftRows: 2, leftDead: 3},
 		{name: "combined", workers: 3, injected: "sessions killed, a flaky broker, membership churn and bad rows at once",
 			setup: insertBadRows, leftRows: 2, leftDead: 3, overlaps: true, dupsPerFault: 100,
+			dupCause: "a batch the broker took, then its worker's session killed before the commit: the rows stayed and were sent again",
 			inject: func(ctx context.Context, s *system, stop <-chan struct{}) injection {
 				var wg sync.WaitGroup
 				var ins [3]injection
@@ -400,7 +408,7 @@ func runScenario(t *testing.T, sc scenario) {
 
 	cause := "-"
 	if v.Duplicates > 0 {
-		cause = "batches resent after their worker's transaction was lost with its session"
+		cause = sc.dupCause
 	}
 	reportMu.Lock()
 	reportRows = append(reportRows, reportRow{scenario: sc.name, injected: strings.TrimSuffix(sc.injected+" ("+in.note+")", " ()"), v: v,
