@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -90,16 +91,35 @@ func (c *columnArrays) args() []any {
 }
 
 // insertValues writes up to insertValuesMax messages with one VALUES list of
-// plain parameters.
+// plain parameters, leaving out the optional columns no message has.
 func (s *Store) insertValues(ctx context.Context, msgs []relayer.Message) error {
-	args := make([]any, 0, len(msgs)*insertColumns)
-	now := time.Now()
-	var hbuf []byte
+	mask := 0
 	for i := range msgs {
 		m := &msgs[i]
 		if err := validateMessage(m); err != nil {
 			return fmt.Errorf("%w: message %d (id %s): %w", ErrInvalidMessage, i, m.ID, err)
 		}
+		if m.Key != "" {
+			mask |= colKey
+		}
+		if m.Ordered {
+			mask |= colLane
+		}
+		if !m.DeliverAt.IsZero() {
+			mask |= colDeliver
+		}
+		if m.TraceParent != "" {
+			mask |= colParent
+		}
+		if m.TraceState != "" {
+			mask |= colState
+		}
+	}
+	args := make([]any, 0, len(msgs)*(insertRequired+bits.OnesCount(uint(mask))))
+	now := time.Now()
+	var hbuf []byte
+	for i := range msgs {
+		m := &msgs[i]
 		start := len(hbuf)
 		var err error
 		if hbuf, err = headers.Append(hbuf, m.Headers); err != nil {
@@ -113,15 +133,24 @@ func (s *Store) insertValues(ctx context.Context, msgs []relayer.Message) error 
 		if body == nil {
 			body = []byte{} // NULL would violate NOT NULL; an empty body is a body
 		}
-		args = append(args, m.ID, m.Type, m.Transport, m.Destination, body, hbuf[start:len(hbuf):len(hbuf)],
-			sql.NullString{String: m.Key, Valid: m.Key != ""},
-			sql.NullInt32{Int32: int32(m.Lane), Valid: m.Ordered},
-			pgTime(created),
-			sql.NullTime{Time: pgTime(m.DeliverAt), Valid: !m.DeliverAt.IsZero()},
-			sql.NullString{String: m.TraceParent, Valid: m.TraceParent != ""},
-			sql.NullString{String: m.TraceState, Valid: m.TraceState != ""})
+		args = append(args, m.ID, m.Type, m.Transport, m.Destination, body, hbuf[start:len(hbuf):len(hbuf)], pgTime(created))
+		if mask&colKey != 0 {
+			args = append(args, sql.NullString{String: m.Key, Valid: m.Key != ""})
+		}
+		if mask&colLane != 0 {
+			args = append(args, sql.NullInt32{Int32: int32(m.Lane), Valid: m.Ordered})
+		}
+		if mask&colDeliver != 0 {
+			args = append(args, sql.NullTime{Time: pgTime(m.DeliverAt), Valid: !m.DeliverAt.IsZero()})
+		}
+		if mask&colParent != 0 {
+			args = append(args, sql.NullString{String: m.TraceParent, Valid: m.TraceParent != ""})
+		}
+		if mask&colState != 0 {
+			args = append(args, sql.NullString{String: m.TraceState, Valid: m.TraceState != ""})
+		}
 	}
-	_, err := s.db.ExecContext(ctx, s.q.insertValues[len(msgs)], args...)
+	_, err := s.db.ExecContext(ctx, s.q.insertValues.get(len(msgs), mask), args...)
 	return wrap(ctx, "insert", err)
 }
 

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"math/bits"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // queries holds every statement of one outbox, built once from validated names.
@@ -23,7 +25,7 @@ type queries struct {
 	park          string
 	bury          string
 	insert        string
-	insertValues  []string
+	insertValues  *insertStatements
 	releaseBatch  string
 	takeIDs       string
 	takeNext      string
@@ -244,32 +246,63 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[]
 // go through unnest.
 const insertValuesMax = 128
 
-// insertValues returns, at index n, the INSERT of n rows as a VALUES list of
-// twelve parameters per row, for n from 1 to insertValuesMax.
-func insertValues(outbox string) []string {
-	out := make([]string, insertValuesMax+1)
-	for n := 1; n <= insertValuesMax; n++ {
-		var b strings.Builder
-		b.WriteString(`INSERT INTO ` + outbox + ` (id, message_type, transport, destination, body, headers,
-    ordering_key, lane, created_at, deliver_at, trace_parent, trace_state)
-VALUES `)
-		for i := range n {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteByte('(')
-			for c := range insertColumns {
-				if c > 0 {
-					b.WriteString(", ")
-				}
-				b.WriteString("$" + strconv.Itoa(i*insertColumns+c+1))
-			}
-			b.WriteByte(')')
-		}
-		out[n] = b.String()
-	}
-	return out
+// The columns an insert may leave out, when every row of it has none:
+// each is a bit of an insert's column mask.
+const (
+	colKey = 1 << iota
+	colLane
+	colDeliver
+	colParent
+	colState
+	colMasks = 1 << iota
+)
+
+// optionalColumns names the columns of the bits above, in their order.
+var optionalColumns = [...]string{"ordering_key", "lane", "deliver_at", "trace_parent", "trace_state"}
+
+// insertStatements makes, and keeps, the INSERT of n rows as a VALUES list of
+// plain parameters for each row count and column mask: the required columns
+// (id, message_type, transport, destination, body, headers, created_at), then
+// the optional ones of the mask. A column every row leaves empty is not sent
+// at all (it defaults to NULL), which spares a parameter per row.
+type insertStatements struct {
+	outbox string
+	built  [insertValuesMax + 1][colMasks]atomic.Pointer[string]
 }
 
-// insertColumns is the parameters per row of an insert.
-const insertColumns = 12
+func insertValues(outbox string) *insertStatements { return &insertStatements{outbox: outbox} }
+
+// get returns the statement for n rows (1 to insertValuesMax) and mask.
+func (st *insertStatements) get(n, mask int) string {
+	if q := st.built[n][mask].Load(); q != nil {
+		return *q
+	}
+	cols := insertRequired + bits.OnesCount(uint(mask))
+	var b strings.Builder
+	b.WriteString(`INSERT INTO ` + st.outbox + ` (id, message_type, transport, destination, body, headers, created_at`)
+	for i, name := range optionalColumns {
+		if mask&(1<<i) != 0 {
+			b.WriteString(", " + name)
+		}
+	}
+	b.WriteString(`) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for c := range cols {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("$" + strconv.Itoa(i*cols+c+1))
+		}
+		b.WriteByte(')')
+	}
+	q := b.String()
+	st.built[n][mask].Store(&q)
+	return q
+}
+
+// insertRequired is the columns every insert sends.
+const insertRequired = 7
