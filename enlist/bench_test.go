@@ -37,7 +37,7 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 	}
 	insert := `INSERT INTO "` + schema + `".orders (id) VALUES ($1)`
 	var next atomic.Int64
-	for _, n := range []int{0, 1, 10} {
+	for _, n := range []int{0, 1, 10, 100} {
 		b.Run(fmt.Sprintf("messages=%d", n), func(b *testing.B) {
 			msgs := make([]relayer.Outgoing, n)
 			b.ReportAllocs()

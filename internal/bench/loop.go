@@ -95,7 +95,7 @@ func (l *loopInstance) commit(ctx context.Context, business bool, insert string,
 				return ids, err
 			}
 			ids = append(ids, id)
-			args = append(args, id, eventType, "bench", l.env.Destination, l.env.Body, l.hdrs, now)
+			args = append(args, id.String(), eventType, "bench", l.env.Destination, l.env.Body, l.hdrs, now)
 		}
 		if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
 			return ids, err
