@@ -157,10 +157,11 @@ func scenarios() []scenario {
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
-		time.Sleep(3 * leaseDuration) // well past the lease
+		d := frozenTxLife + 2*leaseDuration // past its transaction's life and its leases
+		time.Sleep(d)
 		s.broker.thawAll()
 		<-stop
-		return injection{faults: 1, note: fmt.Sprintf("frozen for %s, then its send completed", 3*leaseDuration)}
+		return injection{faults: 1, note: fmt.Sprintf("frozen for %s, then its send completed", d)}
 	}
 	restart := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
 		var in injection
@@ -282,10 +283,14 @@ func startCluster(t *testing.T) *pgcluster.Cluster {
 	return c
 }
 
-// checkFrozenLane checks that no other send of the frozen send's lane
-// started while its worker's transaction could still hold the lane row: the
-// server ends that transaction's session only once it has been idle for
-// half the lease, and the lane's lease runs out later still.
+// frozenTxLife is how long the frozen worker's transaction, idle from the
+// server's side, lives: a worker's sessions have an
+// idle_in_transaction_session_timeout of half the lease plus 5 s.
+const frozenTxLife = leaseDuration/2 + 5*time.Second
+
+// checkFrozenLane checks that another worker sent the frozen send's lane,
+// and only once the frozen worker's transaction, which holds the lane row,
+// had ended.
 func checkFrozenLane(t *testing.T, s *system) {
 	frozen, at := s.broker.frozenSend()
 	if !frozen {
@@ -293,7 +298,9 @@ func checkFrozenLane(t *testing.T, s *system) {
 	}
 	starts := s.broker.otherSendsOfFrozenLane()
 	for _, st := range starts {
-		if d := st.Sub(at); d < leaseDuration/2 {
+		// The transaction went idle at its last statement, just before
+		// the send froze.
+		if d := st.Sub(at); d < frozenTxLife-200*time.Millisecond {
 			t.Errorf("the frozen lane was sent by another worker %s after the freeze, while the frozen worker's transaction could hold it", d)
 		}
 	}
