@@ -10,10 +10,11 @@ bench:
 	go run ./internal/cmd/withdb -- sh -c "go test -run '^$$' -bench . -benchmem ./headers/ ./store/ ./enlist/ && \
 		go test -run '^$$' -bench . -benchtime 20000x ./dispatch/"
 
-# A short fuzzing session of the header codec.
+# A short fuzzing session of the header codec and of schema and prefix validation.
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./headers/
 	go test -run '^$$' -fuzz FuzzRoundTrip -fuzztime 60s ./headers/
+	go test -run '^$$' -fuzz FuzzOptionsValidate -fuzztime 60s ./store/
 
 # The end-to-end demo: a throwaway PostgreSQL, an embedded NATS JetStream server,
 # all four entry points and every dispatcher, checked message by message.
