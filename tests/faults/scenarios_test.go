@@ -157,11 +157,23 @@ func scenarios() []scenario {
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
-		d := frozenTxLife + 2*leaseDuration // past its transaction's life and its leases
-		time.Sleep(d)
+		// Frozen past its transaction's life and its leases, until
+		// another worker sends the lane (a minute at most).
+		_, at := s.broker.frozenSend()
+		time.Sleep(frozenTxLife + 2*leaseDuration)
+		for len(s.broker.otherSendsOfFrozenLane()) == 0 && time.Since(at) < time.Minute {
+			time.Sleep(10 * time.Millisecond)
+		}
+		in := injection{faults: 1}
+		if starts := s.broker.otherSendsOfFrozenLane(); len(starts) > 0 {
+			in.resume = starts[0].Sub(at)
+		}
+		d := time.Since(at)
 		s.broker.thawAll()
 		<-stop
-		return injection{faults: 1, note: fmt.Sprintf("frozen for %s, then its send completed", d)}
+		in.note = fmt.Sprintf("frozen for %s, its lane sent by another worker %s after the freeze, then its send completed",
+			d.Round(time.Millisecond), in.resume.Round(time.Millisecond))
+		return in
 	}
 	restart := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
 		var in injection
@@ -215,7 +227,7 @@ func scenarios() []scenario {
 		s.relay.set(nil, w.runner) // its process would take no commits either
 		w.proxy.freeze()
 		at := time.Now()
-		for len(lanes) > 0 && !s.broker.laneDeliveredAfter(lanes, at) && time.Since(at) < time.Minute {
+		for len(lanes) > 0 && !s.broker.laneDeliveredAfter(lanes, at, w) && time.Since(at) < time.Minute {
 			time.Sleep(5 * time.Millisecond)
 		}
 		resume := time.Since(at)

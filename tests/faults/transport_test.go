@@ -21,6 +21,7 @@ type delivery struct {
 	key  string
 	lane int // for ordered messages
 	at   time.Time
+	by   *worker // who sent it, when known
 }
 
 // broker is the instrumented transport: it records every message it
@@ -182,7 +183,7 @@ func (b *broker) sendAs(ctx context.Context, ms []*relayer.Message, w *worker) e
 	now := time.Now()
 	b.mu.Lock()
 	for _, m := range ms {
-		b.deliveries = append(b.deliveries, delivery{id: m.ID, key: m.Key, lane: m.Lane, at: now})
+		b.deliveries = append(b.deliveries, delivery{id: m.ID, key: m.Key, lane: m.Lane, at: now, by: w})
 	}
 	b.mu.Unlock()
 	return nil
@@ -195,13 +196,13 @@ func (b *broker) snapshot() ([]delivery, int) {
 	return slices.Clone(b.deliveries), b.overlaps
 }
 
-// laneDeliveredAfter reports whether a message of one of lanes was
-// delivered after t.
-func (b *broker) laneDeliveredAfter(lanes []int, t time.Time) bool {
+// laneDeliveredAfter reports whether a worker other than not delivered a
+// message of one of lanes after t.
+func (b *broker) laneDeliveredAfter(lanes []int, t time.Time, not *worker) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := len(b.deliveries) - 1; i >= 0 && b.deliveries[i].at.After(t); i-- {
-		if d := b.deliveries[i]; d.key != "" && slices.Contains(lanes, d.lane) {
+		if d := b.deliveries[i]; d.key != "" && d.by != not && slices.Contains(lanes, d.lane) {
 			return true
 		}
 	}
