@@ -33,8 +33,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("bench", `Measures the outbox on a database: what enlistment costs a business
 transaction (0, 1, 10 and 100 messages against the insert alone), end-to-end
 throughput and commit-to-send latency, latency at a fixed rate, the drain of a
-backlog through recovery, and ordered dispatch with 1, 2 and 4 workers. Each
-scenario counts lost, duplicate and out-of-order messages. It works in its own
+backlog through recovery, and ordered dispatch with 1, 2 and 4 workers, each
+with a hand-written SQL loop and Relayer's direct, recovery and ordered paths
+side by side, for several rounds. Each run counts lost, duplicate and
+out-of-order messages. It works in its own
 schema, dropped at the end unless --keep. Without --database-url it starts a
 throwaway PostgreSQL cluster.`,
 		"relayer bench --database-url postgres://app@db:5432/app --scenario e2e,latency --json", stderr)

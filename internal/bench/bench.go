@@ -1,7 +1,10 @@
 // Package bench runs the benchmark scenarios of the relayer command ("relayer
 // bench") against a database the caller names: what enlistment costs a
 // business transaction, end-to-end throughput and latency, the drain of a
-// backlog, and ordered dispatch. Each scenario runs in its own tables of one
+// backlog, and ordered dispatch. Each scenario measures every [Contender]
+// that takes part in it (the hand-written loop, Relayer's direct, recovery
+// and ordered paths, and any the caller adds), the contenders alternating
+// within each of several rounds. Every run works in tables of its own in one
 // schema, counts lost, duplicate and out-of-order messages, and returns
 // figures rather than printing them.
 package bench
