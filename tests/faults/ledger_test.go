@@ -135,15 +135,16 @@ func (l *ledger) check(ds []delivery, overlaps int) verdict {
 			v.Delivered++
 		}
 	}
-	// Per key, the first deliveries of its committed messages (and of the
-	// uncertain ones that arrived, which did commit) must come in commit
-	// order.
+	// Per key, the first deliveries of its committed messages must come in
+	// commit order, which is the order their producer published them. An
+	// uncertain commit is left out: its COMMIT may take effect after the
+	// producer, told nothing, has gone on to commit the key's next message.
 	for _, ids := range l.byKey {
 		last := -1
 		for _, id := range ids {
 			e := l.entries[id]
 			pos, delivered := first[id]
-			if !delivered || e.outcome == rolledBack || e.outcome == pending {
+			if !delivered || e.outcome != committed {
 				continue
 			}
 			if pos < last {

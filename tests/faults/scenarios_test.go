@@ -374,7 +374,9 @@ func runScenario(t *testing.T, sc scenario) {
 		sc.setup(t, s)
 	}
 	for range sc.workers {
-		s.startWorker(ctx)
+		if s.startWorker(ctx) == nil {
+			t.FailNow()
+		}
 	}
 	stop := make(chan struct{})
 	var in injection

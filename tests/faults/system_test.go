@@ -212,14 +212,32 @@ func (s *system) startWorker(ctx context.Context) *worker {
 	w := &worker{name: name, db: db, proxy: px}
 	outbox := s.outbox
 	outbox.Transports = map[string]relayer.Transport{"broker": workerSends{b: s.broker, w: w}}
-	r, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{
+	opts := dispatch.RunnerOptions{
 		Logger:   quietLogger,
 		Ordered:  dispatch.OrderedOptions{Name: name, LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond},
 		Recovery: dispatch.RecoveryOptions{LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond, MinAge: 300 * time.Millisecond},
 		Cleanup:  dispatch.CleanupOptions{Interval: time.Second},
-	})
-	must(s.t, err)
-	must(s.t, r.Start(ctx))
+	}
+	// Start joins the membership on the database, so it fails while its
+	// session is being killed; a supervisor makes a new Runner and tries
+	// again, as this does (a Runner whose Start failed stays stopped).
+	var r *dispatch.Runner
+	for attempt := 1; ; attempt++ {
+		var err error
+		if r, err = dispatch.NewRunner(db, outbox, opts); err != nil {
+			s.t.Errorf("new runner %s: %v", name, err)
+			return nil
+		}
+		if err = r.Start(ctx); err == nil {
+			break
+		}
+		r.Stop(context.WithoutCancel(ctx))
+		if attempt == 20 {
+			s.t.Errorf("start %s: %v", name, err)
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	w.runner = r
 	s.workers.Store(name, w)
 	s.relay.set(r, nil)
