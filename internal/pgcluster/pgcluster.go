@@ -365,10 +365,12 @@ func (c *Cluster) tryStart(ctx context.Context, srv server, owner osUser, settin
 func (c *Cluster) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	// Abandon a connection attempt as soon as the server exits.
+	// Abandon a connection attempt as soon as the server exits. The channel
+	// is read here: a Restart may replace c.proc after this returns.
+	exited := c.proc.exited
 	go func() {
 		select {
-		case <-c.proc.exited:
+		case <-exited:
 			cancel()
 		case <-ctx.Done():
 		}

@@ -100,18 +100,18 @@ func scenarios() []scenario {
 	kill := func(every time.Duration) func(ctx context.Context, s *system, stop <-chan struct{}) injection {
 		return func(ctx context.Context, s *system, stop <-chan struct{}) injection {
 			var in injection
-			sessions := 0
+			rounds := 0
 			for {
 				select {
 				case <-stop:
-					in.note = fmt.Sprintf("%d worker sessions killed in %d rounds", sessions, in.faults)
+					in.note = fmt.Sprintf("%d worker sessions killed in %d rounds", in.faults, rounds)
 					return in
 				case <-time.After(every/2 + rand.N(every)):
 				}
 				n, err := s.killSessions(ctx, "worker-")
 				if err == nil && n > 0 {
-					in.faults++
-					sessions += n
+					rounds++
+					in.faults += n // each session may have been mid-batch
 				}
 			}
 		}
