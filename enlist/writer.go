@@ -247,6 +247,22 @@ type Enlistment struct {
 // [relayer.ErrInvalidMessage]. After the enlistment ended it returns
 // [relayer.ErrNotInTransaction].
 func (e *Enlistment) Publish(ctx context.Context, q store.DBTX, msgs ...relayer.Outgoing) error {
+	if _, err := e.w.store.With(q); err != nil { // a nil or typed-nil handle
+		return fmt.Errorf("%w: %w", relayer.ErrNotInTransaction, err)
+	}
+	return e.PublishWith(ctx, func(ctx context.Context, query string, args ...any) error {
+		_, err := q.ExecContext(ctx, query, args...)
+		return err
+	}, msgs...)
+}
+
+// PublishWith is [Enlistment.Publish] for transactions of drivers that are not
+// database/sql drivers: exec runs the insert on the transaction's connection.
+// The rows written are the same, byte for byte.
+func (e *Enlistment) PublishWith(ctx context.Context, exec store.ExecFunc, msgs ...relayer.Outgoing) error {
+	if exec == nil {
+		return fmt.Errorf("%w: nil exec function", relayer.ErrNotInTransaction)
+	}
 	if e.isEnded() {
 		return fmt.Errorf("%w: the transaction has ended", relayer.ErrNotInTransaction)
 	}
@@ -257,11 +273,7 @@ func (e *Enlistment) Publish(ctx context.Context, q store.DBTX, msgs ...relayer.
 	if err != nil {
 		return err
 	}
-	st, err := e.w.store.With(q)
-	if err != nil {
-		return fmt.Errorf("%w: %w", relayer.ErrNotInTransaction, err)
-	}
-	if err := st.Insert(ctx, rows); err != nil {
+	if err := e.w.store.InsertWith(ctx, exec, rows); err != nil {
 		if errors.Is(err, store.ErrInvalidMessage) {
 			return fmt.Errorf("%w: %w", relayer.ErrInvalidMessage, err)
 		}

@@ -21,11 +21,29 @@ import (
 // nothing when one is invalid; the error wraps [ErrInvalidMessage] and names the
 // message and field. A zero CreatedAt is set to the current time.
 func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
+	return s.InsertWith(ctx, s.exec, msgs)
+}
+
+// ExecFunc runs one statement with its arguments and reports whether it
+// succeeded. Adapters of drivers that are not database/sql drivers, such as
+// pgx's native interface, run the store's statements through one.
+type ExecFunc func(ctx context.Context, query string, args ...any) error
+
+func (s *Store) exec(ctx context.Context, query string, args ...any) error {
+	_, err := s.db.ExecContext(ctx, query, args...)
+	return err
+}
+
+// InsertWith is [Store.Insert] with the statement run by exec instead of the
+// store's handle: the same statement, arguments and checks. Run exec on the
+// business transaction. The arguments are strings, byte slices, time.Time
+// values in UTC and database/sql's Null types.
+func (s *Store) InsertWith(ctx context.Context, exec ExecFunc, msgs []relayer.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	if len(msgs) <= insertValuesMax {
-		return s.insertValues(ctx, msgs)
+		return s.insertValues(ctx, exec, msgs)
 	}
 	var cols columnArrays
 	now := time.Now()
@@ -42,8 +60,7 @@ func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
 			return fmt.Errorf("%w: message %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
 		}
 	}
-	_, err := s.db.ExecContext(ctx, s.q.insert, cols.args()...)
-	return wrap(ctx, "insert", err)
+	return wrap(ctx, "insert", exec(ctx, s.q.insert, cols.args()...))
 }
 
 // columnArrays holds one array literal per stored column of a multi-row
@@ -92,7 +109,7 @@ func (c *columnArrays) args() []any {
 
 // insertValues writes up to insertValuesMax messages with one VALUES list of
 // plain parameters, leaving out the optional columns no message has.
-func (s *Store) insertValues(ctx context.Context, msgs []relayer.Message) error {
+func (s *Store) insertValues(ctx context.Context, exec ExecFunc, msgs []relayer.Message) error {
 	mask := 0
 	for i := range msgs {
 		m := &msgs[i]
@@ -154,8 +171,7 @@ func (s *Store) insertValues(ctx context.Context, msgs []relayer.Message) error 
 			args = append(args, sql.NullString{String: m.TraceState, Valid: m.TraceState != ""})
 		}
 	}
-	_, err := s.db.ExecContext(ctx, s.q.insertValues.get(len(msgs), mask), args...)
-	return wrap(ctx, "insert", err)
+	return wrap(ctx, "insert", exec(ctx, s.q.insertValues.get(len(msgs), mask), args...))
 }
 
 // Validate checks msgs as [Store.Insert] does, writing nothing: it returns

@@ -1,5 +1,5 @@
 // Package enlisttest is the conformance suite every enlistment entry point
-// passes: raw *sql.Tx, sqlx, bun and GORM. An adapter's tests describe how to
+// passes: raw *sql.Tx, sqlx, bun, GORM and pgx. An adapter's tests describe how to
 // begin, publish in, nest, commit and roll back a transaction of its data
 // layer, and [Run] checks the same promises against each, on the real database.
 package enlisttest
