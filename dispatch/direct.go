@@ -245,6 +245,10 @@ func (d *Direct) Committed(rows []relayer.Message) error {
 	}
 }
 
+// SendsCommitted reports that the dispatcher sends the due unordered rows
+// it is told about. It implements [enlist.Sender].
+func (d *Direct) SendsCommitted() bool { return true }
+
 // leave counts rows left for recovery and wakes it.
 func (d *Direct) leave(rows []relayer.Message) {
 	d.stats.left.Add(uint64(len(rows)))

@@ -60,6 +60,16 @@ type RunnerOptions struct {
 	Cleanup CleanupOptions
 	// DisableCleanup turns retention cleanup off in this process.
 	DisableCleanup bool
+	// Listen turns on this process's side of the wake-up across processes
+	// (writers send it: enlist.Options.Wake): one connection of the pool,
+	// pinned while the runner runs, LISTENs on the outbox's channel, and
+	// each notification makes recovery (taking rows of any age, as after
+	// [Recovery.Wake]) and the ordered workers scan at once instead of at
+	// their poll. While that connection is down the workers poll as
+	// always, and it reconnects after 1 s, doubling up to 30 s. It needs
+	// pgx's database/sql driver; NewRunner refuses a *sql.DB of another.
+	// Default: false.
+	Listen bool
 	// PoolHeadroom is how many connections of a bounded pool (a *sql.DB with
 	// MaxOpenConns set) must remain for the application besides the
 	// workers' own; 0 to MaxOpenConns. Start refuses a smaller pool. A pool
@@ -116,6 +126,7 @@ type Runner struct {
 	recovery *Recovery
 	ordered  []*Ordered
 	cleanup  *Cleanup
+	listener *listener // nil unless RunnerOptions.Listen
 
 	mu      sync.Mutex
 	started bool
@@ -183,6 +194,11 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 			return nil, err
 		}
 	}
+	if opts.Listen {
+		if r.listener, err = newListener(db, st.Options(), r.wakeAll, opts.Logger); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -246,6 +262,35 @@ func (r *Runner) Committed(rows []relayer.Message) error {
 	return nil
 }
 
+// SendsCommitted reports whether the runner sends the due unordered rows
+// it is told about itself: it does when direct dispatch is on. It
+// implements [enlist.Sender].
+func (r *Runner) SendsCommitted() bool { return r.direct != nil }
+
+// Listening reports whether the wake-up listener (RunnerOptions.Listen) is
+// subscribed now; false without one.
+func (r *Runner) Listening() bool { return r.listener != nil && r.listener.listening.Load() }
+
+// WakeUpsReceived returns how many wake-up notifications the runner's
+// listener has received.
+func (r *Runner) WakeUpsReceived() uint64 {
+	if r.listener == nil {
+		return 0
+	}
+	return r.listener.received.Load()
+}
+
+// wakeAll makes recovery and every ordered worker scan now: rows committed
+// in another process may be waiting.
+func (r *Runner) wakeAll() {
+	if r.recovery != nil {
+		r.recovery.Wake()
+	}
+	for _, o := range r.ordered {
+		o.Wake()
+	}
+}
+
 // wakeOrdered wakes each ordered worker of this runner that holds the lane
 // of a committed ordered row, so that the row waits for no poll.
 func (r *Runner) wakeOrdered(rows []relayer.Message) {
@@ -278,6 +323,9 @@ func (r *Runner) Connections() (pinned, borrowed int) {
 		pinned += o.opts.Concurrency
 	}
 	if r.cleanup != nil {
+		pinned++
+	}
+	if r.listener != nil {
 		pinned++
 	}
 	return pinned, runnerBorrowed
@@ -353,6 +401,9 @@ func (r *Runner) workers() []worker {
 	}
 	if r.direct != nil {
 		ws = append(ws, r.direct)
+	}
+	if r.listener != nil {
+		ws = append(ws, r.listener)
 	}
 	return ws
 }

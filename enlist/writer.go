@@ -2,6 +2,7 @@ package enlist
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,9 @@ import (
 // ErrStoreMismatch is returned by [NewWriter] when the listener serves an outbox
 // whose schema or table prefix differs from the writer's.
 var ErrStoreMismatch = errors.New("enlist: listener serves another outbox")
+
+// ErrInvalidOptions is returned by [NewWriter] for an option out of range.
+var ErrInvalidOptions = errors.New("enlist: invalid options")
 
 // CommitListener receives the rows of each committed transaction; the direct
 // dispatcher is one. Committed is called after the outermost commit returned
@@ -50,6 +54,31 @@ type Options struct {
 	// Logger receives warnings about committed rows a listener did not take.
 	// Default: slog.Default().
 	Logger *slog.Logger
+	// Wake turns on the wake-up across processes when set: after a commit
+	// that left rows for workers — a due ordered row, or a due unordered
+	// row that no direct dispatcher of this process took — the writer sends
+	// one NOTIFY without a payload on the outbox's channel
+	// ([store.Options.WakeChannel]) through this pool, outside the
+	// transaction and off the committing goroutine, and workers that listen
+	// (dispatch.RunnerOptions.Listen) scan at once instead of at their
+	// poll. A NOTIFY that fails is logged; the workers' poll finds the rows.
+	// Each NOTIFY is a short transaction of its own, and PostgreSQL
+	// serializes notifying commits: WakeInterval bounds their rate.
+	// Default: nil, off.
+	Wake *sql.DB
+	// WakeInterval is the least time between two NOTIFYs of this writer,
+	// 1 ms to 1 s: the first commit after a quiet interval notifies at once,
+	// and the commits within an interval share one NOTIFY at its end.
+	// Default: 5 ms. It applies only with Wake.
+	WakeInterval time.Duration
+}
+
+// Validate reports the first field out of range.
+func (o Options) Validate() error {
+	if o.WakeInterval != 0 && (o.WakeInterval < WakeIntervalMin || o.WakeInterval > WakeIntervalMax) {
+		return fmt.Errorf("%w: WakeInterval must be %s to %s, got %s", ErrInvalidOptions, WakeIntervalMin, WakeIntervalMax, o.WakeInterval)
+	}
+	return nil
 }
 
 // Writer turns message values into outbox rows written inside the caller's
@@ -65,11 +94,15 @@ type Writer struct {
 	listener    CommitListener
 	logger      *slog.Logger
 	left        atomic.Uint64
+	notifier    *notifier // nil unless Options.Wake is set
 }
 
 // NewWriter validates outbox and opts and returns a writer. It does not touch
 // the database.
 func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	st, err := store.Unbound(store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
@@ -99,6 +132,15 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 		w.logger = slog.Default()
 	}
 	w.contentType = []byte(w.serializer.ContentType())
+	if opts.Wake != nil {
+		interval := opts.WakeInterval
+		if interval == 0 {
+			interval = WakeIntervalDefault
+		}
+		if w.notifier, err = newNotifier(opts.Wake, st.Options(), interval, w.logger); err != nil {
+			return nil, err
+		}
+	}
 	if w.listener != nil {
 		if got, want := w.listener.StoreOptions(), st.Options(); got != want {
 			return nil, fmt.Errorf("%w: listener serves schema %q prefix %q, writer writes schema %q prefix %q",
@@ -114,6 +156,15 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 
 // StoreOptions returns the schema and prefix the writer writes to.
 func (w *Writer) StoreOptions() store.Options { return w.store.Options() }
+
+// WakeUps returns how many wake-up NOTIFYs the writer has sent (see
+// Options.Wake).
+func (w *Writer) WakeUps() uint64 {
+	if w.notifier == nil {
+		return 0
+	}
+	return w.notifier.notified()
+}
 
 // LeftForRecovery returns how many committed rows the listener did not take
 // since the writer was made. Recovery delivers them.
@@ -322,10 +373,21 @@ func (e *Enlistment) end() ([]relayer.Message, bool) {
 // [Writer.LeftForRecovery]). Calls after the first do nothing.
 func (e *Enlistment) Committed() {
 	rows, first := e.end()
-	if !first || len(rows) == 0 || e.w.listener == nil {
+	if !first || len(rows) == 0 {
 		return
 	}
-	if err := e.w.listener.Committed(rows); err != nil {
+	var ordered, unordered bool
+	if e.w.notifier != nil { // before the rows belong to the listener
+		ordered, unordered = dueRows(rows)
+	}
+	var err error
+	if e.w.listener != nil {
+		err = e.w.listener.Committed(rows)
+	}
+	if e.w.notifier != nil && wakes(ordered, unordered, e.w.listener, err) {
+		e.w.notifier.request()
+	}
+	if err != nil {
 		left := len(rows)
 		var pending interface{ PendingRows() int }
 		if errors.As(err, &pending) {

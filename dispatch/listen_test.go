@@ -1,0 +1,132 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testdb"
+)
+
+// listeningRunner starts a runner with the wake-up listener on a pool of its
+// own (as another process would have), polling rarely, and waits until it
+// listens.
+func listeningRunner(t *testing.T, b *bundle, opts dispatch.RunnerOptions) *dispatch.Runner {
+	t.Helper()
+	opts.Listen = true
+	opts.Logger = b.logger()
+	opts.DisableCleanup = true
+	opts.Recovery.PollInterval = 20 * time.Second
+	opts.Ordered.PollInterval = 9 * time.Second // under a third of the 30 s lease
+	r, err := dispatch.NewRunner(testdb.Open(t, "pgx"), b.outbox, opts)
+	must(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r.Stop(ctx)
+	})
+	must(t, r.Start(context.Background()))
+	waitUntil(t, "the runner listens", r.Listening)
+	time.Sleep(200 * time.Millisecond) // the workers' first scans are over: they wait for their poll
+	return r
+}
+
+// wakingWriter is a writer of another process: no listener of its own, the
+// wake-up on.
+func wakingWriter(t *testing.T, b *bundle) *enlist.Writer {
+	t.Helper()
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{Wake: b.db, Logger: b.logger()})
+	must(t, err)
+	return w
+}
+
+// deliveredWithin publishes msgs with w and fails unless all of them reach
+// the broker within limit: far less than the workers' poll.
+func deliveredWithin(t *testing.T, b *bundle, w *enlist.Writer, limit time.Duration, msgs ...relayer.Outgoing) {
+	t.Helper()
+	before := len(b.mem.All())
+	start := time.Now()
+	publishWith(t, b, w, msgs...)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	if err := b.mem.WaitFor(ctx, before+len(msgs)); err != nil {
+		t.Fatalf("%d of %d messages delivered %s after the commit; the poll is seconds away", len(b.mem.All())-before, len(msgs), time.Since(start))
+	}
+}
+
+// A commit in one process wakes the ordered worker and recovery of another
+// at once, though both poll only every 9 and 20 seconds and recovery leaves
+// rows younger than a second to direct dispatch.
+func TestWakeUpAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r := listeningRunner(t, b, dispatch.RunnerOptions{DisableDirect: true})
+	w := wakingWriter(t, b)
+	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Shipped{1}, relayer.Key("k")))
+	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Placed{1}))
+	if r.WakeUpsReceived() == 0 || w.WakeUps() == 0 {
+		t.Errorf("wake-ups sent %d, received %d; want some", w.WakeUps(), r.WakeUpsReceived())
+	}
+}
+
+// When the listener's session is killed, the listener reconnects and the
+// wake-up works again; meanwhile the workers poll.
+func TestWakeUpListenerReconnects(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r := listeningRunner(t, b, dispatch.RunnerOptions{DisableDirect: true, DisableRecovery: true})
+	w := wakingWriter(t, b)
+	var killed int
+	must(t, b.db.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1`,
+		b.opts.ListenSQL()).Scan(&killed))
+	if killed != 1 {
+		t.Fatalf("terminated %d listening sessions, want 1", killed)
+	}
+	waitUntil(t, "the listener notices", func() bool { return !r.Listening() })
+	waitUntil(t, "the listener is back", r.Listening)
+	time.Sleep(200 * time.Millisecond)
+	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Shipped{2}, relayer.Key("k")))
+	if logs := b.logs.String(); !strings.Contains(logs, "wake-up listener lost its connection") {
+		t.Errorf("no warning about the lost listener in the log:\n%s", logs)
+	}
+}
+
+// A writer whose listener is a direct dispatcher does not wake other
+// processes for unordered rows, which it sends itself; it does for ordered
+// ones.
+func TestWakeUpOnlyForRowsLeftToOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	local, err := dispatch.NewRunner(b.db, b.outbox, dispatch.RunnerOptions{DisableOrdered: true, DisableRecovery: true, DisableCleanup: true, Logger: b.logger()})
+	must(t, err)
+	must(t, local.Start(context.Background()))
+	t.Cleanup(func() { local.Stop(context.Background()) })
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: local, Wake: b.db, Logger: b.logger()})
+	must(t, err)
+	r := listeningRunner(t, b, dispatch.RunnerOptions{DisableDirect: true, DisableRecovery: true})
+	for i := range 5 {
+		deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Placed{i}))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := w.WakeUps(); n != 0 {
+		t.Errorf("%d wake-ups for rows direct dispatch sent, want none", n)
+	}
+	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Shipped{1}, relayer.Key("k")))
+	if w.WakeUps() == 0 || r.WakeUpsReceived() == 0 {
+		t.Errorf("ordered row: wake-ups sent %d, received %d; want some", w.WakeUps(), r.WakeUpsReceived())
+	}
+}
+
+func TestListenNeedsPgx(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	_, err := dispatch.NewRunner(testdb.Open(t, "postgres"), b.outbox, dispatch.RunnerOptions{Listen: true})
+	if !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), "pgx") {
+		t.Errorf("NewRunner with Listen on lib/pq = %v, want ErrInvalidOptions naming pgx", err)
+	}
+}

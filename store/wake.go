@@ -1,0 +1,43 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// channelMaxLen is PostgreSQL's longest channel name (NAMEDATALEN - 1).
+const channelMaxLen = 63
+
+// WakeChannel returns the notification channel of the outbox's wake-up
+// across processes: writers NOTIFY it, without a payload, after commits
+// that left rows for workers, and workers LISTEN to it. It is
+// "relayer.<schema>.<prefix>outbox" (defaults applied), or, when that is
+// longer than 63 bytes, its first 46 bytes, a dot and 16 hexadecimal digits
+// of its SHA-256, so that every outbox has its own channel.
+func (o Options) WakeChannel() string {
+	o = o.withDefaults()
+	ch := "relayer." + o.Schema + "." + o.TablePrefix + "outbox"
+	if len(ch) <= channelMaxLen {
+		return ch
+	}
+	sum := sha256.Sum256([]byte(ch))
+	return ch[:channelMaxLen-17] + "." + hex.EncodeToString(sum[:8])
+}
+
+// ListenSQL returns the statement that subscribes a session to the outbox's
+// wake-up channel ([Options.WakeChannel]).
+func (o Options) ListenSQL() string { return `LISTEN "` + o.WakeChannel() + `"` }
+
+// NotifySQL returns the statement that wakes the outbox's listening
+// workers: a NOTIFY on its wake-up channel, without a payload.
+func (o Options) NotifySQL() string { return `NOTIFY "` + o.WakeChannel() + `"` }
+
+// Notify wakes the workers that listen to the outbox's wake-up channel, in
+// other processes too. Run it outside business transactions: a NOTIFY takes
+// a lock, held until its transaction commits, that serializes every
+// notifying commit of the database.
+func (s *Store) Notify(ctx context.Context) error {
+	_, err := s.db.ExecContext(ctx, s.opts.NotifySQL())
+	return wrap(ctx, "notify", err)
+}
