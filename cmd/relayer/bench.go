@@ -44,7 +44,7 @@ throwaway PostgreSQL cluster.`,
 	fs.StringVar(&f.schema, "schema", "", "schema for the run's tables; must not exist (default relayer_bench_<pid>)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run's schema afterwards")
 	fs.StringVar(&f.scenarios, "scenario", strings.Join(bench.Scenarios, ","), "comma-separated scenarios to run")
-	fs.StringVar(&f.contenders, "contender", "", `comma-separated contenders to run: "hand-written loop", "relayer direct", "relayer recovery", "relayer ordered" (default: all)`)
+	fs.StringVar(&f.contenders, "contender", "", `comma-separated contenders to run: "hand-written loop", "relayer direct", "relayer recovery", "relayer ordered" (default: these four); also "relayer ordered remote (poll)" and "relayer ordered remote (wake)", ordered workers told of no commit but by the wake-up across processes, when named`)
 	fs.BoolVar(&f.quick, "quick", false, "run every scenario briefly (1s, a 5,000-row backlog)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the results as JSON, one object per line")
 	fs.StringVar(&f.sink, "sink", "memory", "where messages go: memory (an in-process sink), nats, kafka or amqp (RabbitMQ)")

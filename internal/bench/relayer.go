@@ -25,6 +25,16 @@ const (
 	// PathOrdered publishes ordered messages over 1,000 keys, sent by a
 	// Runner's ordered workers.
 	PathOrdered = "relayer ordered"
+	// PathOrderedRemote is PathOrdered with the workers as another
+	// process's: the writer does not tell them about its commits, so they
+	// find ordered rows at their poll (each second). Not run unless named
+	// in Config.Only.
+	PathOrderedRemote = "relayer ordered remote (poll)"
+	// PathOrderedWoken is PathOrderedRemote with the wake-up across
+	// processes on: the writer NOTIFYs (enlist.Options.Wake) and the
+	// workers LISTEN (dispatch.RunnerOptions.Listen). Not run unless named
+	// in Config.Only.
+	PathOrderedWoken = "relayer ordered remote (wake)"
 )
 
 // orderedKeys is how many keys ordered messages are spread over.
@@ -43,6 +53,11 @@ func Relayer(path string) Contender {
 	return relayerPath{path: path, workers: 4}
 }
 
+// remote reports whether the path's workers are as another process's.
+func (c relayerPath) remote() bool {
+	return c.path == PathOrderedRemote || c.path == PathOrderedWoken
+}
+
 func (c relayerPath) Name() string {
 	if c.path == PathOrdered && c.workers == 1 {
 		return c.path + " (1 worker)"
@@ -54,6 +69,9 @@ func (c relayerPath) Name() string {
 }
 
 func (c relayerPath) Runs(scenario string) bool {
+	if c.remote() {
+		return scenario == ScenarioE2E || scenario == ScenarioLatency
+	}
 	switch scenario {
 	case ScenarioEnlist:
 		return c.path == PathDirect // the writer is the same for every path
@@ -88,15 +106,28 @@ func (c relayerPath) New(ctx context.Context, env Env) (Instance, error) {
 		opts.DisableDirect, opts.DisableOrdered = true, true
 	case PathOrdered:
 		opts.DisableDirect, opts.OrderedWorkers = true, c.workers
+	case PathOrderedRemote, PathOrderedWoken:
+		opts.DisableDirect, opts.OrderedWorkers = true, c.workers
+		opts.Listen = c.path == PathOrderedWoken
 	}
 	runner, err := dispatch.NewRunner(env.DB, outbox, opts)
 	if err != nil {
 		return nil, err
 	}
-	in := &relayerInstance{env: env, outbox: outbox, runner: runner, ordered: c.path == PathOrdered}
+	in := &relayerInstance{env: env, outbox: outbox, runner: runner, ordered: c.path == PathOrdered || c.remote()}
 	wopts := enlist.Options{Logger: quiet}
-	if env.Committed != nil {
-		wopts.Listener = &stamper{next: runner, committed: env.Committed}
+	var next enlist.CommitListener = runner
+	if c.remote() {
+		next = nil // the writer of another process
+		if c.path == PathOrderedWoken {
+			wopts.Wake = env.DB
+		}
+	}
+	switch {
+	case env.Committed != nil:
+		wopts.Listener = &stamper{next: next, committed: env.Committed, opts: runner.StoreOptions()}
+	case next != nil:
+		wopts.Listener = next
 	}
 	if in.w, err = enlist.NewWriter(outbox, wopts); err != nil {
 		return nil, err
@@ -217,11 +248,19 @@ func (in *relayerInstance) Backlog(ctx context.Context) (int64, error) {
 // stamper is a commit listener that tells the run when each row committed,
 // then hands the rows on.
 type stamper struct {
-	next      enlist.CommitListener
+	next      enlist.CommitListener // nil: none
 	committed func(time.Time, []uuid.UUID)
+	opts      store.Options
 }
 
-func (s *stamper) StoreOptions() store.Options { return s.next.StoreOptions() }
+func (s *stamper) StoreOptions() store.Options { return s.opts }
+
+// SendsCommitted tells the writer whether the next listener sends rows
+// itself (enlist.Sender).
+func (s *stamper) SendsCommitted() bool {
+	sender, ok := s.next.(enlist.Sender)
+	return ok && sender.SendsCommitted()
+}
 
 func (s *stamper) Committed(rows []relayer.Message) error {
 	now := time.Now()
@@ -230,5 +269,8 @@ func (s *stamper) Committed(rows []relayer.Message) error {
 		ids[i] = rows[i].ID
 	}
 	s.committed(now, ids)
+	if s.next == nil {
+		return nil
+	}
 	return s.next.Committed(rows)
 }

@@ -36,8 +36,14 @@ func (r *runner) all(scenario string) []Contender {
 		// no other contender keeps per-key order with several workers.
 		return []Contender{relayerPath{PathOrdered, 1}, relayerPath{PathOrdered, 2}, relayerPath{PathOrdered, 4}}
 	}
+	all := []Contender{Loop{}, Relayer(PathDirect), Relayer(PathRecovery), Relayer(PathOrdered)}
+	for _, path := range []string{PathOrderedRemote, PathOrderedWoken} { // only when named
+		if slices.Contains(r.cfg.Only, path) {
+			all = append(all, Relayer(path))
+		}
+	}
 	var cs []Contender
-	for _, c := range append([]Contender{Loop{}, Relayer(PathDirect), Relayer(PathRecovery), Relayer(PathOrdered)}, r.cfg.Contenders...) {
+	for _, c := range append(all, r.cfg.Contenders...) {
 		if c.Runs(scenario) {
 			cs = append(cs, c)
 		}
