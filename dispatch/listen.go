@@ -49,8 +49,10 @@ func newListener(db *sql.DB, opts store.Options, wake func(), logger *slog.Logge
 	return &listener{db: db, listenSQL: opts.ListenSQL(), wake: wake, logger: logger, loop: newLoop(false)}, nil
 }
 
-func (l *listener) Start(ctx context.Context) error { return l.loop.start(ctx, "wake-up listener", l.run) }
-func (l *listener) Stop(ctx context.Context) error  { return l.loop.stop(ctx) }
+func (l *listener) Start(ctx context.Context) error {
+	return l.loop.start(ctx, "wake-up listener", l.run)
+}
+func (l *listener) Stop(ctx context.Context) error { return l.loop.stop(ctx) }
 
 func (l *listener) run(ctx context.Context) {
 	retry := listenRetryMin
