@@ -39,14 +39,14 @@ type OrderedOptions struct {
 	// PollInterval is how long the worker waits after a scan that made no
 	// progress; positive and less than a third of LeaseDuration. Default: 1s.
 	PollInterval time.Duration
-	// BatchSize is the most rows one lane batch reads and sends, 1 to 10,000.
-	// Default: 100.
+	// BatchSize is the most rows a batch reads and sends per lane, 1 to
+	// 10,000. Default: 100.
 	BatchSize int
-	// Concurrency is how many lanes the worker runs batches for at once, 1 to
-	// 64, each batch on a connection pinned from the pool for it (pinned on
-	// first use and kept until the worker stops; size the pool for them).
-	// Lanes are independent, so a lane whose head is slow to send holds only
-	// its own slot while the others go on; with Concurrency n, up to n-1 slow
+	// Concurrency is how many batches the worker runs at once, 1 to 64, each
+	// on a connection pinned from the pool for it (pinned on first use and
+	// kept until the worker stops; size the pool for them) and over up to 16
+	// ready lanes. A lane whose send failed or was slow runs in batches of
+	// its own until it sends cleanly, so with Concurrency n, up to n-1 slow
 	// lanes leave the rest flowing. Default: 2.
 	Concurrency int
 	// Name describes the worker in its logs and in the owner column of its
@@ -108,27 +108,36 @@ func (o OrderedOptions) withDefaults() OrderedOptions {
 //
 // Each instance keeps a membership lease ("member:<instance id>") alive on the
 // database clock from its own goroutine, so slow sends never delay it. Live
-// members sorted by id divide the lanes by rank. The worker goroutine probes
-// its lanes with one read-only query per scan, and for each lane whose head is
-// ready runs one batch, up to Concurrency lanes at once, each in a transaction
-// on a connection of its own:
+// members sorted by id divide the lanes by rank. The worker finds ready lanes
+// two ways: the lanes a commit of this process touched (see
+// [Runner.Committed]), which need no query, and a read-only probe of its
+// lanes, run when it has nothing else to do, after a wake-up across
+// processes, at each poll, and at most every 20 ms while busy. It runs up to
+// Concurrency batches at once, each in a transaction on a connection of its
+// own and over up to 16 ready lanes, the ready lanes shared among the free
+// connections. Each step below is one statement for all of a batch's lanes:
 //
-//  1. take or renew the lane lease ("lane:<n>"): a conditional upsert that
-//     succeeds only if the lease is free, expired or already this instance's,
-//     and that keeps the lease row locked until the transaction ends, so no
-//     second connected owner can take the lane even after expiry;
-//  2. read the lane's head rows in id order and admit the prefix before the
-//     first row that is not due or is claimed (a later row never overtakes its
-//     head);
-//  3. claim the admitted prefix with one UPDATE (statements are batched per
-//     lane: one claim for the prefix and one fenced delete for the sent
-//     prefix, instead of a claim and a delete per row);
-//  4. send the rows one by one, stopping at the first failure, and admitting
-//     no new row after a quarter of the lease has passed;
-//  5. delete the sent prefix with one fenced DELETE, record the failed row's
-//     attempt and error, release the claims of the rest, and commit. If the
-//     database cannot confirm this, the transaction rolls back and the rows
-//     are sent again.
+//  1. take or renew the lane leases ("lane:<n>"): a conditional upsert that
+//     succeeds only for leases free, expired or already this instance's, and
+//     that keeps the lease rows locked until the transaction ends, so no
+//     second connected owner can take a lane even after expiry (locked in
+//     lane order, so that overlapping batches never deadlock);
+//  2. read the held lanes' head rows in id order and admit, per lane, the
+//     prefix before the first row that is not due or is claimed (a later row
+//     never overtakes its head);
+//  3. claim the admitted prefixes with one UPDATE;
+//  4. send each lane's rows one by one, stopping the lane at its first
+//     failure, and admitting no new row after a quarter of the lease has
+//     passed;
+//  5. delete the sent prefixes with one fenced DELETE, record the failed
+//     rows' attempts and errors, release the claims of the rest, and commit.
+//     If the database cannot confirm this, the transaction rolls back and the
+//     rows are sent again.
+//
+// A lane whose send failed or took over 100 ms a row runs in batches of its
+// own until it sends cleanly, so that a slow or failing key holds up the
+// other lanes of one batch at most once. A lane whose whole head was sent
+// is batched again only when a commit wakes it or a probe finds it ready.
 //
 // The whole batch runs under a deadline of half the lease. A send still
 // running at the deadline is cancelled, and the worker waits for the
@@ -157,7 +166,11 @@ type Ordered struct {
 	members  atomic.Int64
 	beyond   atomic.Int64 // pending rows in lanes past o.lanes, at the last heartbeat
 	wake     chan struct{}
-	loop     loop
+	// wokenMu guards woken: lanes a commit in this process touched, which
+	// the worker batches next without probing for them.
+	wokenMu sync.Mutex
+	woken   []int
+	loop    loop
 	// aside is the destinations set aside as slow or unavailable; a runner
 	// shares one among its workers.
 	aside *setAside
@@ -246,6 +259,29 @@ func (o *Ordered) Wake() {
 	case o.wake <- struct{}{}:
 	default:
 	}
+}
+
+// wakeLanes makes the worker batch lanes next, without a probe: rows have
+// just committed in them. Lanes outside the worker's share are ignored
+// when it takes them.
+func (o *Ordered) wakeLanes(lanes []int) {
+	o.wokenMu.Lock()
+	for _, l := range lanes {
+		if !slices.Contains(o.woken, l) {
+			o.woken = append(o.woken, l)
+		}
+	}
+	o.wokenMu.Unlock()
+	o.Wake()
+}
+
+// takeWoken returns and clears the lanes woken since the last call.
+func (o *Ordered) takeWoken() []int {
+	o.wokenMu.Lock()
+	defer o.wokenMu.Unlock()
+	w := o.woken
+	o.woken = nil
+	return w
 }
 
 func requireOrdering(c relayer.Capabilities) error {
@@ -411,11 +447,34 @@ type laneSlot struct {
 
 // laneDone is what a batch goroutine reports.
 type laneDone struct {
-	slot     *laneSlot
-	lane     int
-	progress bool
-	err      error
+	slot  *laneSlot
+	lanes []int // the batch's lanes
+	batchResult
+	err error
 }
+
+// batchResult is what a committed batch did.
+type batchResult struct {
+	// held holds the lanes whose leases the batch committed.
+	held []int
+	// progressed is set when the batch sent and deleted a row.
+	progressed bool
+	// more holds the lanes that sent rows and may hold more: they are
+	// batched again at once.
+	more []int
+	// slow holds the lanes whose sends failed or were slow.
+	slow []int
+}
+
+// lanesPerBatch bounds the lanes one batch takes: their leases, heads,
+// claims and deletes share one statement each, so a batch of many ready
+// lanes costs the database about what one lane's does.
+const lanesPerBatch = 16
+
+// slowSend is the time per row beyond which a lane's sends count as slow:
+// such a lane, or one whose send failed, runs in batches of its own until
+// it sends cleanly again, so that it holds up no other lane's batch.
+const slowSend = 100 * time.Millisecond
 
 func (o *Ordered) newSlot() *laneSlot {
 	// A batch may keep its transaction open until a late send returns, which
@@ -433,11 +492,17 @@ func (o *Ordered) run(ctx context.Context) {
 		results: make(chan laneDone, o.opts.Concurrency),
 		running: map[int]bool{},
 		held:    map[int]bool{},
+		solo:    map[int]bool{},
 	}
 	defer s.close(ctx)
 	for ctx.Err() == nil && !o.quitting() {
+		s.addWoken()
 		if len(s.pending) == 0 && !s.refill(ctx) {
-			o.idle(ctx, s.results, s.finished)
+			wait := o.opts.PollInterval
+			if !s.nextProbe.IsZero() {
+				wait = time.Until(s.nextProbe)
+			}
+			o.idle(ctx, wait, s.results, s.finished)
 			s.fruitless = false
 			continue
 		}
@@ -466,16 +531,32 @@ type laneScheduler struct {
 	results chan laneDone
 	running map[int]bool // lanes with a batch in flight
 	held    map[int]bool // lanes whose lease this instance took
+	// solo holds the lanes whose last sends failed or were slow: each runs
+	// in a batch of its own until it sends cleanly.
+	solo map[int]bool
 	// pending holds the ready lanes not started yet, in the order found: a
 	// probe fills it, and a lane whose batch made progress goes back to its
 	// end, since it may hold more. Lanes are probed again once it is empty,
 	// so that one probe serves many batches.
 	pending []int
+	// probedAt is when the last probe ran, progressAt when a batch last
+	// made progress, and nextProbe, when set, when refill probes again.
+	probedAt, progressAt, nextProbe time.Time
 	// fruitless is set by a probe and cleared by any progress: when every
 	// lane the last probe found ended without progress (failing or stalled
 	// heads), the next probe waits for the poll, even while other lanes are
 	// busy, so that a failing head is not retried in a loop.
 	fruitless bool
+}
+
+// addWoken adds the lanes commits woke to the pending ones.
+func (s *laneScheduler) addWoken() {
+	for _, lane := range s.o.takeWoken() {
+		if !slices.Contains(s.pending, lane) {
+			s.pending = append(s.pending, lane)
+			s.fruitless = false
+		}
+	}
 }
 
 // slot returns a free slot, making one when fewer than Concurrency exist, or
@@ -500,37 +581,72 @@ func (s *laneScheduler) slot() *laneSlot {
 // batch runs. With every slot busy it probes nothing: the next batch to end
 // says what to do.
 func (s *laneScheduler) refill(ctx context.Context) bool {
+	s.nextProbe = time.Time{}
 	if s.fruitless {
 		return false
+	}
+	if next := s.probedAt.Add(busyProbeGap); s.progressAt.After(s.probedAt) && time.Now().Before(next) {
+		// Busy with the lanes commits woke, which need no probe: probe for
+		// the others (rows of other processes, retries come due) at most
+		// once per busyProbeGap.
+		s.nextProbe = next
+		return len(s.running) > 0
 	}
 	sl := s.slot()
 	if sl == nil {
 		return true
 	}
 	s.pending = s.o.probe(ctx, sl, s.held, s.running)
+	s.probedAt = time.Now()
 	s.free = append(s.free, sl)
 	s.fruitless = true
 	return len(s.pending) > 0 || len(s.running) > 0
 }
 
-// startPending starts a batch for each pending lane while slots are free.
+// busyProbeGap is the least time between two probes while batches make
+// progress on woken lanes.
+const busyProbeGap = 20 * time.Millisecond
+
+// startPending starts batches for the pending lanes while slots are free,
+// sharing the lanes among the free slots (at most lanesPerBatch each), so
+// that ready lanes go out together instead of waiting for a slot each.
 func (s *laneScheduler) startPending(ctx context.Context) {
+	assigned := *s.o.assigned.Load()
 	for len(s.pending) > 0 {
-		lane := s.pending[0]
-		if s.running[lane] || !slices.Contains(*s.o.assigned.Load(), lane) {
-			s.pending = s.pending[1:] // in flight, or the share changed
-			continue
+		ready := s.pending[:0:0]
+		for _, lane := range s.pending {
+			if !s.running[lane] && slices.Contains(assigned, lane) { // else in flight, or the share changed
+				ready = append(ready, lane)
+			}
 		}
+		s.pending = ready
+		if len(ready) == 0 {
+			return
+		}
+		free := len(s.free) + s.o.opts.Concurrency - len(s.slots)
 		sl := s.slot()
 		if sl == nil {
 			return
 		}
-		s.pending = s.pending[1:]
-		s.running[lane] = true
+		n := min(lanesPerBatch, (len(ready)+free-1)/free)
+		var lanes, rest []int
+		for _, lane := range ready {
+			switch {
+			case len(lanes) == 0 && s.solo[lane]:
+				lanes, n = append(lanes, lane), 1 // alone
+			case len(lanes) < n && !s.solo[lane]:
+				lanes = append(lanes, lane)
+			default:
+				rest = append(rest, lane)
+			}
+		}
+		s.pending = rest
+		for _, lane := range lanes {
+			s.running[lane] = true
+		}
 		go func() {
-			var r laneDone
-			sl.buf, r.progress, r.err = s.o.batch(ctx, sl.conn, sl.buf, lane)
-			r.slot, r.lane = sl, lane
+			r := laneDone{slot: sl, lanes: lanes}
+			sl.buf, r.batchResult, r.err = s.o.batch(ctx, sl.conn, sl.buf, lanes)
 			s.results <- r
 		}()
 	}
@@ -538,21 +654,37 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 
 // finished records a batch's end and reports whether it made progress.
 func (s *laneScheduler) finished(r laneDone) bool {
-	delete(s.running, r.lane)
+	for _, lane := range r.lanes {
+		delete(s.running, lane)
+	}
 	s.free = append(s.free, r.slot)
 	if r.err != nil {
 		r.slot.conn.broken()
-		s.o.logError("dispatch: ordered batch", r.err, slog.Int("lane", r.lane))
+		s.o.logError("dispatch: ordered batch", r.err, slog.Any("lanes", r.lanes))
+		for _, lane := range r.lanes {
+			s.solo[lane] = true // which one failed is unknown
+		}
 		return false
 	}
-	if r.progress {
-		s.held[r.lane] = true
-		s.fruitless = false
-		if !slices.Contains(s.pending, r.lane) {
-			s.pending = append(s.pending, r.lane)
+	for _, lane := range r.held {
+		s.held[lane] = true
+		if !slices.Contains(r.slow, lane) {
+			delete(s.solo, lane)
 		}
 	}
-	return r.progress
+	for _, lane := range r.slow {
+		s.solo[lane] = true
+	}
+	if r.progressed {
+		s.fruitless = false
+		s.progressAt = time.Now()
+	}
+	for _, lane := range r.more {
+		if !slices.Contains(s.pending, lane) {
+			s.pending = append(s.pending, lane)
+		}
+	}
+	return r.progressed
 }
 
 // close waits for the batches in flight and returns the slots' connections
@@ -592,10 +724,10 @@ func (o *Ordered) probe(ctx context.Context, sl *laneSlot, held, running map[int
 	return ready
 }
 
-// idle waits PollInterval, or until a wake-up, Stop, ctx's end, or a batch
+// idle waits for wait, or until a wake-up, Stop, ctx's end, or a batch
 // that made progress; finished handles each batch that ends meanwhile.
-func (o *Ordered) idle(ctx context.Context, results <-chan laneDone, finished func(laneDone) bool) {
-	t := time.NewTimer(o.opts.PollInterval)
+func (o *Ordered) idle(ctx context.Context, wait time.Duration, results <-chan laneDone, finished func(laneDone) bool) {
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
@@ -645,79 +777,128 @@ func (o *Ordered) logError(msg string, err error, attrs ...any) {
 	o.opts.Logger.Error(msg, append([]any{slog.String("worker", o.name), slog.String("error", err.Error())}, attrs...)...)
 }
 
-// batch runs one lane batch in a transaction (see the type's documentation).
-// It reports progress when at least one row was sent and deleted, so that a
-// head that keeps failing backs off by PollInterval instead of spinning. Any
-// error leaves the transaction open: the caller drops the connection, which
-// rolls it back.
+// laneBatch is one lane's part of a batch: its admitted head rows, the
+// probe it claimed, and what sending them did.
+type laneBatch struct {
+	lane    int
+	read    int // head rows read, admitted or not
+	rows    []store.Row
+	probe   probeClaim
+	sent    int
+	failure *laneFailure
+}
+
+// batch runs one batch over lanes in a transaction (see the type's
+// documentation): the lanes' leases, heads, claims and deletes take one
+// statement each whatever the number of lanes. It returns the lanes that
+// sent and deleted at least one row, so that a head that keeps failing backs
+// off by PollInterval instead of spinning. Any error leaves the transaction
+// open: the caller drops the connection, which rolls it back.
 //
 // The transaction is run with BEGIN and COMMIT statements on the pinned
 // connection rather than a *sql.Tx, whose context would roll it back the
-// moment the batch's deadline passes, releasing the lane row while a late
+// moment the batch's deadline passes, releasing the lane rows while a late
 // send may still reach the broker.
-func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, lane int) ([]store.Row, bool, error) {
+func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, lanes []int) (_ []store.Row, res batchResult, err error) {
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(ctx, start.Add(o.opts.LeaseDuration/2))
 	defer cancel()
 
 	st, err := conn.store(ctx)
 	if err != nil {
-		return buf, false, err
+		return buf, res, err
 	}
 	if _, err := conn.conn.ExecContext(ctx, "BEGIN"); err != nil {
-		return buf, false, err
+		return buf, res, err
 	}
 	end := func(stmt string) error {
 		_, err := conn.conn.ExecContext(ctx, stmt)
 		return err
 	}
-	lease := store.Lease{Name: store.LaneLeaseName(lane), Owner: o.name, Token: o.token}
-	held, _, err := st.AcquireLease(ctx, lease, o.opts.LeaseDuration)
+	held, err := st.AcquireLaneLeases(ctx, lanes, o.name, o.token, o.opts.LeaseDuration)
 	if err != nil {
-		return buf, false, err
+		return buf, res, err
 	}
-	if !held {
-		return buf, false, end("ROLLBACK")
+	if len(held) == 0 {
+		return buf, res, end("ROLLBACK")
 	}
-	buf, err = st.ReadLaneHead(ctx, buf, lane, o.opts.BatchSize)
+	buf, err = st.ReadLaneHeads(ctx, buf, held, o.opts.BatchSize)
 	if err != nil {
-		return buf, false, err
+		return buf, res, err
 	}
 	now := o.clock.now()
-	rows, probe := o.untilSetAside(admit(buf, now))
-	defer o.aside.release(probe.e, probe.gen)
-	if len(rows) == 0 {
-		return buf, false, end("ROLLBACK")
+	var parts []laneBatch
+	var ids []uuid.UUID
+	for rest := buf; len(rest) > 0; {
+		n := 1
+		for n < len(rest) && rest[n].Lane == rest[0].Lane {
+			n++
+		}
+		rows, probe := o.untilSetAside(admit(rest[:n], now))
+		if probe.gen != 0 {
+			defer o.aside.release(probe.e, probe.gen)
+		}
+		if len(rows) > 0 {
+			parts = append(parts, laneBatch{lane: rest[0].Lane, read: n, rows: rows, probe: probe})
+			for i := range rows {
+				ids = append(ids, rows[i].ID)
+			}
+		}
+		rest = rest[n:]
 	}
-	ids := make([]uuid.UUID, len(rows))
-	for i := range rows {
-		ids[i] = rows[i].ID
+	if len(parts) == 0 {
+		return buf, res, end("ROLLBACK")
 	}
 	claim := store.NewClaim(now, o.opts.LeaseDuration/2)
 	n, err := st.ClaimLaneRows(ctx, ids, claim, now)
 	if err != nil {
-		return buf, false, err
+		return buf, res, err
 	}
-	if n != int64(len(rows)) {
-		return buf, false, fmt.Errorf("lane %d: claimed %d of %d head rows under the lane lock", lane, n, len(rows))
+	if n != int64(len(ids)) {
+		return buf, res, fmt.Errorf("lanes %v: claimed %d of %d head rows under the lane locks", held, n, len(ids))
 	}
-	sent, failure, err := o.sendPrefix(ctx, conn, lane, rows, start.Add(o.opts.LeaseDuration/4), probe)
-	if err != nil {
-		return buf, false, err
+	admitUntil := start.Add(o.opts.LeaseDuration / 4)
+	anything := false
+	for i := range parts {
+		p := &parts[i]
+		if i > 0 && time.Now().After(admitUntil) {
+			break // the later lanes' claims are released, their rows untouched
+		}
+		began := time.Now()
+		if p.sent, p.failure, err = o.sendPrefix(ctx, conn, p.lane, p.rows, admitUntil, p.probe); err != nil {
+			return buf, res, err
+		}
+		if p.failure != nil || time.Since(began) > slowSend*time.Duration(p.sent+1) {
+			res.slow = append(res.slow, p.lane)
+		}
+		anything = anything || p.sent > 0 || p.failure != nil
 	}
-	if sent == 0 && failure == nil {
-		// Nothing sent and nothing to record (the destination is set
+	if !anything {
+		// Nothing sent and nothing to record (the destinations are set
 		// aside): the claims go with the rollback, no row is rewritten.
-		return buf, false, end("ROLLBACK")
+		return buf, res, end("ROLLBACK")
 	}
-	if err := o.settle(ctx, st, lane, ids, sent, failure, claim.Token); err != nil {
-		return buf, false, err
+	if err := o.settle(ctx, st, parts, claim.Token); err != nil {
+		return buf, res, err
 	}
 	if err := end("COMMIT"); err != nil {
-		return buf, false, err
+		return buf, res, err
 	}
-	o.stats.deleted.Add(uint64(sent))
-	return buf, sent > 0, nil
+	deleted := 0
+	for _, p := range parts {
+		if p.sent > 0 {
+			deleted += p.sent
+			// A lane whose whole head was sent is empty up to the rows
+			// committed since, which wake it: it is not batched again
+			// unless it may hold more.
+			if p.read >= o.opts.BatchSize || p.sent < len(p.rows) {
+				res.more = append(res.more, p.lane)
+			}
+		}
+	}
+	o.stats.deleted.Add(uint64(deleted))
+	res.held, res.progressed = held, deleted > 0
+	return buf, res, nil
 }
 
 // admit returns the prefix of a lane's head rows that may be sent at now: up
@@ -814,42 +995,68 @@ func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, ro
 	return sent, nil, nil
 }
 
-// settle records a batch's outcome under its claim: it deletes the sent
-// prefix (all of it, or the batch rolls back), records the failed row's
-// attempt and error, and releases the claims of the rest.
-func (o *Ordered) settle(ctx context.Context, st *store.Store, lane int, ids []uuid.UUID, sent int, failure *laneFailure, token uuid.UUID) error {
-	if sent > 0 {
-		n, err := st.CompleteBatch(ctx, ids[:sent], token, o.clock.now())
-		if err != nil {
-			return err
-		}
-		if n != int64(sent) {
-			return fmt.Errorf("lane %d: deleted %d of %d sent rows; rolling back, they will be sent again", lane, n, sent)
+// settle records a batch's outcome under its claim, each in one statement
+// for all its lanes: it deletes the sent prefixes (all of them, or the batch
+// rolls back), records the failed rows' attempts and errors, and releases
+// the claims of the rest.
+func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch, token uuid.UUID) error {
+	var sent, rest []uuid.UUID
+	var fails, parks []store.Failure
+	for _, p := range parts {
+		for i := range p.rows {
+			switch {
+			case i < p.sent:
+				sent = append(sent, p.rows[i].ID)
+			case i == p.sent && p.failure != nil:
+				if p.failure.park {
+					parks = append(parks, p.failure.Failure)
+				} else {
+					fails = append(fails, p.failure.Failure)
+				}
+			default:
+				rest = append(rest, p.rows[i].ID)
+			}
 		}
 	}
-	rest := ids[sent:]
-	if failure != nil {
-		record, msg := st.FailBatch, "dispatch: ordered send failed; its key waits for the retry, the lane's other keys go on"
-		if failure.park {
-			record, msg = st.Park, "dispatch: ordered send failed for good or out of attempts; the row is parked and holds its key until redriven"
-		}
-		n, err := record(ctx, []store.Failure{failure.Failure}, token, o.clock.now())
+	if len(sent) > 0 {
+		n, err := st.CompleteBatch(ctx, sent, token, o.clock.now())
 		if err != nil {
 			return err
 		}
-		if n != 1 {
-			return fmt.Errorf("lane %d: recorded the failure of %s on %d rows; rolling back", lane, failure.ID, n)
+		if n != int64(len(sent)) {
+			return fmt.Errorf("deleted %d of %d sent rows; rolling back, they will be sent again", n, len(sent))
+		}
+	}
+	for _, f := range []struct {
+		failures []store.Failure
+		record   func(context.Context, []store.Failure, uuid.UUID, time.Time) (int64, error)
+	}{{fails, st.FailBatch}, {parks, st.Park}} {
+		if len(f.failures) == 0 {
+			continue
+		}
+		n, err := f.record(ctx, f.failures, token, o.clock.now())
+		if err != nil {
+			return err
+		}
+		if n != int64(len(f.failures)) {
+			return fmt.Errorf("recorded %d of %d failures; rolling back", n, len(f.failures))
+		}
+	}
+	for _, p := range parts {
+		if p.failure == nil {
+			continue
 		}
 		o.stats.failed.Add(1)
-		if failure.park {
+		msg := "dispatch: ordered send failed; its key waits for the retry, the lane's other keys go on"
+		if p.failure.park {
 			o.stats.parked.Add(1)
+			msg = "dispatch: ordered send failed for good or out of attempts; the row is parked and holds its key until redriven"
 		}
-		attrs := []any{slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", failure.ID.String()), slog.String("error", failure.Error)}
-		if !failure.RetryAt.IsZero() {
-			attrs = append(attrs, slog.Time("retry_at", failure.RetryAt))
+		attrs := []any{slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", p.failure.ID.String()), slog.String("error", p.failure.Error)}
+		if !p.failure.RetryAt.IsZero() {
+			attrs = append(attrs, slog.Time("retry_at", p.failure.RetryAt))
 		}
 		o.opts.Logger.Warn(msg, attrs...)
-		rest = rest[1:]
 	}
 	if len(rest) > 0 {
 		if _, err := st.ReleaseBatch(ctx, rest, token, o.clock.now()); err != nil {

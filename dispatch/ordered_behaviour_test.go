@@ -435,3 +435,34 @@ func TestOrderedHeartbeatsOutliveSlowSends(t *testing.T) {
 		}
 	}
 }
+
+// Ready lanes go out together: one batch's statements serve many lanes, so
+// delivering one row in each of 16 lanes takes a handful of round trips, not
+// a handful per lane.
+func TestOrderedBatchesReadyLanesTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	var keys []string
+	lanes := map[int]bool{}
+	for i := 0; len(keys) < 16; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if l, _ := relayer.Lane(k, relayer.LanesDefault); !lanes[l] {
+			lanes[l] = true
+			keys = append(keys, k)
+		}
+	}
+	b.shipped(t, keys, 1, 16)
+	db, writes := testdb.OpenCounting(t)
+	b.orderedWorker(t, db, b.mem, dispatch.OrderedOptions{Concurrency: 1, PollInterval: 5 * time.Second})
+	b.waitSent(t, 16)
+	b.waitRows(t, 0)
+	// Joining the group, tuning the session, one probe and one batch of six
+	// statements, and a probe or two more (27 when measured); a batch per
+	// lane would take 96 for its statements alone.
+	n := writes.Load()
+	if n > 40 {
+		t.Errorf("%d round trips to deliver one row in each of 16 lanes, want at most 40", n)
+	}
+	t.Logf("%d round trips for one row in each of 16 lanes", n)
+	checkOrder(t, b.mem.Messages("orders.shipped"), keys, 1, false)
+}

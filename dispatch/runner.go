@@ -304,8 +304,15 @@ func (r *Runner) wakeOrdered(rows []relayer.Message) {
 		}
 	}
 	for _, o := range r.ordered {
-		if slices.ContainsFunc(*o.assigned.Load(), func(l int) bool { return slices.Contains(lanes, l) }) {
-			o.Wake()
+		assigned := *o.assigned.Load()
+		var mine []int
+		for _, l := range lanes {
+			if slices.Contains(assigned, l) {
+				mine = append(mine, l)
+			}
+		}
+		if len(mine) > 0 {
+			o.wakeLanes(mine)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,16 +31,7 @@ func (s *Store) ProbeLanes(ctx context.Context, lanes []int, token uuid.UUID) ([
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, l := range lanes {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(l))
-	}
-	b.WriteByte('}')
-	rows, err := s.db.QueryContext(ctx, s.q.laneProbe, b.String(), token)
+	rows, err := s.db.QueryContext(ctx, s.q.laneProbe, intArray(lanes), token)
 	if err != nil {
 		return nil, wrap(ctx, "probe lanes", err)
 	}
@@ -73,7 +65,60 @@ func (s *Store) ReadLaneHead(ctx context.Context, dst []Row, lane, limit int) ([
 	return scanRows(ctx, "read lane head", rows, dst[:0])
 }
 
-// ClaimLaneRows claims rows by id (ids read from one lane under its lock) in
+// ReadLaneHeads is [Store.ReadLaneHead] for several lanes in one statement:
+// it appends to dst[:0] the first limit rows of each lane, lane after lane
+// in ascending order, each lane's in id order.
+func (s *Store) ReadLaneHeads(ctx context.Context, dst []Row, lanes []int, limit int) ([]Row, error) {
+	if limit <= 0 {
+		return dst[:0], fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	}
+	if len(lanes) == 0 {
+		return dst[:0], nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, intArray(lanes), limit)
+	if err != nil {
+		return dst[:0], wrap(ctx, "read lane heads", err)
+	}
+	return scanRows(ctx, "read lane heads", rows, dst[:0])
+}
+
+// AcquireLaneLeases is [Store.AcquireLease] for the leases of several lanes
+// (see [LaneLeaseName]) in one statement: it takes each for d when it is
+// free or expired, or renews it when token holds it, and returns the lanes
+// token holds now, in ascending order. Inside a transaction the lease rows
+// stay locked until it ends; they are locked in lane order, so that callers
+// whose lanes overlap never deadlock.
+func (s *Store) AcquireLaneLeases(ctx context.Context, lanes []int, owner string, token uuid.UUID, d time.Duration) ([]int, error) {
+	if token == uuid.Nil {
+		return nil, fmt.Errorf("%w: a lease needs a token", ErrInvalidArgument)
+	}
+	if d < time.Millisecond {
+		return nil, fmt.Errorf("%w: lease duration %s is under 1ms", ErrInvalidArgument, d)
+	}
+	if len(lanes) == 0 {
+		return nil, nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.laneLeases, intArray(lanes), cleanText(owner), token, d.Microseconds())
+	if err != nil {
+		return nil, wrap(ctx, "acquire lane leases", err)
+	}
+	defer rows.Close()
+	held := make([]int, 0, len(lanes))
+	for rows.Next() {
+		var lane int
+		if err := rows.Scan(&lane); err != nil {
+			return nil, wrap(ctx, "acquire lane leases", err)
+		}
+		held = append(held, lane)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "acquire lane leases", err)
+	}
+	slices.Sort(held)
+	return held, wrap(ctx, "acquire lane leases", rows.Close())
+}
+
+// ClaimLaneRows claims rows by id (ids read from lanes under their locks) in
 // one statement, those that are eligible at now, and returns how many it
 // claimed.
 func (s *Store) ClaimLaneRows(ctx context.Context, ids []uuid.UUID, c Claim, now time.Time) (int64, error) {
@@ -147,4 +192,19 @@ func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
 		return time.Time{}, wrap(ctx, "server time", err)
 	}
 	return t, wrap(ctx, "server time", rows.Close())
+}
+
+// intArray returns ints as a PostgreSQL array literal, which every driver
+// passes as text.
+func intArray(ints []int) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, n := range ints {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(n))
+	}
+	b.WriteByte('}')
+	return b.String()
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -88,6 +89,77 @@ func TestReleaseBatchFreesOnlyItsClaims(t *testing.T) {
 			if r.Attempts != 0 {
 				t.Errorf("release charged an attempt to %s", r.ID)
 			}
+		}
+	})
+}
+
+// Several lanes' leases are taken in one statement: free and expired ones
+// and the caller's own, never another's live lease.
+func TestAcquireLaneLeases(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		mine, other := uuid.New(), uuid.New()
+		if held, _, err := b.store.AcquireLease(ctx, store.Lease{Name: store.LaneLeaseName(3), Token: other}, time.Minute); err != nil || !held {
+			t.Fatalf("other's lease: %v %v", held, err)
+		}
+		if held, _, err := b.store.AcquireLease(ctx, store.Lease{Name: store.LaneLeaseName(5), Token: other}, time.Millisecond); err != nil || !held {
+			t.Fatalf("other's short lease: %v %v", held, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		got, err := b.store.AcquireLaneLeases(ctx, []int{7, 3, 1, 5}, "me", mine, time.Minute)
+		if want := []int{1, 5, 7}; err != nil || !slices.Equal(got, want) {
+			t.Fatalf("AcquireLaneLeases = %v, %v; want %v (not lane 3, another's live lease)", got, err, want)
+		}
+		got, err = b.store.AcquireLaneLeases(ctx, []int{1, 3}, "me", mine, time.Minute)
+		if want := []int{1}; err != nil || !slices.Equal(got, want) {
+			t.Errorf("renewal = %v, %v; want %v", got, err, want)
+		}
+		if held, _, _ := b.store.AcquireLease(ctx, store.Lease{Name: store.LaneLeaseName(7), Token: other}, time.Minute); held {
+			t.Error("a lane lease taken in a batch was taken over while live")
+		}
+		if _, err := b.store.AcquireLaneLeases(ctx, []int{1}, "me", uuid.Nil, time.Minute); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("no token: %v, want ErrInvalidArgument", err)
+		}
+		if got, err := b.store.AcquireLaneLeases(ctx, nil, "me", mine, time.Minute); err != nil || len(got) != 0 {
+			t.Errorf("no lanes: %v, %v", got, err)
+		}
+	})
+}
+
+// The heads of several lanes are read in one statement, as each lane's
+// alone would be.
+func TestReadLaneHeads(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		const lanes = 16
+		var msgs []relayer.Message
+		for i := range 40 {
+			msgs = append(msgs, b.ordered(t, fmt.Sprintf("key-%d", i%9), lanes))
+		}
+		b.insert(t, msgs...)
+		var all []int
+		for l := range lanes {
+			all = append(all, l)
+		}
+		got, err := b.store.ReadLaneHeads(ctx, nil, all, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []store.Row
+		for _, l := range all {
+			rows, err := b.store.ReadLaneHead(ctx, nil, l, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, rows...)
+		}
+		if !slices.Equal(ids(got), ids(want)) {
+			t.Errorf("ReadLaneHeads = %v, want each lane's head in lane order %v", ids(got), ids(want))
+		}
+		if _, err := b.store.ReadLaneHeads(ctx, nil, all, 0); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("limit 0: %v, want ErrInvalidArgument", err)
 		}
 	})
 }

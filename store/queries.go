@@ -41,6 +41,8 @@ type queries struct {
 	listLeases   string
 	reset        string
 	laneHead     string
+	laneHeads    string
+	laneLeases   string
 	laneClaim    string
 	releaseOwner string
 	pruneMembers string
@@ -193,6 +195,27 @@ ORDER BY l.lane`,
 WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.parked_at IS NULL
   AND ` + unheld(n.outbox) + `
 ORDER BY o.id LIMIT $2`,
+		// laneHead for several lanes at once: each lane's head rows in id
+		// order, lane after lane.
+		laneHeads: `SELECT h.* FROM unnest($1::integer[]) AS l(lane)
+CROSS JOIN LATERAL (
+    SELECT ` + rowColumns + ` FROM ` + n.outbox + ` AS o
+    WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
+      AND ` + unheld(n.outbox) + `
+    ORDER BY o.id LIMIT $2) AS h
+ORDER BY h.lane, h.id`,
+		// acquireLease for several lanes at once, in lane order, so that two
+		// callers whose lanes overlap lock the lease rows in the same order
+		// and never deadlock. It returns the lanes now held.
+		laneLeases: `INSERT INTO ` + n.leases + ` AS l (name, owner, owner_token, acquired_at, expires_at)
+SELECT 'lane:' || x.lane, $2, $3, now(), now() + $4 * interval '1 microsecond'
+FROM unnest($1::integer[]) AS x(lane) ORDER BY x.lane
+ON CONFLICT (name) DO UPDATE
+SET owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
+    acquired_at = CASE WHEN l.owner_token = EXCLUDED.owner_token THEN l.acquired_at ELSE now() END,
+    expires_at = EXCLUDED.expires_at
+WHERE l.owner_token = EXCLUDED.owner_token OR l.expires_at <= now()
+RETURNING substr(l.name, 6)::integer`,
 		// No lane predicate here: the ids come from a lane read under the lane
 		// lock, and spelling out lane IS NOT NULL lets the planner pick the
 		// partial lane index with the ids as a filter whenever its statistics

@@ -36,10 +36,16 @@ func (r *runner) all(scenario string) []Contender {
 		// no other contender keeps per-key order with several workers.
 		return []Contender{relayerPath{PathOrdered, 1}, relayerPath{PathOrdered, 2}, relayerPath{PathOrdered, 4}}
 	}
-	all := []Contender{Loop{}, Relayer(PathDirect), Relayer(PathRecovery), Relayer(PathOrdered)}
+	ordered := Relayer(PathOrdered)
+	if scenario == ScenarioLatency {
+		// A Runner's default, one ordered worker: the latency at a
+		// moderate rate, where four compete for two cores to no gain.
+		ordered = relayerPath{PathOrdered, 1}
+	}
+	all := []Contender{Loop{}, Relayer(PathDirect), Relayer(PathRecovery), ordered}
 	for _, path := range []string{PathOrderedRemote, PathOrderedWoken} { // only when named
 		if slices.Contains(r.cfg.Only, path) {
-			all = append(all, Relayer(path))
+			all = append(all, relayerPath{path, 1})
 		}
 	}
 	var cs []Contender
