@@ -170,7 +170,10 @@ type Ordered struct {
 	// the worker batches next without probing for them.
 	wokenMu sync.Mutex
 	woken   []int
-	loop    loop
+	// probeNow asks the next scan to probe even while busy: [Ordered.Wake]
+	// sets it.
+	probeNow atomic.Bool
+	loop     loop
 	// aside is the destinations set aside as slow or unavailable; a runner
 	// shares one among its workers.
 	aside *setAside
@@ -255,6 +258,12 @@ func (o *Ordered) Paused() []store.Pause { return o.aside.paused() }
 
 // Wake makes a waiting worker scan now.
 func (o *Ordered) Wake() {
+	o.probeNow.Store(true)
+	o.signal()
+}
+
+// signal wakes the worker's loop without asking for a probe.
+func (o *Ordered) signal() {
 	select {
 	case o.wake <- struct{}{}:
 	default:
@@ -272,7 +281,7 @@ func (o *Ordered) wakeLanes(lanes []int) {
 		}
 	}
 	o.wokenMu.Unlock()
-	o.Wake()
+	o.signal()
 }
 
 // takeWoken returns and clears the lanes woken since the last call.
@@ -585,7 +594,7 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 	if s.fruitless {
 		return false
 	}
-	if next := s.probedAt.Add(busyProbeGap); s.progressAt.After(s.probedAt) && time.Now().Before(next) {
+	if next := s.probedAt.Add(busyProbeGap); !s.o.probeNow.Swap(false) && s.progressAt.After(s.probedAt) && time.Now().Before(next) {
 		// Busy with the lanes commits woke, which need no probe: probe for
 		// the others (rows of other processes, retries come due) at most
 		// once per busyProbeGap.
