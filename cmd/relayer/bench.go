@@ -94,7 +94,7 @@ throwaway PostgreSQL cluster.`,
 	if f.sink == "kafka" && strings.TrimSpace(f.kafkaBrokers) == "" {
 		return usagef("--sink kafka needs --kafka-brokers host:port[,host:port…]")
 	}
-	db, stop, err := openOrStartDB(ctx, f.databaseURL, stderr, "bench", f.producers+24)
+	db, _, stop, err := openOrStartDB(ctx, f.databaseURL, stderr, "bench", f.producers+24)
 	if err != nil {
 		return err
 	}

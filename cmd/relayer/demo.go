@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayer-go/relayer"
@@ -43,8 +44,8 @@ const (
 	stopTimeout       = 10 * time.Second
 )
 
-// The four entry points, in the order the summary lists them.
-var demoPaths = [...]string{"database/sql", "sqlx", "bun", "gorm"}
+// The five entry points, in the order the summary lists them.
+var demoPaths = [...]string{"database/sql", "sqlx", "bun", "gorm", "pgx"}
 
 // Message kinds, each on its own route.
 const (
@@ -101,7 +102,7 @@ type demoFlags struct {
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f demoFlags
 	fs := newFlagSet("demo", `Runs an order service end to end: orders and their messages are written through
-database/sql, sqlx, bun and GORM, delivered to NATS JetStream by direct dispatch,
+database/sql, sqlx, bun, GORM and pgx, delivered to NATS JetStream by direct dispatch,
 ordered lane workers and recovery, consumed back and checked (every message
 arrived, each customer's ordered messages in order). Without --database-url it
 starts a throwaway PostgreSQL cluster; without --nats-url an embedded NATS server.
@@ -141,6 +142,7 @@ type demo struct {
 
 	token   string // makes stream, subjects and worker names unique to the run
 	db      *sql.DB
+	pool    *pgxpool.Pool // the pgx entry point's
 	js      jetstream.JetStream
 	stream  string
 	subject [kindCount]string

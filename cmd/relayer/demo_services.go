@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,19 +22,31 @@ import (
 
 // startDatabase opens --database-url or a throwaway cluster.
 func (d *demo) startDatabase(ctx context.Context) error {
-	db, stop, err := openOrStartDB(ctx, d.flags.databaseURL, d.stderr, "demo", 16+2*d.flags.workers)
+	db, url, stop, err := openOrStartDB(ctx, d.flags.databaseURL, d.stderr, "demo", 16+2*d.flags.workers)
 	if err != nil {
 		return err
 	}
 	d.db = db
 	d.onCleanup(stop)
+	// The pgx entry point publishes in transactions of a pool of its own,
+	// as a service on pgx would.
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = demoWriters
+	if d.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return err
+	}
+	d.onCleanup(d.pool.Close)
 	return nil
 }
 
 // openOrStartDB opens url, or starts a throwaway cluster when url is empty,
 // with a pool of conns connections (writers and workers pin or borrow
-// connections at once). stop closes the pool and stops the cluster.
-func openOrStartDB(ctx context.Context, url string, stderr io.Writer, command string, conns int) (db *sql.DB, stop func(), err error) {
+// connections at once), and returns the URL it opened. stop closes the pool
+// and stops the cluster.
+func openOrStartDB(ctx context.Context, url string, stderr io.Writer, command string, conns int) (db *sql.DB, dbURL string, stop func(), err error) {
 	var cleanups []func()
 	stop = func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -47,7 +60,7 @@ func openOrStartDB(ctx context.Context, url string, stderr io.Writer, command st
 			Logf: func(format string, args ...any) { fmt.Fprintf(stderr, "postgres: "+format+"\n", args...) }})
 		cancel()
 		if err != nil {
-			return nil, nil, fmt.Errorf("start a throwaway PostgreSQL cluster: %w (or pass --database-url)", err)
+			return nil, "", nil, fmt.Errorf("start a throwaway PostgreSQL cluster: %w (or pass --database-url)", err)
 		}
 		cleanups = append(cleanups, func() {
 			if err := cluster.Stop(); err != nil {
@@ -59,12 +72,12 @@ func openOrStartDB(ctx context.Context, url string, stderr io.Writer, command st
 	db, err = openDB(ctx, url)
 	if err != nil {
 		stop()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 	cleanups = append(cleanups, func() { db.Close() })
-	return db, stop, nil
+	return db, url, stop, nil
 }
 
 // startNATS connects to --nats-url or to an embedded JetStream server, and

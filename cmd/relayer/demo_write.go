@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jmoiron/sqlx"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -17,6 +18,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	relayerbun "github.com/relayer-go/relayer/enlist/bun"
 	relayergorm "github.com/relayer-go/relayer/enlist/gorm"
+	relayerpgx "github.com/relayer-go/relayer/enlist/pgx"
 	relayersqlx "github.com/relayer-go/relayer/enlist/sqlx"
 )
 
@@ -43,6 +45,8 @@ func (d *demo) entryPoints(w *enlist.Writer) ([len(demoPaths)]publishFunc, error
 		return [len(demoPaths)]publishFunc{}, err
 	}
 	gormTable := d.flags.schema + ".demo_orders" // validated; GORM quotes each part
+
+	pgxW := relayerpgx.NewWriter(w)
 
 	return [len(demoPaths)]publishFunc{
 		func(ctx context.Context, o *demoOrder, msgs []relayer.Outgoing) error {
@@ -75,6 +79,14 @@ func (d *demo) entryPoints(w *enlist.Writer) ([len(demoPaths)]publishFunc, error
 					return err
 				}
 				return relayergorm.PublishAll(tx, msgs...)
+			})
+		},
+		func(ctx context.Context, o *demoOrder, msgs []relayer.Outgoing) error {
+			return pgxW.RunInTx(ctx, d.pool, pgx.TxOptions{}, func(tx *relayerpgx.Tx) error {
+				if _, err := tx.Exec(ctx, insert, o.ID, o.Customer, o.TotalCents, o.Path); err != nil {
+					return err
+				}
+				return tx.PublishAll(ctx, msgs...)
 			})
 		},
 	}, nil

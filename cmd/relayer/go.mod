@@ -12,6 +12,7 @@ require (
 	github.com/relayer-go/relayer v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/enlist/bun v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/enlist/gorm v0.0.0-00010101000000-000000000000
+	github.com/relayer-go/relayer/enlist/pgx v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/enlist/sqlx v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/transport/amqp v0.0.0-00010101000000-000000000000
 	github.com/relayer-go/relayer/transport/kafka v0.0.0-00010101000000-000000000000
@@ -57,6 +58,7 @@ replace github.com/relayer-go/relayer => ../..
 replace (
 	github.com/relayer-go/relayer/enlist/bun => ../../enlist/bun
 	github.com/relayer-go/relayer/enlist/gorm => ../../enlist/gorm
+	github.com/relayer-go/relayer/enlist/pgx => ../../enlist/pgx
 	github.com/relayer-go/relayer/enlist/sqlx => ../../enlist/sqlx
 	github.com/relayer-go/relayer/transport/amqp => ../../transport/amqp
 	github.com/relayer-go/relayer/transport/kafka => ../../transport/kafka

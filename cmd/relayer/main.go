@@ -7,7 +7,7 @@
 //
 // starts a throwaway PostgreSQL cluster and an embedded NATS JetStream server
 // (or uses --database-url and --nats-url), writes orders and their messages
-// through all four entry points (database/sql, sqlx, bun and GORM), delivers
+// through all five entry points (database/sql, sqlx, bun, GORM and pgx), delivers
 // them with direct dispatch, ordered lane workers and recovery, consumes them
 // back from JetStream and checks that every message arrived and that each
 // customer's ordered messages arrived in order. It prints live progress (a
