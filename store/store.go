@@ -33,6 +33,7 @@ type Store struct {
 	sq   *statsQueries
 	rdq  *redriveQueries
 	pq   *pauseQueries
+	oq   *overviewQueries
 }
 
 // New returns a store for the outbox named by opts, running statements on db.
@@ -50,7 +51,8 @@ func New(db DBTX, opts Options) (*Store, error) {
 
 func newStore(db DBTX, opts Options) *Store {
 	n := newNames(opts)
-	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n)}
+	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n),
+		oq: buildOverviewQueries(n)}
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -79,7 +81,7 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	if isNil(db) {
 		return nil, ErrNilDB
 	}
-	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq}, nil
 }
 
 // Options returns the store's options with defaults applied.
