@@ -36,6 +36,9 @@
 //	relayer parked list         parked keys: the parked head, its last error, rows waiting
 //	relayer parked retry        release parked keys; each resumes at its head (--key, filters or --all)
 //	relayer parked skip --key K move a key's parked head to the dead letters, breaking its order
+//	relayer console             the web console: backlog, lanes, parked keys, dead letters,
+//	                            messages, and their actions (--listen, --token, --read-only,
+//	                            --show-bodies)
 //
 // # Benchmarks
 //
@@ -96,6 +99,7 @@ func commands() []command {
 		{"lanes", "show the lane assignment by member", runLanes},
 		{"dead", "list, show, requeue or purge dead letters", runDead},
 		{"parked", "list parked keys, retry them or skip their head", runParked},
+		{"console", "serve the operator's web console of an outbox", runConsole},
 		{"bench", "measure enlistment, throughput, latency, drain and ordered dispatch on a database", runBench},
 	}
 }

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/relayer-go/relayer/console"
+)
+
+// consoleShutdown bounds the wait for requests in flight at Ctrl-C.
+const consoleShutdown = 5 * time.Second
+
+type consoleFlags struct {
+	outboxFlags
+	listen     string
+	token      string
+	readOnly   bool
+	showBodies bool
+	refresh    time.Duration
+}
+
+func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f consoleFlags
+	fs := newFlagSet("console",
+		"Serve the operator's web console of an outbox: backlog by destination, lanes and their owners,\n"+
+			"parked keys and dead letters with their retry, skip, requeue and purge actions, and any message\n"+
+			"by id. It listens on loopback unless --listen names another address, which needs --token.",
+		"relayer console --database-url postgres://ops@db:5432/app --schema messaging --listen 127.0.0.1:8080", stderr)
+	f.register(fs, true)
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on; any but loopback needs --token")
+	fs.StringVar(&f.token, "token", "", "access token every request must carry (open the console once with ?token=…)")
+	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse every action")
+	fs.BoolVar(&f.showBodies, "show-bodies", false, "show message bodies (they may hold personal data)")
+	fs.DurationVar(&f.refresh, "refresh", console.RefreshDefault, "how often pages reload themselves, 1s to 1h")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return usagef("--listen %q: %v", f.listen, err)
+	}
+	if !loopback(host) && f.token == "" {
+		return usagef("--listen %q is not a loopback address: give --token, so that nobody else on the network can use the console", f.listen)
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	db, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	c, err := console.New(db, opts, console.Options{Token: f.token, ReadOnly: f.readOnly, ShowBodies: f.showBodies,
+		Refresh: f.refresh, Logger: logger})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	addr := "http://" + ln.Addr().String() + "/"
+	if f.token != "" {
+		addr += "?token=…"
+	}
+	mode := ""
+	if f.readOnly {
+		mode = ", read-only"
+	}
+	fmt.Fprintf(stdout, "relayer console: the outbox %s, on %s%s\n", describe(opts), addr, mode)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), consoleShutdown)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// loopback reports whether host (an IP or a name) is the loopback
+// interface; "" and unspecified addresses (all interfaces) are not.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

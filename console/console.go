@@ -1,0 +1,218 @@
+package console
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/relayer-go/relayer/store"
+)
+
+// Defaults and limits of [Options].
+const (
+	RefreshDefault = 5 * time.Second
+	RefreshMin     = time.Second
+	RefreshMax     = time.Hour
+	// ListLimitDefault is how many parked keys or dead letters a page lists.
+	ListLimitDefault = 200
+	ListLimitMax     = 10_000
+)
+
+// ErrInvalidOptions is returned by [New] for an option out of range.
+var ErrInvalidOptions = errors.New("console: invalid options")
+
+// tokenCookie carries the access token after a visit with ?token=.
+const tokenCookie = "relayer_console_token"
+
+// Options configure a console. The zero value is a console that shows
+// everything but bodies, allows the actions, and asks for no token: fit for
+// a listener on the loopback interface only.
+type Options struct {
+	// Token, when set, is required on every request: in an
+	// "Authorization: Bearer <token>" header, or in the cookie the console
+	// sets when a page is opened with "?token=<token>". Requests without it
+	// get 401. Serve the console on any address but loopback with a token,
+	// and over TLS. Default: none.
+	Token string
+	// ReadOnly hides every action and refuses every POST with 403.
+	ReadOnly bool
+	// ShowBodies shows message bodies (as text, or hex when they are not
+	// UTF-8). They may hold personal data; by default they are hidden.
+	ShowBodies bool
+	// Refresh is how often pages reload themselves, 1 s to 1 h. Default: 5 s.
+	Refresh time.Duration
+	// ListLimit is how many parked keys or dead letters a page lists, 1 to
+	// 10,000. Default: 200.
+	ListLimit int
+	// Logger receives a line for each action (who, what, how many rows) and
+	// for failed reads. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first option out of range.
+func (o Options) Validate() error {
+	switch {
+	case o.Refresh != 0 && (o.Refresh < RefreshMin || o.Refresh > RefreshMax):
+		return fmt.Errorf("%w: Refresh must be %s to %s, got %s", ErrInvalidOptions, RefreshMin, RefreshMax, o.Refresh)
+	case o.ListLimit < 0 || o.ListLimit > ListLimitMax:
+		return fmt.Errorf("%w: ListLimit must be 1 to %d, got %d", ErrInvalidOptions, ListLimitMax, o.ListLimit)
+	}
+	return nil
+}
+
+//go:embed assets
+var assets embed.FS
+
+// Console serves the pages and actions of one outbox. It is an
+// [http.Handler], safe for concurrent use.
+type Console struct {
+	store   *store.Store
+	opts    Options
+	pages   *template.Template
+	csrfKey []byte
+	samples *samples
+	handler http.Handler
+}
+
+// New returns a console for the outbox named by outbox (schema and table
+// prefix), reading and redriving through db. It validates everything and
+// does not touch the database.
+func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
+	if db == nil {
+		return nil, fmt.Errorf("console: New: %w", store.ErrNilDB)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Refresh == 0 {
+		opts.Refresh = RefreshDefault
+	}
+	if opts.ListLimit == 0 {
+		opts.ListLimit = ListLimitDefault
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	st, err := store.New(db, outbox)
+	if err != nil {
+		return nil, err
+	}
+	pages, err := template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("console: CSRF key: %w", err)
+	}
+	c := &Console{store: st, opts: opts, pages: pages, csrfKey: key, samples: newSamples(samplesKept)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", c.overview)
+	mux.HandleFunc("GET /lanes", c.lanes)
+	mux.HandleFunc("GET /parked", c.parked)
+	mux.HandleFunc("POST /parked", c.parkedAction)
+	mux.HandleFunc("GET /dead", c.dead)
+	mux.HandleFunc("POST /dead", c.deadAction)
+	mux.HandleFunc("GET /message", c.message)
+	mux.Handle("GET /assets/", http.FileServerFS(assets))
+	c.handler = c.authenticate(http.NewCrossOriginProtection().Handler(mux))
+	return c, nil
+}
+
+// ServeHTTP serves the console.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; form-action 'self'; frame-ancestors 'none'")
+	c.handler.ServeHTTP(w, r)
+}
+
+// authenticate refuses requests without the token, when one is set. A GET
+// with ?token= sets the cookie and redirects to the same page without it,
+// so that the token does not stay in the address bar or the history.
+func (c *Console) authenticate(next http.Handler) http.Handler {
+	if c.opts.Token == "" {
+		return next
+	}
+	want := []byte(c.opts.Token)
+	equal := func(got string) bool { return subtle.ConstantTimeCompare([]byte(got), want) == 1 }
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && equal(t) {
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: t, Path: "/", HttpOnly: true,
+				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			q := r.URL.Query()
+			q.Del("token")
+			u := *r.URL
+			u.RawQuery = q.Encode()
+			seeOther(w, relative(&u))
+			return
+		}
+		if auth := r.Header.Get("Authorization"); len(auth) > 7 && auth[:7] == "Bearer " && equal(auth[7:]) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if ck, err := r.Cookie(tokenCookie); err == nil && equal(ck.Value) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="relayer console"`)
+		http.Error(w, "401 unauthorized: this console needs its access token (open it with ?token=…, or send Authorization: Bearer …)", http.StatusUnauthorized)
+	})
+}
+
+// relative returns u's path's last element and query, for a redirect that
+// stays under whatever prefix the console is mounted at.
+func relative(u *url.URL) string {
+	p := u.Path
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '/' {
+			p = p[i+1:]
+			break
+		}
+	}
+	if p == "" {
+		p = "./"
+	}
+	if u.RawQuery != "" {
+		p += "?" + u.RawQuery
+	}
+	return p
+}
+
+// csrfToken returns the token forms carry: an HMAC of the console's random
+// key, which a page of another origin cannot read.
+func (c *Console) csrfToken() string {
+	m := hmac.New(sha256.New, c.csrfKey)
+	m.Write([]byte("relayer console actions"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// checkAction refuses an action when the console is read-only or the form
+// lacks the CSRF token, writing the response; it reports whether to go on.
+func (c *Console) checkAction(w http.ResponseWriter, r *http.Request) bool {
+	if c.opts.ReadOnly {
+		http.Error(w, "403 forbidden: this console is read-only", http.StatusForbidden)
+		return false
+	}
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	if got := r.PostForm.Get("csrf"); subtle.ConstantTimeCompare([]byte(got), []byte(c.csrfToken())) != 1 {
+		http.Error(w, "403 forbidden: missing or wrong CSRF token; reload the page and try again", http.StatusForbidden)
+		return false
+	}
+	return true
+}

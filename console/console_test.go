@@ -1,0 +1,389 @@
+package console_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/console"
+	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// fixture is an outbox with a little of everything: due, scheduled and
+// failing rows, a parked key, dead letters, and text that must be escaped.
+type fixture struct {
+	db                  *sql.DB
+	opts                store.Options
+	st                  *store.Store
+	parked, behind      relayer.Message
+	dead1, dead2, plain relayer.Message
+}
+
+const xss = `<script>alert("x")</script>`
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	db := testdb.Open(t, "pgx")
+	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "ob_"}
+	if _, err := store.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{db: db, opts: opts, st: st}
+	msg := func(typ, dest, key string) relayer.Message {
+		m := relayer.Message{ID: uuid.Must(relayer.NewID()), Type: typ, Transport: "nats", Destination: dest,
+			Body: []byte(`{"order":"o-1","email":"a@example.com"}`),
+			Headers: []headers.Header{{Name: "content-type", Value: []byte("application/json")}, {Name: "bin", Value: []byte{0, 1, 2}}}}
+		if key != "" {
+			m.Key, m.Ordered = key, true
+			m.Lane, _ = relayer.Lane(key, relayer.LanesDefault)
+		}
+		return m
+	}
+	f.plain = msg("orders.Placed", "orders.placed", "")
+	later := msg("billing.Reminder", "reminders", "")
+	later.DeliverAt = time.Now().Add(time.Hour)
+	f.parked = msg("ledger.Posted", "ledger", "customer-"+xss)
+	f.behind = msg("ledger.Posted", "ledger", "customer-"+xss)
+	f.dead1 = msg("audit.Logged", "audit", "")
+	f.dead2 = msg("audit.Logged", "audit", "")
+	if err := st.Insert(ctx, []relayer.Message{f.plain, later, f.parked, f.behind, f.dead1, f.dead2}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	c := store.NewClaim(now, time.Minute)
+	if n, err := st.ClaimLaneRows(ctx, []uuid.UUID{f.parked.ID}, c, now); err != nil || n != 1 {
+		t.Fatalf("claim: %d %v", n, err)
+	}
+	if n, err := st.Park(ctx, []store.Failure{{ID: f.parked.ID, Error: "rejected: " + xss}}, c.Token, now); err != nil || n != 1 {
+		t.Fatalf("park: %d %v", n, err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	tst, _ := st.With(tx)
+	taken, err := tst.TakeIDs(ctx, nil, []uuid.UUID{f.dead1.ID, f.dead2.ID}, now.Add(time.Hour))
+	if err != nil || len(taken) != 2 {
+		t.Fatalf("take: %d %v", len(taken), err)
+	}
+	rows := []store.Row{{Message: f.dead1, Attempts: 10, LastError: "schema " + xss}, {Message: f.dead2, Attempts: 1, LastError: "gone"}}
+	if err := tst.Bury(ctx, rows, []string{store.ReasonPermanent, store.ReasonPermanent}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) console(t *testing.T, opts console.Options) *console.Console {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	c, err := console.New(f.db, f.opts, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// client is a browser-like client of a console server: it keeps cookies,
+// does not follow redirects, and sends same-origin fetch metadata.
+type client struct {
+	t    *testing.T
+	srv  *httptest.Server
+	http *http.Client
+	base string
+}
+
+func newClient(t *testing.T, h http.Handler, mount string) *client {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(mount+"/", http.StripPrefix(mount, h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	jar := newJar()
+	return &client{t: t, srv: srv, base: srv.URL + mount + "/", http: &http.Client{
+		Jar:           jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+func (c *client) do(req *http.Request) (int, string, http.Header) {
+	c.t.Helper()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func (c *client) get(path string, hdr ...string) (int, string, http.Header) {
+	c.t.Helper()
+	req, _ := http.NewRequest("GET", c.base+path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return c.do(req)
+}
+
+// post submits a form as a page of the console would: same origin.
+func (c *client) post(path string, form url.Values, hdr ...string) (int, string, http.Header) {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.base+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("Origin", c.srv.URL)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return c.do(req)
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf reads the CSRF token from a page's forms.
+func (c *client) csrf(page string) string {
+	c.t.Helper()
+	_, body, _ := c.get(page)
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		c.t.Fatalf("no CSRF field on %s", page)
+	}
+	return m[1]
+}
+
+func TestPagesShowTheOutbox(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{}), "/ops/outbox")
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"", []string{"Backlog by destination", "orders.placed", "reminders", "ledger", "audit", "waiting for backoff", "parked (1 keys)"}},
+		{"lanes", []string{"Lanes", "Ordered workers", "No ordered worker is alive"}},
+		{"parked", []string{"ledger.Posted", f.parked.ID.String(), `value="retry"`, `value="skip"`}},
+		{"dead", []string{"audit.Logged", f.dead1.ID.String(), f.dead2.ID.String(), "permanent", `value="requeue"`, `value="purge"`}},
+		{"message?id=" + f.parked.ID.String(), []string{"outbox: parked", "content-type", "application/json", "0x000102", "Hidden: bodies may hold personal data"}},
+		{"message?id=" + f.dead1.ID.String(), []string{"dead letters: dead (permanent)"}},
+	} {
+		status, body, hdr := c.get(tc.path)
+		if status != http.StatusOK {
+			t.Errorf("GET %q: %d\n%s", tc.path, status, body)
+			continue
+		}
+		if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+			t.Errorf("GET %q: Content-Type %q", tc.path, ct)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("GET %q: no %q in the page", tc.path, w)
+			}
+		}
+		if strings.Contains(body, xss) {
+			t.Errorf("GET %q: the page prints stored text unescaped", tc.path)
+		}
+		if strings.Contains(body, "a@example.com") {
+			t.Errorf("GET %q: a body is shown without ShowBodies", tc.path)
+		}
+	}
+	if status, _, _ := c.get("message?id=" + uuid.NewString()); status != http.StatusNotFound {
+		t.Errorf("an unknown message: %d, want 404", status)
+	}
+	if status, body, _ := c.get("message?id=not-a-uuid"); status != http.StatusBadRequest || !strings.Contains(body, "is not a message id") {
+		t.Errorf("a bad id: %d", status)
+	}
+	if status, _, _ := c.get("assets/console.css"); status != http.StatusOK {
+		t.Errorf("the stylesheet: %d", status)
+	}
+}
+
+func TestBodiesOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{ShowBodies: true}), "")
+	_, body, _ := c.get("message?id=" + f.plain.ID.String())
+	if !strings.Contains(body, "a@example.com") {
+		t.Errorf("ShowBodies: the body is not shown")
+	}
+}
+
+func TestActionsRedriveAndReport(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	c := newClient(t, f.console(t, console.Options{Logger: logger}), "")
+	ctx := context.Background()
+	token := c.csrf("parked")
+
+	status, _, hdr := c.post("parked", url.Values{"csrf": {token}, "op": {"retry"}, "key": {f.parked.Key}})
+	if status != http.StatusSeeOther || hdr.Get("Location") != "parked?did=retry&n=1" {
+		t.Fatalf("retry: %d to %q", status, hdr.Get("Location"))
+	}
+	if keys, _ := f.st.ParkedKeys(ctx, store.ParkedFilter{}, 10); len(keys) != 0 {
+		t.Errorf("after retry, %d parked keys", len(keys))
+	}
+	_, body, _ := c.get("parked?did=retry&n=1")
+	if !strings.Contains(body, "released 1 parked key(s)") {
+		t.Errorf("the outcome is not shown")
+	}
+	// Retrying again touches nothing: the action is idempotent.
+	if _, _, hdr := c.post("parked", url.Values{"csrf": {token}, "op": {"retry"}, "key": {f.parked.Key}}); hdr.Get("Location") != "parked?did=retry&n=0" {
+		t.Errorf("second retry: %q", hdr.Get("Location"))
+	}
+
+	_, _, hdr = c.post("dead", url.Values{"csrf": {token}, "op": {"requeue"}, "id": {f.dead1.ID.String()}})
+	if hdr.Get("Location") != "dead?did=requeue&n=1" {
+		t.Fatalf("requeue: %q", hdr.Get("Location"))
+	}
+	if _, _, found, _ := f.st.Message(ctx, f.dead1.ID); !found {
+		t.Errorf("the requeued message is not in the outbox")
+	}
+	// all=1 acts on every dead letter the filter matches, selected or not.
+	_, _, hdr = c.post("dead", url.Values{"csrf": {token}, "op": {"purge"}, "all": {"1"}, "type": {"audit.Logged"}, "id": {f.dead1.ID.String()}})
+	if hdr.Get("Location") != "dead?did=purge&n=1" {
+		t.Fatalf("purge all of a type: %q", hdr.Get("Location"))
+	}
+	if n, _ := f.st.CountDead(ctx); n != 0 {
+		t.Errorf("%d dead letters after the purge", n)
+	}
+	if status, _, _ := c.post("dead", url.Values{"csrf": {token}, "op": {"purge"}}); status != http.StatusBadRequest {
+		t.Errorf("a purge naming nothing: %d, want 400", status)
+	}
+	for _, want := range []string{"action=\"parked retry\"", "rows=1", "action=\"dead requeue\"", "action=\"dead purge\"", "remote=127.0.0.1"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log has no %s:\n%s", want, logs.String())
+		}
+	}
+}
+
+func TestSkipMovesTheHead(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{}), "")
+	_, _, hdr := c.post("parked", url.Values{"csrf": {c.csrf("parked")}, "op": {"skip"}, "key": {f.parked.Key}})
+	if hdr.Get("Location") != "parked?did=skip&n=1" {
+		t.Fatalf("skip: %q", hdr.Get("Location"))
+	}
+	letters, err := f.st.DeadLetters(context.Background(), store.DeadFilter{IDs: []uuid.UUID{f.parked.ID}}, 1)
+	if err != nil || len(letters) != 1 || letters[0].Reason != store.ReasonSkipped {
+		t.Errorf("skipped head: %+v, %v", letters, err)
+	}
+}
+
+// A cross-site form post changes nothing: without the CSRF token, and from
+// another origin even with it.
+func TestCrossSitePostsChangeNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{}), "")
+	token := c.csrf("dead")
+	purge := url.Values{"op": {"purge"}, "all": {"1"}}
+	if status, _, _ := c.post("dead", purge); status != http.StatusForbidden {
+		t.Errorf("no CSRF token: %d, want 403", status)
+	}
+	purge.Set("csrf", "forged")
+	if status, _, _ := c.post("dead", purge); status != http.StatusForbidden {
+		t.Errorf("a wrong CSRF token: %d, want 403", status)
+	}
+	purge.Set("csrf", token)
+	if status, _, _ := c.post("dead", purge, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"); status != http.StatusForbidden {
+		t.Errorf("from another site: %d, want 403", status)
+	}
+	if n, _ := f.st.CountDead(context.Background()); n != 2 {
+		t.Errorf("%d dead letters left, want both", n)
+	}
+}
+
+func TestReadOnlyHidesAndRefusesActions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{ReadOnly: true}), "")
+	for _, page := range []string{"parked", "dead"} {
+		_, body, _ := c.get(page)
+		if strings.Contains(body, `method="post"`) {
+			t.Errorf("%s: a read-only console shows an action", page)
+		}
+		if !strings.Contains(body, "read-only") {
+			t.Errorf("%s: the page does not say it is read-only", page)
+		}
+	}
+	if status, _, _ := c.post("dead", url.Values{"op": {"purge"}, "all": {"1"}}); status != http.StatusForbidden {
+		t.Errorf("POST to a read-only console: %d, want 403", status)
+	}
+	if n, _ := f.st.CountDead(context.Background()); n != 2 {
+		t.Errorf("%d dead letters left, want both", n)
+	}
+}
+
+func TestTokenGuardsEveryRequest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{Token: "s3cret"}), "/console")
+	for _, path := range []string{"", "dead", "assets/console.css", "message?id=" + f.plain.ID.String()} {
+		if status, _, hdr := c.get(path); status != http.StatusUnauthorized || hdr.Get("WWW-Authenticate") == "" {
+			t.Errorf("GET %q without the token: %d, want 401", path, status)
+		}
+	}
+	if status, _, _ := c.get("", "Authorization", "Bearer wrong"); status != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d, want 401", status)
+	}
+	if status, _, _ := c.post("dead", url.Values{"op": {"purge"}, "all": {"1"}}); status != http.StatusUnauthorized {
+		t.Errorf("POST without the token: %d, want 401", status)
+	}
+	if status, _, _ := c.get("dead", "Authorization", "Bearer s3cret"); status != http.StatusOK {
+		t.Errorf("with the bearer token: %d", status)
+	}
+	status, _, hdr := c.get("dead?token=s3cret&type=audit.Logged")
+	if status != http.StatusSeeOther || hdr.Get("Location") != "dead?type=audit.Logged" {
+		t.Fatalf("?token=: %d to %q, want a redirect without the token", status, hdr.Get("Location"))
+	}
+	if status, body, _ := c.get("dead?type=audit.Logged"); status != http.StatusOK || !strings.Contains(body, f.dead1.ID.String()) {
+		t.Errorf("with the cookie: %d", status)
+	}
+	if n, _ := f.st.CountDead(context.Background()); n != 2 {
+		t.Errorf("%d dead letters left, want both", n)
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	db := &sql.DB{}
+	for _, o := range []console.Options{{Refresh: time.Millisecond}, {Refresh: 2 * time.Hour}, {ListLimit: -1}, {ListLimit: 10_001}} {
+		if _, err := console.New(db, store.Options{}, o); !errors.Is(err, console.ErrInvalidOptions) {
+			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	if _, err := console.New(db, store.Options{Schema: `x"; DROP`}, console.Options{}); !errors.Is(err, store.ErrInvalidOptions) {
+		t.Errorf("a bad schema: %v, want store.ErrInvalidOptions", err)
+	}
+	if _, err := console.New(nil, store.Options{}, console.Options{}); !errors.Is(err, store.ErrNilDB) {
+		t.Errorf("no database: %v", err)
+	}
+}

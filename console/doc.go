@@ -1,0 +1,18 @@
+// Package console is an operator's web console for one outbox: what is
+// waiting, for which destination, since when and why; who holds which lane;
+// the parked keys and dead letters, with the actions that redrive them.
+//
+// [New] returns an [http.Handler] that a service can mount (under any path
+// prefix, with [http.StripPrefix]); the "relayer console" command serves the
+// same handler. Pages are rendered on the server from embedded templates,
+// with a little script that refreshes them; nothing is fetched from
+// elsewhere.
+//
+// Actions (retry or skip a parked key, requeue or purge dead letters) go
+// through the store's redrive operations: each is one idempotent statement,
+// reports how many rows it touched, and is logged with who asked and when.
+// They are POST requests carrying a CSRF token, refused from other origins;
+// [Options.ReadOnly] hides and refuses them all. With [Options.Token] set,
+// every request must carry the token. Message bodies, which may hold
+// personal data, are shown only with [Options.ShowBodies].
+package console

@@ -1,0 +1,497 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/store"
+)
+
+// readTimeout bounds the statements of one page.
+const readTimeout = 10 * time.Second
+
+// page is what every template receives.
+type page struct {
+	Title      string
+	Nav        string
+	Refresh    int // seconds; 0: no refresh
+	ReadOnly   bool
+	ShowBodies bool
+	CSRF       string
+	Flash      string
+	Error      string
+	Now        time.Time
+	Outbox     string
+	Data       any
+}
+
+func (c *Console) newPage(r *http.Request, nav, title string) *page {
+	o := c.store.Options()
+	return &page{
+		Title: title, Nav: nav, Refresh: int(c.opts.Refresh / time.Second),
+		ReadOnly: c.opts.ReadOnly, ShowBodies: c.opts.ShowBodies, CSRF: c.csrfToken(),
+		Flash: flash(r.URL.Query()), Now: time.Now().UTC(),
+		Outbox: o.Schema + "." + o.TablePrefix + "outbox",
+	}
+}
+
+// flash renders the outcome of the action that redirected here, from fixed
+// phrases: nothing a link could inject.
+func flash(q url.Values) string {
+	n, err := strconv.ParseInt(q.Get("n"), 10, 64)
+	if err != nil || n < 0 {
+		return ""
+	}
+	what := map[string]string{
+		"retry":   "released %d parked key(s): each resumes at its head, in order",
+		"skip":    "moved %d parked head(s) to the dead letters",
+		"requeue": "requeued %d dead letter(s) into the outbox",
+		"purge":   "purged %d dead letter(s)",
+	}[q.Get("did")]
+	if what == "" {
+		return ""
+	}
+	return fmt.Sprintf(what, n)
+}
+
+func (c *Console) render(w http.ResponseWriter, name string, p *page, status int) {
+	var buf bytes.Buffer
+	if err := c.pages.ExecuteTemplate(&buf, name, p); err != nil {
+		c.opts.Logger.Error("console: render", slog.String("page", name), slog.String("error", err.Error()))
+		http.Error(w, "500 internal error: rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	buf.WriteTo(w)
+}
+
+// failed renders a page whose reads failed, with the error.
+func (c *Console) failed(w http.ResponseWriter, p *page, name string, err error) {
+	c.opts.Logger.Warn("console: read failed", slog.String("page", p.Nav), slog.String("error", err.Error()))
+	p.Error = err.Error()
+	p.Data = nil
+	c.render(w, name, p, http.StatusInternalServerError)
+}
+
+// overviewData is the overview page.
+type overviewData struct {
+	Stats      store.Stats
+	Backlog    []store.DestinationBacklog
+	DeadReason []reasonCount
+	Pauses     []store.Pause
+	Chart      chart
+}
+
+type reasonCount struct {
+	Reason string
+	Count  int64
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	p := c.newPage(r, "overview", "Overview")
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	var d overviewData
+	var err error
+	if d.Stats, err = c.store.Stats(ctx, time.Time{}); err != nil {
+		c.failed(w, p, "overview.html", err)
+		return
+	}
+	if d.Backlog, err = c.store.Backlog(ctx, time.Time{}); err != nil {
+		c.failed(w, p, "overview.html", err)
+		return
+	}
+	reasons, err := c.store.DeadByReason(ctx)
+	if err != nil {
+		c.failed(w, p, "overview.html", err)
+		return
+	}
+	for reason, n := range reasons {
+		d.DeadReason = append(d.DeadReason, reasonCount{reason, n})
+	}
+	slices.SortFunc(d.DeadReason, func(a, b reasonCount) int { return strings.Compare(a.Reason, b.Reason) })
+	if d.Pauses, err = c.store.Pauses(ctx); err != nil {
+		c.failed(w, p, "overview.html", err)
+		return
+	}
+	c.sample(ctx)
+	d.Chart = newChart(c.samples.rates())
+	p.Data = d
+	c.render(w, "overview.html", p, http.StatusOK)
+}
+
+// sample records the table's activity counters when the last sample is old
+// enough; a failure only leaves a gap in the chart.
+func (c *Console) sample(ctx context.Context) {
+	now := time.Now()
+	if !c.samples.due(now) {
+		return
+	}
+	ins, del, err := c.store.Activity(ctx)
+	if err != nil {
+		c.opts.Logger.Warn("console: activity sample", slog.String("error", err.Error()))
+		return
+	}
+	c.samples.add(sample{at: now, inserted: ins, deleted: del})
+}
+
+// laneRow is one lane on the lanes page.
+type laneRow struct {
+	store.LaneSummary
+	Owner      string
+	LeaseUntil time.Time
+}
+
+type lanesData struct {
+	Lanes   []laneRow
+	Members []store.LeaseRow
+	Others  []store.LeaseRow // recovery, cleanup
+}
+
+func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
+	p := c.newPage(r, "lanes", "Lanes")
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	leases, err := c.store.LiveLeases(ctx)
+	if err != nil {
+		c.failed(w, p, "lanes.html", err)
+		return
+	}
+	summaries, err := c.store.Lanes(ctx)
+	if err != nil {
+		c.failed(w, p, "lanes.html", err)
+		return
+	}
+	var d lanesData
+	byLane := map[int]*laneRow{}
+	for _, s := range summaries {
+		d.Lanes = append(d.Lanes, laneRow{LaneSummary: s})
+	}
+	for i := range d.Lanes {
+		byLane[d.Lanes[i].Lane] = &d.Lanes[i]
+	}
+	for _, l := range leases {
+		switch {
+		case strings.HasPrefix(l.Name, "member:"):
+			d.Members = append(d.Members, l)
+		case strings.HasPrefix(l.Name, "lane:"):
+			n, err := strconv.Atoi(strings.TrimPrefix(l.Name, "lane:"))
+			if err != nil {
+				continue
+			}
+			row := byLane[n]
+			if row == nil {
+				d.Lanes = append(d.Lanes, laneRow{LaneSummary: store.LaneSummary{Lane: n}})
+				row = &d.Lanes[len(d.Lanes)-1]
+				for i := range d.Lanes { // the append may have moved them
+					byLane[d.Lanes[i].Lane] = &d.Lanes[i]
+				}
+			}
+			row.Owner, row.LeaseUntil = l.Owner, l.ExpiresAt
+		default:
+			d.Others = append(d.Others, l)
+		}
+	}
+	slices.SortFunc(d.Lanes, func(a, b laneRow) int { return a.Lane - b.Lane })
+	p.Data = d
+	c.render(w, "lanes.html", p, http.StatusOK)
+}
+
+// listFilter is the filter form of the parked and dead pages.
+type listFilter struct {
+	Type, Destination, Key, Older string
+	older                         time.Duration
+}
+
+func parseFilter(q url.Values) (listFilter, error) {
+	f := listFilter{Type: q.Get("type"), Destination: q.Get("destination"), Key: q.Get("key"), Older: q.Get("older")}
+	if f.Older != "" {
+		d, err := parseAge(f.Older)
+		if err != nil {
+			return f, err
+		}
+		f.older = d
+	}
+	return f, nil
+}
+
+// parseAge reads a duration such as 90s, 15m, 2h or 30d.
+func parseAge(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 100_000 {
+			return 0, fmt.Errorf("older than %q: want a number of days such as 30d", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("older than %q: want a duration such as 90s, 15m, 2h or 30d", s)
+	}
+	return d, nil
+}
+
+// query returns the filter as URL parameters.
+func (f listFilter) query() url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{"type": f.Type, "destination": f.Destination, "key": f.Key, "older": f.Older} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	return q
+}
+
+type parkedData struct {
+	Filter listFilter
+	Keys   []store.ParkedKey
+	Limit  int
+}
+
+func (c *Console) parked(w http.ResponseWriter, r *http.Request) {
+	p := c.newPage(r, "parked", "Parked keys")
+	f, err := parseFilter(r.URL.Query())
+	if err != nil {
+		p.Data = parkedData{Filter: f}
+		p.Error = err.Error()
+		c.render(w, "parked.html", p, http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	keys, err := c.store.ParkedKeys(ctx, store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, c.opts.ListLimit)
+	if err != nil {
+		c.failed(w, p, "parked.html", err)
+		return
+	}
+	p.Data = parkedData{Filter: f, Keys: keys, Limit: c.opts.ListLimit}
+	c.render(w, "parked.html", p, http.StatusOK)
+}
+
+func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
+	if !c.checkAction(w, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	op, key := r.PostForm.Get("op"), r.PostForm.Get("key")
+	var n int64
+	var err error
+	switch {
+	case op == "retry" && (key != "" || r.PostForm.Get("all") == "1"):
+		n, err = c.store.RetryParked(ctx, store.ParkedFilter{Key: key})
+	case op == "skip" && key != "":
+		n, err = c.store.SkipParkedHead(ctx, key)
+	default:
+		http.Error(w, "400 bad request: want op=retry with a key (or all=1), or op=skip with a key", http.StatusBadRequest)
+		return
+	}
+	c.finish(w, r, "parked", op, n, err, slog.String("key", key))
+}
+
+type deadData struct {
+	Filter  listFilter
+	Letters []store.DeadLetter
+	Limit   int
+}
+
+func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
+	p := c.newPage(r, "dead", "Dead letters")
+	f, err := parseFilter(r.URL.Query())
+	if err != nil {
+		p.Data = deadData{Filter: f}
+		p.Error = err.Error()
+		c.render(w, "dead.html", p, http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	letters, err := c.store.DeadLetters(ctx, store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, c.opts.ListLimit)
+	if err != nil {
+		c.failed(w, p, "dead.html", err)
+		return
+	}
+	p.Data = deadData{Filter: f, Letters: letters, Limit: c.opts.ListLimit}
+	c.render(w, "dead.html", p, http.StatusOK)
+}
+
+// deadAction requeues or purges dead letters: those whose ids the form
+// names, or, with all=1, every one the form's filter matches.
+func (c *Console) deadAction(w http.ResponseWriter, r *http.Request) {
+	if !c.checkAction(w, r) {
+		return
+	}
+	f, err := parseFilter(r.PostForm)
+	if err != nil {
+		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	filter := store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}
+	for _, s := range r.PostForm["id"] {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("400 bad request: id %q is not a UUID", s), http.StatusBadRequest)
+			return
+		}
+		filter.IDs = append(filter.IDs, id)
+	}
+	all := r.PostForm.Get("all") == "1"
+	if all {
+		filter.IDs = nil // every one the filter matches, selected or not
+	}
+	if len(filter.IDs) == 0 && !all {
+		http.Error(w, "400 bad request: select dead letters (id=…), or send all=1 to act on every one the filter matches", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	op := r.PostForm.Get("op")
+	var n int64
+	switch op {
+	case "requeue":
+		n, err = c.store.RequeueDead(ctx, filter)
+	case "purge":
+		n, err = c.store.PurgeDead(ctx, filter)
+	default:
+		http.Error(w, "400 bad request: want op=requeue or op=purge", http.StatusBadRequest)
+		return
+	}
+	c.finish(w, r, "dead", op, n, err, slog.Int("ids", len(filter.IDs)), slog.String("type", f.Type),
+		slog.String("destination", f.Destination), slog.String("key", f.Key), slog.String("older_than", f.Older))
+}
+
+// finish logs an action and redirects to its page with its outcome.
+func (c *Console) finish(w http.ResponseWriter, r *http.Request, pageName, op string, n int64, err error, attrs ...slog.Attr) {
+	base := []slog.Attr{slog.String("action", pageName+" "+op), slog.String("remote", r.RemoteAddr),
+		slog.String("user_agent", r.UserAgent()), slog.Time("at", time.Now().UTC())}
+	if err != nil {
+		c.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "console: action failed", append(append(base, attrs...), slog.String("error", err.Error()))...)
+		http.Error(w, "500 internal error: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	c.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "console: action", append(append(base, attrs...), slog.Int64("rows", n))...)
+	q := url.Values{"did": {op}, "n": {strconv.FormatInt(n, 10)}}
+	seeOther(w, pageName+"?"+q.Encode())
+}
+
+// messageData is one message, wherever it is.
+type messageData struct {
+	ID       string
+	Found    bool
+	Where    string // "outbox" or "dead letters"
+	State    string
+	Row      store.Row
+	ParkedAt time.Time
+	Reason   string
+	DeadAt   time.Time
+	Body     body
+}
+
+// body is a message body as the page shows it.
+type body struct {
+	Text   string
+	IsText bool
+	Size   int
+}
+
+func showBody(b []byte) body {
+	if utf8.Valid(b) {
+		return body{Text: string(b), IsText: true, Size: len(b)}
+	}
+	return body{Text: hexDump(b), Size: len(b)}
+}
+
+func (c *Console) message(w http.ResponseWriter, r *http.Request) {
+	p := c.newPage(r, "message", "Message")
+	p.Refresh = 0 // a reader looking at a body should not lose their place
+	raw := strings.TrimSpace(r.URL.Query().Get("id"))
+	d := messageData{ID: raw}
+	if raw == "" {
+		p.Data = d
+		c.render(w, "message.html", p, http.StatusOK)
+		return
+	}
+	id, err := uuid.Parse(raw)
+	if err != nil {
+		p.Data = d
+		p.Error = fmt.Sprintf("%q is not a message id (a UUID)", raw)
+		c.render(w, "message.html", p, http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	row, parkedAt, found, err := c.store.Message(ctx, id)
+	if err != nil {
+		c.failed(w, p, "message.html", err)
+		return
+	}
+	if found {
+		d.Found, d.Where, d.Row, d.ParkedAt = true, "outbox", row, parkedAt
+		d.State = rowState(row, parkedAt, time.Now())
+	} else {
+		letters, err := c.store.DeadLetters(ctx, store.DeadFilter{IDs: []uuid.UUID{id}}, 1)
+		if err != nil {
+			c.failed(w, p, "message.html", err)
+			return
+		}
+		if len(letters) == 1 {
+			d.Found, d.Where, d.Row, d.Reason, d.DeadAt = true, "dead letters", letters[0].Row, letters[0].Reason, letters[0].DeadAt
+			d.State = "dead (" + letters[0].Reason + ")"
+		}
+	}
+	if d.Found && c.opts.ShowBodies {
+		d.Body = showBody(d.Row.Body)
+	}
+	status := http.StatusOK
+	if !d.Found {
+		status = http.StatusNotFound
+	}
+	p.Data = d
+	c.render(w, "message.html", p, status)
+}
+
+// rowState names the class of an outbox row at now, as Stats counts them.
+func rowState(r store.Row, parkedAt, now time.Time) string {
+	switch {
+	case !parkedAt.IsZero():
+		return "parked"
+	case r.DeliverAt.After(now):
+		return "scheduled"
+	case r.ClaimedUntil.After(now):
+		return "being sent (claimed)"
+	case r.RetryAt.After(now):
+		return "waiting for its retry"
+	}
+	return "due"
+}
+
+// decodedHeaders returns a row's headers; a corrupt row has none (the page
+// shows its Corrupt error).
+func decodedHeaders(r store.Row) []headers.Header {
+	if r.Corrupt != nil {
+		return nil
+	}
+	return r.Headers
+}
+
+// seeOther redirects to location, a URL relative to the current page, as
+// is: http.Redirect would make it absolute from the request's path, which
+// lacks the prefix the console may be mounted under.
+func seeOther(w http.ResponseWriter, location string) {
+	w.Header().Set("Location", location)
+	w.WriteHeader(http.StatusSeeOther)
+}

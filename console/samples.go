@@ -1,0 +1,69 @@
+package console
+
+import (
+	"sync"
+	"time"
+)
+
+// samplesKept is how many activity samples the throughput chart keeps.
+const samplesKept = 180
+
+// sampleEvery is the least time between two samples.
+const sampleEvery = 5 * time.Second
+
+// sample is the outbox table's activity counters at an instant.
+type sample struct {
+	at                time.Time
+	inserted, deleted int64
+}
+
+// samples is a ring of activity samples, taken as pages are served: the
+// chart covers the time the console has been watched.
+type samples struct {
+	mu   sync.Mutex
+	ring []sample
+	max  int
+}
+
+func newSamples(max int) *samples { return &samples{max: max} }
+
+// due reports whether a new sample should be taken at now.
+func (s *samples) due(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ring) == 0 || now.Sub(s.ring[len(s.ring)-1].at) >= sampleEvery
+}
+
+func (s *samples) add(x sample) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.ring); n > 0 && (x.inserted < s.ring[n-1].inserted || x.deleted < s.ring[n-1].deleted) {
+		s.ring = s.ring[:0] // the server's statistics were reset
+	}
+	s.ring = append(s.ring, x)
+	if len(s.ring) > s.max {
+		s.ring = append(s.ring[:0], s.ring[len(s.ring)-s.max:]...)
+	}
+}
+
+// rate is the messages written and delivered per second between two
+// samples, ending at At.
+type rate struct {
+	At                 time.Time
+	Written, Delivered float64
+}
+
+func (s *samples) rates() []rate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []rate
+	for i := 1; i < len(s.ring); i++ {
+		a, b := s.ring[i-1], s.ring[i]
+		secs := b.at.Sub(a.at).Seconds()
+		if secs <= 0 {
+			continue
+		}
+		out = append(out, rate{At: b.at, Written: float64(b.inserted-a.inserted) / secs, Delivered: float64(b.deleted-a.deleted) / secs})
+	}
+	return out
+}
