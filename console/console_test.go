@@ -52,7 +52,7 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{db: db, opts: opts, st: st}
 	msg := func(typ, dest, key string) relayer.Message {
 		m := relayer.Message{ID: uuid.Must(relayer.NewID()), Type: typ, Transport: "nats", Destination: dest,
-			Body: []byte(`{"order":"o-1","email":"a@example.com"}`),
+			Body:    []byte(`{"order":"o-1","email":"a@example.com"}`),
 			Headers: []headers.Header{{Name: "content-type", Value: []byte("application/json")}, {Name: "bin", Value: []byte{0, 1, 2}}}}
 		if key != "" {
 			m.Key, m.Ordered = key, true
