@@ -27,6 +27,11 @@ const (
 	// ListLimitDefault is how many parked keys or dead letters a page lists.
 	ListLimitDefault = 200
 	ListLimitMax     = 10_000
+	// SampleEveryDefault is how often the overview samples the outbox
+	// table's activity for its throughput chart.
+	SampleEveryDefault = 5 * time.Second
+	SampleEveryMin     = time.Second
+	SampleEveryMax     = time.Minute
 )
 
 // ErrInvalidOptions is returned by [New] for an option out of range.
@@ -55,6 +60,12 @@ type Options struct {
 	// ListLimit is how many parked keys or dead letters a page lists, 1 to
 	// 10,000. Default: 200.
 	ListLimit int
+	// SampleEvery is the least time between two samples of the outbox
+	// table's insert and delete counters, from which the overview charts
+	// messages written and delivered per second; the chart keeps the last
+	// 180 samples taken while the overview was open. 1 s to 1 min.
+	// Default: 5 s.
+	SampleEvery time.Duration
 	// Logger receives a line for each action (who, what, how many rows) and
 	// for failed reads. Default: slog.Default().
 	Logger *slog.Logger
@@ -67,6 +78,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: Refresh must be %s to %s, got %s", ErrInvalidOptions, RefreshMin, RefreshMax, o.Refresh)
 	case o.ListLimit < 0 || o.ListLimit > ListLimitMax:
 		return fmt.Errorf("%w: ListLimit must be 1 to %d, got %d", ErrInvalidOptions, ListLimitMax, o.ListLimit)
+	case o.SampleEvery != 0 && (o.SampleEvery < SampleEveryMin || o.SampleEvery > SampleEveryMax):
+		return fmt.Errorf("%w: SampleEvery must be %s to %s, got %s", ErrInvalidOptions, SampleEveryMin, SampleEveryMax, o.SampleEvery)
 	}
 	return nil
 }
@@ -101,6 +114,9 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if opts.ListLimit == 0 {
 		opts.ListLimit = ListLimitDefault
 	}
+	if opts.SampleEvery == 0 {
+		opts.SampleEvery = SampleEveryDefault
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -116,7 +132,7 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("console: CSRF key: %w", err)
 	}
-	c := &Console{store: st, opts: opts, pages: pages, csrfKey: key, samples: newSamples(samplesKept)}
+	c := &Console{store: st, opts: opts, pages: pages, csrfKey: key, samples: newSamples(samplesKept, opts.SampleEvery)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overview)
 	mux.HandleFunc("GET /lanes", c.lanes)

@@ -16,86 +16,31 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/console"
-	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/consolefixture"
 	"github.com/relayer-go/relayer/internal/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// fixture is an outbox with a little of everything: due, scheduled and
-// failing rows, a parked key, dead letters, and text that must be escaped.
+// fixture is an outbox filled by consolefixture.
 type fixture struct {
-	db                  *sql.DB
-	opts                store.Options
-	st                  *store.Store
-	parked, behind      relayer.Message
-	dead1, dead2, plain relayer.Message
+	*consolefixture.Fixture
+	st *store.Store
 }
 
-const xss = `<script>alert("x")</script>`
+const xss = consolefixture.XSS
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
 	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "ob_"}
-	if _, err := store.Migrate(ctx, db, opts); err != nil {
+	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.New(db, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{db: db, opts: opts, st: st}
-	msg := func(typ, dest, key string) relayer.Message {
-		m := relayer.Message{ID: uuid.Must(relayer.NewID()), Type: typ, Transport: "nats", Destination: dest,
-			Body:    []byte(`{"order":"o-1","email":"a@example.com"}`),
-			Headers: []headers.Header{{Name: "content-type", Value: []byte("application/json")}, {Name: "bin", Value: []byte{0, 1, 2}}}}
-		if key != "" {
-			m.Key, m.Ordered = key, true
-			m.Lane, _ = relayer.Lane(key, relayer.LanesDefault)
-		}
-		return m
-	}
-	f.plain = msg("orders.Placed", "orders.placed", "")
-	later := msg("billing.Reminder", "reminders", "")
-	later.DeliverAt = time.Now().Add(time.Hour)
-	f.parked = msg("ledger.Posted", "ledger", "customer-"+xss)
-	f.behind = msg("ledger.Posted", "ledger", "customer-"+xss)
-	f.dead1 = msg("audit.Logged", "audit", "")
-	f.dead2 = msg("audit.Logged", "audit", "")
-	if err := st.Insert(ctx, []relayer.Message{f.plain, later, f.parked, f.behind, f.dead1, f.dead2}); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	c := store.NewClaim(now, time.Minute)
-	if n, err := st.ClaimLaneRows(ctx, []uuid.UUID{f.parked.ID}, c, now); err != nil || n != 1 {
-		t.Fatalf("claim: %d %v", n, err)
-	}
-	if n, err := st.Park(ctx, []store.Failure{{ID: f.parked.ID, Error: "rejected: " + xss}}, c.Token, now); err != nil || n != 1 {
-		t.Fatalf("park: %d %v", n, err)
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	tst, _ := st.With(tx)
-	taken, err := tst.TakeIDs(ctx, nil, []uuid.UUID{f.dead1.ID, f.dead2.ID}, now.Add(time.Hour))
-	if err != nil || len(taken) != 2 {
-		t.Fatalf("take: %d %v", len(taken), err)
-	}
-	rows := []store.Row{{Message: f.dead1, Attempts: 10, LastError: "schema " + xss}, {Message: f.dead2, Attempts: 1, LastError: "gone"}}
-	if err := tst.Bury(ctx, rows, []string{store.ReasonPermanent, store.ReasonPermanent}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	fx := consolefixture.Seed(t, db, opts)
+	return &fixture{Fixture: fx, st: fx.Store}
 }
 
 func (f *fixture) console(t *testing.T, opts console.Options) *console.Console {
@@ -103,7 +48,7 @@ func (f *fixture) console(t *testing.T, opts console.Options) *console.Console {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c, err := console.New(f.db, f.opts, opts)
+	c, err := console.New(f.DB, f.Opts, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,12 +131,13 @@ func TestPagesShowTheOutbox(t *testing.T) {
 		path string
 		want []string
 	}{
-		{"", []string{"Backlog by destination", "orders.placed", "reminders", "ledger", "audit", "waiting for backoff", "parked (1 keys)"}},
-		{"lanes", []string{"Lanes", "Ordered workers", "No ordered worker is alive"}},
-		{"parked", []string{"ledger.Posted", f.parked.ID.String(), `value="retry"`, `value="skip"`}},
-		{"dead", []string{"audit.Logged", f.dead1.ID.String(), f.dead2.ID.String(), "permanent", `value="requeue"`, `value="purge"`}},
-		{"message?id=" + f.parked.ID.String(), []string{"outbox: parked", "content-type", "application/json", "0x000102", "Hidden: bodies may hold personal data"}},
-		{"message?id=" + f.dead1.ID.String(), []string{"dead letters: dead (permanent)"}},
+		{"", []string{"Backlog by destination", "orders.placed", "billing.reminders", "ledger", "audit", "waiting for backoff", "parked (3 keys)",
+			"amqp: connection refused (broker unavailable)", "exhausted"}},
+		{"lanes", []string{"Lanes", "Ordered workers", "billing-7f9c ordered-1", "billing-2b41 ordered-1", "recovery"}},
+		{"parked", []string{"ledger.Posted", f.Parked[0].ID.String(), "account 77 is closed", `value="retry"`, `value="skip"`}},
+		{"dead", []string{"audit.Logged", f.Dead[0].ID.String(), f.Dead[3].ID.String(), "permanent", `value="requeue"`, `value="purge"`}},
+		{"message?id=" + f.Parked[0].ID.String(), []string{"outbox: parked", "content-type", "application/json", "0x000102", "Hidden: bodies may hold personal data"}},
+		{"message?id=" + f.Dead[2].ID.String(), []string{"dead letters: dead (permanent)"}},
 	} {
 		status, body, hdr := c.get(tc.path)
 		if status != http.StatusOK {
@@ -228,7 +174,7 @@ func TestBodiesOnlyWhenAsked(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	c := newClient(t, f.console(t, console.Options{ShowBodies: true}), "")
-	_, body, _ := c.get("message?id=" + f.plain.ID.String())
+	_, body, _ := c.get("message?id=" + f.Plain.ID.String())
 	if !strings.Contains(body, "a@example.com") {
 		t.Errorf("ShowBodies: the body is not shown")
 	}
@@ -243,36 +189,36 @@ func TestActionsRedriveAndReport(t *testing.T) {
 	ctx := context.Background()
 	token := c.csrf("parked")
 
-	status, _, hdr := c.post("parked", url.Values{"csrf": {token}, "op": {"retry"}, "key": {f.parked.Key}})
+	status, _, hdr := c.post("parked", url.Values{"csrf": {token}, "op": {"retry"}, "key": {f.Parked[0].Key}})
 	if status != http.StatusSeeOther || hdr.Get("Location") != "parked?did=retry&n=1" {
 		t.Fatalf("retry: %d to %q", status, hdr.Get("Location"))
 	}
-	if keys, _ := f.st.ParkedKeys(ctx, store.ParkedFilter{}, 10); len(keys) != 0 {
-		t.Errorf("after retry, %d parked keys", len(keys))
+	if keys, _ := f.st.ParkedKeys(ctx, store.ParkedFilter{}, 10); len(keys) != 2 {
+		t.Errorf("after retry of one key, %d parked keys, want the other 2", len(keys))
 	}
 	_, body, _ := c.get("parked?did=retry&n=1")
 	if !strings.Contains(body, "released 1 parked key(s)") {
 		t.Errorf("the outcome is not shown")
 	}
 	// Retrying again touches nothing: the action is idempotent.
-	if _, _, hdr := c.post("parked", url.Values{"csrf": {token}, "op": {"retry"}, "key": {f.parked.Key}}); hdr.Get("Location") != "parked?did=retry&n=0" {
+	if _, _, hdr := c.post("parked", url.Values{"csrf": {token}, "op": {"retry"}, "key": {f.Parked[0].Key}}); hdr.Get("Location") != "parked?did=retry&n=0" {
 		t.Errorf("second retry: %q", hdr.Get("Location"))
 	}
 
-	_, _, hdr = c.post("dead", url.Values{"csrf": {token}, "op": {"requeue"}, "id": {f.dead1.ID.String()}})
+	_, _, hdr = c.post("dead", url.Values{"csrf": {token}, "op": {"requeue"}, "id": {f.Dead[0].ID.String()}})
 	if hdr.Get("Location") != "dead?did=requeue&n=1" {
 		t.Fatalf("requeue: %q", hdr.Get("Location"))
 	}
-	if _, _, found, _ := f.st.Message(ctx, f.dead1.ID); !found {
+	if _, _, found, _ := f.st.Message(ctx, f.Dead[0].ID); !found {
 		t.Errorf("the requeued message is not in the outbox")
 	}
 	// all=1 acts on every dead letter the filter matches, selected or not.
-	_, _, hdr = c.post("dead", url.Values{"csrf": {token}, "op": {"purge"}, "all": {"1"}, "type": {"audit.Logged"}, "id": {f.dead1.ID.String()}})
+	_, _, hdr = c.post("dead", url.Values{"csrf": {token}, "op": {"purge"}, "all": {"1"}, "type": {"audit.Logged"}, "id": {f.Dead[0].ID.String()}})
 	if hdr.Get("Location") != "dead?did=purge&n=1" {
 		t.Fatalf("purge all of a type: %q", hdr.Get("Location"))
 	}
-	if n, _ := f.st.CountDead(ctx); n != 0 {
-		t.Errorf("%d dead letters after the purge", n)
+	if n, _ := f.st.CountDead(ctx); n != 2 {
+		t.Errorf("%d dead letters after the purge, want the 2 of another type", n)
 	}
 	if status, _, _ := c.post("dead", url.Values{"csrf": {token}, "op": {"purge"}}); status != http.StatusBadRequest {
 		t.Errorf("a purge naming nothing: %d, want 400", status)
@@ -288,11 +234,11 @@ func TestSkipMovesTheHead(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	c := newClient(t, f.console(t, console.Options{}), "")
-	_, _, hdr := c.post("parked", url.Values{"csrf": {c.csrf("parked")}, "op": {"skip"}, "key": {f.parked.Key}})
+	_, _, hdr := c.post("parked", url.Values{"csrf": {c.csrf("parked")}, "op": {"skip"}, "key": {f.Parked[0].Key}})
 	if hdr.Get("Location") != "parked?did=skip&n=1" {
 		t.Fatalf("skip: %q", hdr.Get("Location"))
 	}
-	letters, err := f.st.DeadLetters(context.Background(), store.DeadFilter{IDs: []uuid.UUID{f.parked.ID}}, 1)
+	letters, err := f.st.DeadLetters(context.Background(), store.DeadFilter{IDs: []uuid.UUID{f.Parked[0].ID}}, 1)
 	if err != nil || len(letters) != 1 || letters[0].Reason != store.ReasonSkipped {
 		t.Errorf("skipped head: %+v, %v", letters, err)
 	}
@@ -317,8 +263,8 @@ func TestCrossSitePostsChangeNothing(t *testing.T) {
 	if status, _, _ := c.post("dead", purge, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"); status != http.StatusForbidden {
 		t.Errorf("from another site: %d, want 403", status)
 	}
-	if n, _ := f.st.CountDead(context.Background()); n != 2 {
-		t.Errorf("%d dead letters left, want both", n)
+	if n, _ := f.st.CountDead(context.Background()); n != 4 {
+		t.Errorf("%d dead letters left, want all 4", n)
 	}
 }
 
@@ -338,8 +284,8 @@ func TestReadOnlyHidesAndRefusesActions(t *testing.T) {
 	if status, _, _ := c.post("dead", url.Values{"op": {"purge"}, "all": {"1"}}); status != http.StatusForbidden {
 		t.Errorf("POST to a read-only console: %d, want 403", status)
 	}
-	if n, _ := f.st.CountDead(context.Background()); n != 2 {
-		t.Errorf("%d dead letters left, want both", n)
+	if n, _ := f.st.CountDead(context.Background()); n != 4 {
+		t.Errorf("%d dead letters left, want all 4", n)
 	}
 }
 
@@ -347,7 +293,7 @@ func TestTokenGuardsEveryRequest(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	c := newClient(t, f.console(t, console.Options{Token: "s3cret"}), "/console")
-	for _, path := range []string{"", "dead", "assets/console.css", "message?id=" + f.plain.ID.String()} {
+	for _, path := range []string{"", "dead", "assets/console.css", "message?id=" + f.Plain.ID.String()} {
 		if status, _, hdr := c.get(path); status != http.StatusUnauthorized || hdr.Get("WWW-Authenticate") == "" {
 			t.Errorf("GET %q without the token: %d, want 401", path, status)
 		}
@@ -365,17 +311,17 @@ func TestTokenGuardsEveryRequest(t *testing.T) {
 	if status != http.StatusSeeOther || hdr.Get("Location") != "dead?type=audit.Logged" {
 		t.Fatalf("?token=: %d to %q, want a redirect without the token", status, hdr.Get("Location"))
 	}
-	if status, body, _ := c.get("dead?type=audit.Logged"); status != http.StatusOK || !strings.Contains(body, f.dead1.ID.String()) {
+	if status, body, _ := c.get("dead?type=audit.Logged"); status != http.StatusOK || !strings.Contains(body, f.Dead[0].ID.String()) || strings.Contains(body, f.Dead[2].ID.String()) {
 		t.Errorf("with the cookie: %d", status)
 	}
-	if n, _ := f.st.CountDead(context.Background()); n != 2 {
-		t.Errorf("%d dead letters left, want both", n)
+	if n, _ := f.st.CountDead(context.Background()); n != 4 {
+		t.Errorf("%d dead letters left, want all 4", n)
 	}
 }
 
 func TestOptionsValidated(t *testing.T) {
 	db := &sql.DB{}
-	for _, o := range []console.Options{{Refresh: time.Millisecond}, {Refresh: 2 * time.Hour}, {ListLimit: -1}, {ListLimit: 10_001}} {
+	for _, o := range []console.Options{{Refresh: time.Millisecond}, {Refresh: 2 * time.Hour}, {ListLimit: -1}, {ListLimit: 10_001}, {SampleEvery: time.Millisecond}, {SampleEvery: time.Hour}} {
 		if _, err := console.New(db, store.Options{}, o); !errors.Is(err, console.ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
 		}

@@ -111,7 +111,7 @@ func newChart(rates []rate) chart {
 	for _, r := range rates {
 		c.Max = max(c.Max, r.Written, r.Delivered)
 	}
-	top := c.Max
+	top := c.Max * 1.15 // headroom above the peak
 	if top == 0 {
 		top = 1
 	}

@@ -8,9 +8,6 @@ import (
 // samplesKept is how many activity samples the throughput chart keeps.
 const samplesKept = 180
 
-// sampleEvery is the least time between two samples.
-const sampleEvery = 5 * time.Second
-
 // sample is the outbox table's activity counters at an instant.
 type sample struct {
 	at                time.Time
@@ -20,18 +17,19 @@ type sample struct {
 // samples is a ring of activity samples, taken as pages are served: the
 // chart covers the time the console has been watched.
 type samples struct {
-	mu   sync.Mutex
-	ring []sample
-	max  int
+	mu    sync.Mutex
+	ring  []sample
+	max   int
+	every time.Duration // the least time between two samples
 }
 
-func newSamples(max int) *samples { return &samples{max: max} }
+func newSamples(max int, every time.Duration) *samples { return &samples{max: max, every: every} }
 
 // due reports whether a new sample should be taken at now.
 func (s *samples) due(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.ring) == 0 || now.Sub(s.ring[len(s.ring)-1].at) >= sampleEvery
+	return len(s.ring) == 0 || now.Sub(s.ring[len(s.ring)-1].at) >= s.every
 }
 
 func (s *samples) add(x sample) {

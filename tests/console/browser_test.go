@@ -1,0 +1,316 @@
+// Package console_test drives the operator's console in a real browser:
+// headless Chromium (Debian's chromium package, installed by the test when
+// it runs as root and the package is missing) against a console on a test
+// database with parked keys and dead letters. It clicks retry, skip and
+// requeue, and checks both the page and the tables.
+package console_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/console"
+	"github.com/relayer-go/relayer/internal/consolefixture"
+	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+var screenshots = flag.String("screenshots", "", "directory to save a PNG of each console page in (docs/console refreshes the README's)")
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// chromium returns the path of Debian's Chromium, installing the package
+// first when the test runs as root and it is missing. Without it the test
+// is skipped, or fails under CI=true.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	reason := "no chromium binary"
+	if os.Geteuid() == 0 {
+		if aptGet, err := exec.LookPath("apt-get"); err == nil {
+			t.Log("installing Debian's chromium package with apt-get (a few minutes)")
+			for _, args := range [][]string{{"update"}, {"install", "-y", "-o", "DPkg::Lock::Timeout=600", "chromium"}} {
+				if out, err := exec.Command(aptGet, args...).CombinedOutput(); err != nil {
+					reason = fmt.Sprintf("apt-get %s failed: %v\n%s", strings.Join(args, " "), err, tail(string(out)))
+					break
+				}
+			}
+			if p, err := exec.LookPath("chromium"); err == nil {
+				return p
+			}
+		} else {
+			reason += " and no apt-get to install it"
+		}
+	} else {
+		reason += " (not installing it: not running as root)"
+	}
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		t.Fatalf("%s: install Debian's chromium package (failing rather than skipping because CI=true)", reason)
+	}
+	t.Skipf("%s: install Debian's chromium package to run the browser test", reason)
+	return ""
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return s[len(s)-2000:]
+	}
+	return s
+}
+
+// browser is a headless Chromium tab that accepts confirm dialogs and
+// records script errors and console errors (such as content security
+// policy violations).
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 860),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+	b := &browser{ctx: ctx}
+	if _, err := chromedp.Call(ctx, log.Enable, cdp.Empty{}); err != nil {
+		t.Fatalf("starting Chromium: %v", err)
+	}
+	err := chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *page.EventJavascriptDialogOpening:
+			go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		case *runtime.EventExceptionThrown:
+			b.record(fmt.Sprintf("exception: %s", ev.ExceptionDetails.Text))
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError {
+				b.record(fmt.Sprintf("console: %s (%s)", ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (b *browser) record(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.errors = append(b.errors, s)
+}
+
+// run runs steps, within a minute.
+func (b *browser) run(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// text returns the text of the first element matching the CSS selector sel.
+func (b *browser) text(t *testing.T, sel string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("read %s: %v", sel, err)
+	}
+	return s
+}
+
+// shoot saves a full-page screenshot as name.png when -screenshots is set.
+func (b *browser) shoot(t *testing.T, name string) {
+	t.Helper()
+	if *screenshots == "" {
+		return
+	}
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.MkdirAll(*screenshots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(*screenshots, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// traffic writes and delivers rows while it runs, so that the overview's
+// chart has something to show.
+func traffic(ctx context.Context, t *testing.T, fx *consolefixture.Fixture) {
+	table := fmt.Sprintf(`"%s"."%soutbox"`, fx.Opts.Schema, fx.Opts.TablePrefix)
+	for i := 0; ctx.Err() == nil; i++ {
+		msgs := make([]relayer.Message, 20+i%15)
+		for j := range msgs {
+			msgs[j] = relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "orders.Placed", Transport: "nats",
+				Destination: "orders.placed", Body: []byte(consolefixture.Body)}
+		}
+		if err := fx.Store.Insert(ctx, msgs); err != nil && ctx.Err() == nil {
+			t.Errorf("traffic: %v", err)
+			return
+		}
+		_, err := fx.DB.ExecContext(ctx, `DELETE FROM `+table+` WHERE id = ANY(ARRAY(
+			SELECT id FROM `+table+` WHERE destination = 'orders.placed' AND message_type = 'orders.Placed' ORDER BY id LIMIT 22))`)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("traffic: %v", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func TestConsoleInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	db := testdb.Open(t, "pgx")
+	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "billing_"}
+	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
+		t.Fatal(err)
+	}
+	fx := consolefixture.Seed(t, db, opts)
+	c, err := console.New(db, opts, console.Options{ShowBodies: true, Refresh: time.Minute, SampleEvery: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ops/outbox/", http.StripPrefix("/ops/outbox", c))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	base := srv.URL + "/ops/outbox/"
+	ctx := context.Background()
+
+	// Overview, reloaded while messages flow, so that its chart has points.
+	tctx, stopTraffic := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { traffic(tctx, t, fx) })
+	b.run(t, "open the overview", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("h1")))
+	for range 6 {
+		time.Sleep(time.Second)
+		b.run(t, "reload the overview", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("h1")))
+	}
+	stopTraffic()
+	wg.Wait()
+	if got := b.text(t, "main"); !strings.Contains(got, "Backlog by destination") || !strings.Contains(got, "customer-activity") ||
+		!strings.Contains(got, "amqp: connection refused") {
+		t.Errorf("overview shows:\n%s", got)
+	}
+	points, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll("figure.chart polyline").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if points != 2 {
+		t.Errorf("the throughput chart has %d lines, want written and delivered", points)
+	}
+	b.shoot(t, "overview")
+
+	// Lanes, through the navigation.
+	b.run(t, "open lanes", chromedp.Click(chromedp.CSS(`nav a[href="lanes"]`)), chromedp.WaitVisible(chromedp.CSS(`nav a.here[href="lanes"]`)))
+	if got := b.text(t, "main"); !strings.Contains(got, "billing-7f9c ordered-1") || !strings.Contains(got, "billing-2b41 ordered-1") {
+		t.Errorf("lanes page shows:\n%s", got)
+	}
+	b.shoot(t, "lanes")
+
+	// Parked keys: retry one, skip another (confirming the dialog).
+	b.run(t, "open parked keys", chromedp.Click(chromedp.CSS(`nav a[href="parked"]`)), chromedp.WaitVisible(chromedp.CSS(`nav a.here[href="parked"]`)))
+	got := b.text(t, "main")
+	if !strings.Contains(got, consolefixture.XSS) || !strings.Contains(got, "account 77 is closed") {
+		t.Errorf("parked page shows:\n%s", got)
+	}
+	b.shoot(t, "parked")
+	b.run(t, "retry account-77",
+		chromedp.Click(`//tr[td[@class="key" and text()="account-77"]]//button[@class="retry"]`),
+		chromedp.WaitVisible(chromedp.CSS(".flash")))
+	if f := b.text(t, ".flash"); !strings.Contains(f, "released 1 parked key") {
+		t.Errorf("after retry the page says %q", f)
+	}
+	if keys, err := fx.Store.ParkedKeys(ctx, store.ParkedFilter{Key: "account-77"}, 10); err != nil || len(keys) != 0 {
+		t.Errorf("account-77 still parked after retry: %v, %v", keys, err)
+	}
+	b.run(t, "skip the key with markup in it",
+		chromedp.Click(`//tr[td[@class="key" and contains(text(), "<script>")]]//button[@class="skip"]`),
+		chromedp.WaitVisible(chromedp.CSS(".flash")),
+		chromedp.WaitNotPresent(`//td[@class="key" and contains(text(), "<script>")]`))
+	if f := b.text(t, ".flash"); !strings.Contains(f, "moved 1 parked head") {
+		t.Errorf("after skip the page says %q", f)
+	}
+	skipped, err := fx.Store.DeadLetters(ctx, store.DeadFilter{IDs: []uuid.UUID{fx.Parked[0].ID}}, 1)
+	if err != nil || len(skipped) != 1 || skipped[0].Reason != store.ReasonSkipped {
+		t.Errorf("the skipped head is not a dead letter: %+v, %v", skipped, err)
+	}
+
+	// Dead letters: select one and requeue it.
+	b.run(t, "open dead letters", chromedp.Click(chromedp.CSS(`nav a[href="dead"]`)), chromedp.WaitVisible(chromedp.CSS(`nav a.here[href="dead"]`)))
+	b.shoot(t, "dead")
+	requeued := fx.Dead[2].ID.String()
+	b.run(t, "requeue one dead letter",
+		chromedp.Click(chromedp.CSS(`input[name="id"][value="`+requeued+`"]`)),
+		chromedp.Click(chromedp.CSS(`button.requeue`)),
+		chromedp.WaitVisible(chromedp.CSS(".flash")))
+	if f := b.text(t, ".flash"); !strings.Contains(f, "requeued 1 dead letter") {
+		t.Errorf("after requeue the page says %q", f)
+	}
+	if _, _, found, err := fx.Store.Message(ctx, fx.Dead[2].ID); err != nil || !found {
+		t.Errorf("the requeued message is not in the outbox: %v, %v", found, err)
+	}
+	if got := b.text(t, "main"); strings.Contains(got, requeued) {
+		t.Errorf("the requeued message is still listed as dead")
+	}
+
+	// A message, from its link.
+	b.run(t, "open a message", chromedp.Navigate(base+"parked"), chromedp.WaitVisible(chromedp.CSS("h1")),
+		chromedp.Click(chromedp.CSS(`a.id[href="message?id=`+fx.Parked[2].ID.String()+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`pre.body`)))
+	if got := b.text(t, "main"); !strings.Contains(got, "outbox: parked") || !strings.Contains(got, "traceparent") ||
+		!strings.Contains(got, "a@example.com") {
+		t.Errorf("message page shows:\n%s", got)
+	}
+	b.shoot(t, "message")
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errors {
+		t.Errorf("the browser reported %s", e)
+	}
+}
