@@ -19,6 +19,7 @@ var funcs = template.FuncMap{
 	"value":   headerValue,
 	"headers": decodedHeaders,
 	"query":   func(f listFilter) string { return f.query().Encode() },
+	"pct":     func(f float64) string { return strconv.FormatFloat(f*100, 'g', 2, 64) + "%" },
 }
 
 // age is how long ago t was, in the largest fitting unit, or "-" for zero.

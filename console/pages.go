@@ -87,14 +87,24 @@ func (c *Console) failed(w http.ResponseWriter, p *page, name string, err error)
 	c.render(w, name, p, http.StatusInternalServerError)
 }
 
+// exactRows is the largest outbox (by the planner's estimate) whose pages
+// count exactly; larger ones are estimated from a sample of about as many
+// rows, so that a page costs about the same whatever the backlog.
+const exactRows = 100_000
+
 // overviewData is the overview page.
 type overviewData struct {
-	Stats      store.Stats
-	Backlog    []store.DestinationBacklog
+	store.Backlog
 	DeadReason []reasonCount
 	Pauses     []store.Pause
 	Chart      chart
 }
+
+// Estimated reports whether the outbox's counts are estimates.
+func (d overviewData) Estimated() bool { return d.Sample < 1 }
+
+// DeadEstimated reports whether the dead letters' counts are estimates.
+func (d overviewData) DeadEstimated() bool { return d.DeadSample < 1 }
 
 type reasonCount struct {
 	Reason string
@@ -107,23 +117,21 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	var d overviewData
 	var err error
-	if d.Stats, err = c.store.Stats(ctx, time.Time{}); err != nil {
+	if d.Backlog, err = c.store.Backlog(ctx, time.Time{}, exactRows); err != nil {
 		c.failed(w, p, "overview.html", err)
 		return
 	}
-	if d.Backlog, err = c.store.Backlog(ctx, time.Time{}); err != nil {
-		c.failed(w, p, "overview.html", err)
-		return
+	if !d.DeadEstimated() { // by reason needs every row: skipped on a large table
+		reasons, err := c.store.DeadByReason(ctx)
+		if err != nil {
+			c.failed(w, p, "overview.html", err)
+			return
+		}
+		for reason, n := range reasons {
+			d.DeadReason = append(d.DeadReason, reasonCount{reason, n})
+		}
+		slices.SortFunc(d.DeadReason, func(a, b reasonCount) int { return strings.Compare(a.Reason, b.Reason) })
 	}
-	reasons, err := c.store.DeadByReason(ctx)
-	if err != nil {
-		c.failed(w, p, "overview.html", err)
-		return
-	}
-	for reason, n := range reasons {
-		d.DeadReason = append(d.DeadReason, reasonCount{reason, n})
-	}
-	slices.SortFunc(d.DeadReason, func(a, b reasonCount) int { return strings.Compare(a.Reason, b.Reason) })
 	if d.Pauses, err = c.store.Pauses(ctx); err != nil {
 		c.failed(w, p, "overview.html", err)
 		return
@@ -160,7 +168,13 @@ type lanesData struct {
 	Lanes   []laneRow
 	Members []store.LeaseRow
 	Others  []store.LeaseRow // recovery, cleanup
+	// Sample is the share of the outbox read to count pending rows (1:
+	// exact).
+	Sample float64
 }
+
+// Estimated reports whether the pending counts are estimates.
+func (d lanesData) Estimated() bool { return d.Sample < 1 }
 
 func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	p := c.newPage(r, "lanes", "Lanes")
@@ -171,12 +185,12 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		c.failed(w, p, "lanes.html", err)
 		return
 	}
-	summaries, err := c.store.Lanes(ctx)
+	summaries, sample, err := c.store.Lanes(ctx, exactRows)
 	if err != nil {
 		c.failed(w, p, "lanes.html", err)
 		return
 	}
-	var d lanesData
+	d := lanesData{Sample: sample}
 	byLane := map[int]*laneRow{}
 	for _, s := range summaries {
 		d.Lanes = append(d.Lanes, laneRow{LaneSummary: s})
@@ -273,7 +287,7 @@ func (c *Console) parked(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	keys, err := c.store.ParkedKeys(ctx, store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, c.opts.ListLimit)
+	keys, err := c.store.ParkedHeads(ctx, store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, c.opts.ListLimit)
 	if err != nil {
 		c.failed(w, p, "parked.html", err)
 		return

@@ -2,10 +2,14 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -27,9 +31,14 @@ func TestBacklogByDestination(t *testing.T) {
 		b.park(t, head)
 		b.bury(t, store.ReasonPermanent, gone)
 
-		got, err := b.store.Backlog(ctx, now)
+		backlog, err := b.store.Backlog(ctx, now, 100_000)
 		if err != nil {
 			t.Fatal(err)
+		}
+		got := backlog.Destinations
+		if backlog.Sample != 1 || backlog.DeadSample != 1 || backlog.ParkedKeys != 1 || !backlog.OldestDueAt.Equal(b.t0) {
+			t.Errorf("Backlog: sample %v/%v, %d parked keys, oldest due %v; want exact, 1, %v", backlog.Sample, backlog.DeadSample,
+				backlog.ParkedKeys, backlog.OldestDueAt, b.t0)
 		}
 		want := []store.DestinationBacklog{
 			{Transport: "kafka", Destination: "audit", Dead: 1},
@@ -62,9 +71,9 @@ func TestLanesAndMessage(t *testing.T) {
 		plain := b.unordered(t)
 		b.insert(t, k1, k2, other, plain)
 		b.park(t, k1)
-		lanes, err := b.store.Lanes(ctx)
-		if err != nil {
-			t.Fatal(err)
+		lanes, sample, err := b.store.Lanes(ctx, 100_000)
+		if err != nil || sample != 1 {
+			t.Fatalf("Lanes: sample %v, %v", sample, err)
 		}
 		byLane := map[int]store.LaneSummary{}
 		for _, l := range lanes {
@@ -97,6 +106,58 @@ func TestLanesAndMessage(t *testing.T) {
 				t.Fatalf("Activity: %d rows inserted, want the 4 written", ins)
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
+
+// On an outbox larger than exactUpTo, the big classes are estimated from a
+// sample of pages and the rare ones stay exact.
+func TestBacklogSampled(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		now := b.t0.Add(time.Hour)
+		var msgs []relayer.Message
+		for range 3000 {
+			msgs = append(msgs, b.unordered(t))
+		}
+		failing := b.unordered(t)
+		failing.Destination = "flaky"
+		head := b.ordered(t, "k", 32)
+		b.insert(t, append(msgs, failing, head)...)
+		b.park(t, head)
+		c := store.NewClaim(now, time.Minute)
+		if _, err := b.store.ClaimBatch(ctx, nil, []uuid.UUID{failing.ID}, c, now); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.store.FailBatch(ctx, []store.Failure{{ID: failing.ID, Error: "no", RetryAt: now.Add(time.Minute)}}, c.Token, now); err != nil || n != 1 {
+			t.Fatalf("FailBatch = %d, %v", n, err)
+		}
+		b.exec(t, `ANALYZE $outbox`)
+		backlog, err := b.store.Backlog(ctx, now, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if backlog.Sample >= 1 || backlog.Sample <= 0 {
+			t.Fatalf("sample %v, want a share below 1 of a 3,002-row outbox read with exactUpTo 500", backlog.Sample)
+		}
+		if backlog.Total.Parked != 1 || backlog.Total.Retrying != 1 || backlog.ParkedKeys != 1 || !backlog.OldestDueAt.Equal(b.t0) {
+			t.Errorf("exact parts: %+v, %d keys, oldest %v", backlog.Total, backlog.ParkedKeys, backlog.OldestDueAt)
+		}
+		for _, d := range backlog.Destinations {
+			if d.Destination == "flaky" && d.Retrying != 1 {
+				t.Errorf("the failing destination: %+v", d)
+			}
+		}
+		if _, err := b.store.Backlog(ctx, now, 0); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("exactUpTo 0: %v", err)
+		}
+		lanes, sample, err := b.store.Lanes(ctx, 500)
+		if err != nil || sample != 1 && (sample <= 0 || sample > 1) {
+			t.Fatalf("Lanes: %v, %v", sample, err)
+		}
+		if len(lanes) != 1 || lanes[0].ParkedKeys != 1 || lanes[0].Lane != head.Lane {
+			t.Errorf("lanes %+v", lanes)
 		}
 	})
 }

@@ -65,6 +65,7 @@ type ParkedKey struct {
 type redriveQueries struct {
 	listDead, requeueDead, purgeDead  string
 	listParked, retryParked, skipHead string
+	listParkedHeads                   string
 }
 
 // deadColumns are rowColumns as the dead-letter table has them: it holds no
@@ -112,6 +113,11 @@ SELECT id, message_type, transport, destination, body, headers, ordering_key, la
 		listParked: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at,
     (SELECT count(*) FROM ` + n.outbox + ` AS w
         WHERE w.lane = o.lane AND w.ordering_key = o.ordering_key AND w.id <> o.id)
+FROM ` + n.outbox + ` AS o
+WHERE ` + parkedMatch + `
+ORDER BY o.parked_at, o.id LIMIT $5`,
+		// listParked without the count of the rows behind each key.
+		listParkedHeads: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at, -1
 FROM ` + n.outbox + ` AS o
 WHERE ` + parkedMatch + `
 ORDER BY o.parked_at, o.id LIMIT $5`,
@@ -226,8 +232,21 @@ func (s *Store) PurgeDead(ctx context.Context, f DeadFilter) (int64, error) {
 
 // ParkedKeys returns up to limit parked keys matching f, longest parked
 // first, each with its parked head and how many rows wait behind it.
+// Counting those reads every pending row of each key's lane; on a large
+// backlog, [Store.ParkedHeads] lists the keys at the cost of the parked rows
+// alone.
 func (s *Store) ParkedKeys(ctx context.Context, f ParkedFilter, limit int) ([]ParkedKey, error) {
-	const op = "parked keys"
+	return s.parked(ctx, "parked keys", s.rdq.listParked, f, limit)
+}
+
+// ParkedHeads is [Store.ParkedKeys] without the count of the rows waiting
+// behind each key (Waiting is -1): it reads the parked rows only, through
+// their index, however large the lanes.
+func (s *Store) ParkedHeads(ctx context.Context, f ParkedFilter, limit int) ([]ParkedKey, error) {
+	return s.parked(ctx, "parked heads", s.rdq.listParkedHeads, f, limit)
+}
+
+func (s *Store) parked(ctx context.Context, op, query string, f ParkedFilter, limit int) ([]ParkedKey, error) {
 	args, err := f.args()
 	if err != nil {
 		return nil, err
@@ -235,7 +254,7 @@ func (s *Store) ParkedKeys(ctx context.Context, f ParkedFilter, limit int) ([]Pa
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
 	}
-	rows, err := s.db.QueryContext(ctx, s.rdq.listParked, append(args, limit)...)
+	rows, err := s.db.QueryContext(ctx, query, append(args, limit)...)
 	if err != nil {
 		return nil, wrap(ctx, op, err)
 	}

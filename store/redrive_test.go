@@ -148,6 +148,10 @@ func TestParkedKeysRetryAndSkip(t *testing.T) {
 		if p := keys[0]; p.Head.ID != k1.ID || p.Head.Key != "k" || p.Waiting != 2 || p.Head.Attempts != 1 || p.Head.LastError != "schema rejected" || p.ParkedAt.IsZero() {
 			t.Errorf("parked key = %+v, want k's head with 2 waiting", p)
 		}
+		heads, err := b.store.ParkedHeads(ctx, store.ParkedFilter{}, 10)
+		if err != nil || len(heads) != 1 || heads[0].Head.ID != k1.ID || heads[0].Waiting != -1 || heads[0].ParkedAt.IsZero() {
+			t.Errorf("ParkedHeads = %+v, %v; want k's head, waiting not counted", heads, err)
+		}
 		if keys, _ := b.store.ParkedKeys(ctx, store.ParkedFilter{Key: "other"}, 10); len(keys) != 0 {
 			t.Errorf("ParkedKeys for another key: %+v", keys)
 		}

@@ -115,6 +115,16 @@ CREATE TABLE IF NOT EXISTS ` + n.pauses + ` (
     PRIMARY KEY (owner_token, transport, destination)
 );
 `,
+	}, {
+		Version: 3,
+		Name:    "index of the rows that failed, by destination",
+		// The rows that failed (parked, or waiting for a retry) by
+		// destination, so that consoles count them exactly on an outbox of
+		// any size. Rows that never failed are not in it: writes and claims
+		// do not touch it.
+		SQL: `CREATE INDEX IF NOT EXISTS ` + n.index("outbox_failed_idx") + ` ON ` + n.outbox + ` (transport, destination)
+    WHERE parked_at IS NOT NULL OR retry_at IS NOT NULL;
+`,
 	}}
 }
 
