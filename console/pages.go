@@ -270,30 +270,42 @@ func (f listFilter) query() url.Values {
 	return q
 }
 
-type parkedData struct {
+// listData is a filtered list page: the parked keys or the dead letters.
+type listData[T any] struct {
+	Page   string // "parked" or "dead": the page and its filter's action
 	Filter listFilter
-	Keys   []store.ParkedKey
+	Items  []T
 	Limit  int
 }
 
-func (c *Console) parked(w http.ResponseWriter, r *http.Request) {
-	p := c.newPage(r, "parked", "Parked keys")
+// listPage serves a list page: the filter from the query string, then the
+// items list returns for it, at most ListLimit of them.
+func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, title string,
+	list func(ctx context.Context, f listFilter, limit int) ([]T, error)) {
+	p := c.newPage(r, nav, title)
+	name := nav + ".html"
 	f, err := parseFilter(r.URL.Query())
 	if err != nil {
-		p.Data = parkedData{Filter: f}
+		p.Data = listData[T]{Page: nav, Filter: f}
 		p.Error = err.Error()
-		c.render(w, "parked.html", p, http.StatusBadRequest)
+		c.render(w, name, p, http.StatusBadRequest)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	keys, err := c.store.ParkedHeads(ctx, store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, c.opts.ListLimit)
+	items, err := list(ctx, f, c.opts.ListLimit)
 	if err != nil {
-		c.failed(w, p, "parked.html", err)
+		c.failed(w, p, name, err)
 		return
 	}
-	p.Data = parkedData{Filter: f, Keys: keys, Limit: c.opts.ListLimit}
-	c.render(w, "parked.html", p, http.StatusOK)
+	p.Data = listData[T]{Page: nav, Filter: f, Items: items, Limit: c.opts.ListLimit}
+	c.render(w, name, p, http.StatusOK)
+}
+
+func (c *Console) parked(w http.ResponseWriter, r *http.Request) {
+	listPage(c, w, r, "parked", "Parked keys", func(ctx context.Context, f listFilter, limit int) ([]store.ParkedKey, error) {
+		return c.store.ParkedHeads(ctx, store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, limit)
+	})
 }
 
 func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
@@ -317,30 +329,10 @@ func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
 	c.finish(w, r, "parked", op, n, err, slog.String("key", key))
 }
 
-type deadData struct {
-	Filter  listFilter
-	Letters []store.DeadLetter
-	Limit   int
-}
-
 func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
-	p := c.newPage(r, "dead", "Dead letters")
-	f, err := parseFilter(r.URL.Query())
-	if err != nil {
-		p.Data = deadData{Filter: f}
-		p.Error = err.Error()
-		c.render(w, "dead.html", p, http.StatusBadRequest)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	letters, err := c.store.DeadLetters(ctx, store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, c.opts.ListLimit)
-	if err != nil {
-		c.failed(w, p, "dead.html", err)
-		return
-	}
-	p.Data = deadData{Filter: f, Letters: letters, Limit: c.opts.ListLimit}
-	c.render(w, "dead.html", p, http.StatusOK)
+	listPage(c, w, r, "dead", "Dead letters", func(ctx context.Context, f listFilter, limit int) ([]store.DeadLetter, error) {
+		return c.store.DeadLetters(ctx, store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, limit)
+	})
 }
 
 // deadAction requeues or purges dead letters: those whose ids the form
