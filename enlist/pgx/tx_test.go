@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -214,30 +213,13 @@ func countingPool(tb testing.TB, maxConns int32) (*pgxpool.Pool, *atomic.Int64) 
 	}
 	cfg.MaxConns = maxConns
 	writes := new(atomic.Int64)
-	dialer := &net.Dialer{}
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: c, writes: writes}, nil
-	}
+	cfg.ConnConfig.DialFunc = testdb.CountingDial(writes)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(pool.Close)
 	return pool, writes
-}
-
-type countingConn struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c countingConn) Write(b []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(b)
 }
 
 // TestOnePublishOneRoundTrip counts the round trips of a publish of 1 to 500

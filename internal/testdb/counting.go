@@ -22,17 +22,24 @@ func OpenCounting(tb testing.TB) (*sql.DB, *atomic.Int64) {
 		tb.Fatalf("testdb: %v", err)
 	}
 	writes := new(atomic.Int64)
+	cfg.DialFunc = CountingDial(writes)
+	db := stdlib.OpenDB(*cfg)
+	tb.Cleanup(func() { db.Close() })
+	return db, writes
+}
+
+// CountingDial returns a pgx dial function whose connections add their
+// writes to the server to writes: one per round trip, since pgx flushes
+// once per round trip.
+func CountingDial(writes *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	dialer := &net.Dialer{}
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dialer.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
 		return countingConn{Conn: c, writes: writes}, nil
 	}
-	db := stdlib.OpenDB(*cfg)
-	tb.Cleanup(func() { db.Close() })
-	return db, writes
 }
 
 type countingConn struct {
