@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
@@ -119,18 +120,26 @@ func (o RunnerOptions) Validate() error {
 // workers stay usable on their own ([NewDirect], [NewRecovery], [NewOrdered],
 // [NewCleanup]) for those who run them in different processes.
 type Runner struct {
-	db       *sql.DB
-	opts     RunnerOptions
-	store    *store.Store
+	db     *sql.DB
+	outbox relayer.Outbox
+	opts   RunnerOptions
+	store  *store.Store
+	// crew holds the workers. A Start that fails replaces them, since a
+	// worker stopped once does not start again.
+	crew atomic.Pointer[crew]
+
+	mu      sync.Mutex
+	started bool
+	stopped chan struct{} // closed by Stop
+}
+
+// crew is a runner's workers.
+type crew struct {
 	direct   *Direct
 	recovery *Recovery
 	ordered  []*Ordered
 	cleanup  *Cleanup
 	listener *listener // nil unless RunnerOptions.Listen
-
-	mu      sync.Mutex
-	started bool
-	stopped chan struct{} // closed by Stop
 }
 
 // NewRunner builds the workers for outbox, validating every option; it does
@@ -148,19 +157,32 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{db: db, opts: opts, store: st, stopped: make(chan struct{})}
+	r := &Runner{db: db, outbox: outbox, opts: opts, store: st, stopped: make(chan struct{})}
+	c, err := r.build()
+	if err != nil {
+		return nil, err
+	}
+	r.crew.Store(c)
+	return r, nil
+}
+
+// build makes the workers the runner's options ask for.
+func (r *Runner) build() (*crew, error) {
+	db, outbox, opts := r.db, r.outbox, r.opts
+	c := &crew{}
+	var err error
 	if !opts.DisableRecovery {
 		o := opts.Recovery
 		setDefault(&o.Logger, opts.Logger)
-		if r.recovery, err = NewRecovery(db, outbox, o); err != nil {
+		if c.recovery, err = NewRecovery(db, outbox, o); err != nil {
 			return nil, err
 		}
 	}
 	if !opts.DisableDirect {
 		o := opts.Direct
 		setDefault(&o.Logger, opts.Logger)
-		o.Recovery = r.recovery
-		if r.direct, err = NewDirect(db, outbox, o); err != nil {
+		o.Recovery = c.recovery
+		if c.direct, err = NewDirect(db, outbox, o); err != nil {
 			return nil, err
 		}
 	}
@@ -180,26 +202,26 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 			return nil, err
 		}
 		switch { // one view of the destinations per runner
-		case r.recovery != nil:
-			w.aside = r.recovery.aside
-		case r.direct != nil:
-			w.aside = r.direct.senders[0].aside
+		case c.recovery != nil:
+			w.aside = c.recovery.aside
+		case c.direct != nil:
+			w.aside = c.direct.senders[0].aside
 		}
-		r.ordered = append(r.ordered, w)
+		c.ordered = append(c.ordered, w)
 	}
 	if !opts.DisableCleanup {
 		o := opts.Cleanup
 		setDefault(&o.Logger, opts.Logger)
-		if r.cleanup, err = NewCleanup(db, outbox, o); err != nil {
+		if c.cleanup, err = NewCleanup(db, outbox, o); err != nil {
 			return nil, err
 		}
 	}
 	if opts.Listen {
-		if r.listener, err = newListener(db, st.Options(), r.wakeAll, opts.Logger); err != nil {
+		if c.listener, err = newListener(db, r.store.Options(), r.wakeAll, opts.Logger); err != nil {
 			return nil, err
 		}
 	}
-	return r, nil
+	return c, nil
 }
 
 func hasOrderedRoute(outbox relayer.Outbox) bool {
@@ -220,28 +242,29 @@ func hasOrderedRoute(outbox relayer.Outbox) bool {
 // also publish them to the outbox's pauses table, where store.Pauses and
 // "relayer stats" read them.
 func (r *Runner) Paused() []store.Pause {
+	c := r.crew.Load()
 	switch {
-	case r.recovery != nil:
-		return r.recovery.Paused()
-	case r.direct != nil:
-		return r.direct.Paused()
-	case len(r.ordered) > 0:
-		return r.ordered[0].Paused()
+	case c.recovery != nil:
+		return c.recovery.Paused()
+	case c.direct != nil:
+		return c.direct.Paused()
+	case len(c.ordered) > 0:
+		return c.ordered[0].Paused()
 	}
 	return nil
 }
 
 // Direct returns the direct dispatcher, or nil when it is turned off.
-func (r *Runner) Direct() *Direct { return r.direct }
+func (r *Runner) Direct() *Direct { return r.crew.Load().direct }
 
 // Recovery returns the recovery worker, or nil when it is turned off.
-func (r *Runner) Recovery() *Recovery { return r.recovery }
+func (r *Runner) Recovery() *Recovery { return r.crew.Load().recovery }
 
 // Ordered returns the ordered workers.
-func (r *Runner) Ordered() []*Ordered { return r.ordered }
+func (r *Runner) Ordered() []*Ordered { return r.crew.Load().ordered }
 
 // Cleanup returns the cleanup worker, or nil when it is turned off.
-func (r *Runner) Cleanup() *Cleanup { return r.cleanup }
+func (r *Runner) Cleanup() *Cleanup { return r.crew.Load().cleanup }
 
 // StoreOptions returns the outbox's schema and prefix, for
 // [enlist.CommitListener].
@@ -252,12 +275,13 @@ func (r *Runner) StoreOptions() store.Options { return r.store.Options() }
 // workers whose lanes the ordered rows are in. It implements
 // [enlist.CommitListener].
 func (r *Runner) Committed(rows []relayer.Message) error {
+	c := r.crew.Load()
 	r.wakeOrdered(rows)
-	if r.direct != nil {
-		return r.direct.Committed(rows)
+	if c.direct != nil {
+		return c.direct.Committed(rows)
 	}
-	if r.recovery != nil {
-		r.recovery.wakeFor(rows)
+	if c.recovery != nil {
+		c.recovery.wakeFor(rows)
 	}
 	return nil
 }
@@ -265,28 +289,33 @@ func (r *Runner) Committed(rows []relayer.Message) error {
 // SendsCommitted reports whether the runner sends the due unordered rows
 // it is told about itself: it does when direct dispatch is on. It
 // implements [enlist.Sender].
-func (r *Runner) SendsCommitted() bool { return r.direct != nil }
+func (r *Runner) SendsCommitted() bool { return r.crew.Load().direct != nil }
 
 // Listening reports whether the wake-up listener (RunnerOptions.Listen) is
 // subscribed now; false without one.
-func (r *Runner) Listening() bool { return r.listener != nil && r.listener.listening.Load() }
+func (r *Runner) Listening() bool {
+	l := r.crew.Load().listener
+	return l != nil && l.listening.Load()
+}
 
 // WakeUpsReceived returns how many wake-up notifications the runner's
 // listener has received.
 func (r *Runner) WakeUpsReceived() uint64 {
-	if r.listener == nil {
+	c := r.crew.Load()
+	if c.listener == nil {
 		return 0
 	}
-	return r.listener.received.Load()
+	return c.listener.received.Load()
 }
 
 // wakeAll makes recovery and every ordered worker scan now: rows committed
 // in another process may be waiting.
 func (r *Runner) wakeAll() {
-	if r.recovery != nil {
-		r.recovery.Wake()
+	c := r.crew.Load()
+	if c.recovery != nil {
+		c.recovery.Wake()
 	}
-	for _, o := range r.ordered {
+	for _, o := range c.ordered {
 		o.Wake()
 	}
 }
@@ -294,7 +323,8 @@ func (r *Runner) wakeAll() {
 // wakeOrdered wakes each ordered worker of this runner that holds the lane
 // of a committed ordered row, so that the row waits for no poll.
 func (r *Runner) wakeOrdered(rows []relayer.Message) {
-	if len(r.ordered) == 0 {
+	c := r.crew.Load()
+	if len(c.ordered) == 0 {
 		return
 	}
 	var lanes []int // few: a transaction touches a handful of keys
@@ -303,7 +333,7 @@ func (r *Runner) wakeOrdered(rows []relayer.Message) {
 			lanes = append(lanes, rows[i].Lane)
 		}
 	}
-	for _, o := range r.ordered {
+	for _, o := range c.ordered {
 		assigned := *o.assigned.Load()
 		var mine []int
 		for _, l := range lanes {
@@ -320,19 +350,20 @@ func (r *Runner) wakeOrdered(rows []relayer.Message) {
 // Connections returns how many connections the workers pin from the pool
 // while they run, and how many more they borrow for brief statements.
 func (r *Runner) Connections() (pinned, borrowed int) {
-	if r.direct != nil {
-		pinned += r.direct.opts.Workers
+	c := r.crew.Load()
+	if c.direct != nil {
+		pinned += c.direct.opts.Workers
 	}
-	if r.recovery != nil {
-		pinned += r.recovery.opts.Workers
+	if c.recovery != nil {
+		pinned += c.recovery.opts.Workers
 	}
-	for _, o := range r.ordered {
+	for _, o := range c.ordered {
 		pinned += o.opts.Concurrency
 	}
-	if r.cleanup != nil {
+	if c.cleanup != nil {
 		pinned++
 	}
-	if r.listener != nil {
+	if c.listener != nil {
 		pinned++
 	}
 	return pinned, runnerBorrowed
@@ -356,8 +387,11 @@ func (r *Runner) checkPool() error {
 
 // Start checks the pool, then starts recovery, the ordered workers, cleanup
 // and direct dispatch, in that order; they run until [Runner.Stop] or until
-// ctx ends. If one fails to start, those already started are stopped and the
-// error returned. A second Start fails.
+// ctx ends. If one fails to start (the database was not reachable, a
+// session was killed while a worker joined), those already started are
+// stopped, the runner makes its workers anew, and the error is returned: Start
+// may then be called again. [Runner.Direct], Recovery, Ordered and Cleanup
+// return the new workers. A Start after one that succeeded fails.
 func (r *Runner) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -381,6 +415,10 @@ func (r *Runner) Start(ctx context.Context) error {
 			for _, s := range started {
 				s.Stop(sctx)
 			}
+			if c, berr := r.build(); berr == nil { // the options were valid once
+				r.crew.Store(c)
+				r.started = false
+			}
 			return err
 		}
 		started = append(started, w)
@@ -396,21 +434,22 @@ type worker interface {
 
 // workers returns the workers in start order.
 func (r *Runner) workers() []worker {
+	c := r.crew.Load()
 	var ws []worker
-	if r.recovery != nil {
-		ws = append(ws, r.recovery)
+	if c.recovery != nil {
+		ws = append(ws, c.recovery)
 	}
-	for _, o := range r.ordered {
+	for _, o := range c.ordered {
 		ws = append(ws, o)
 	}
-	if r.cleanup != nil {
-		ws = append(ws, r.cleanup)
+	if c.cleanup != nil {
+		ws = append(ws, c.cleanup)
 	}
-	if r.direct != nil {
-		ws = append(ws, r.direct)
+	if c.direct != nil {
+		ws = append(ws, c.direct)
 	}
-	if r.listener != nil {
-		ws = append(ws, r.listener)
+	if c.listener != nil {
+		ws = append(ws, c.listener)
 	}
 	return ws
 }

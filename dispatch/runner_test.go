@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -226,5 +227,48 @@ func TestRunnerRun(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after Stop")
+	}
+}
+
+// capsFailing is a transport whose Capabilities fails while fails is
+// positive, as a broker that is not reachable yet.
+type capsFailing struct {
+	relayer.Transport
+	fails atomic.Int32
+}
+
+func (c *capsFailing) Capabilities(ctx context.Context, destination string) (relayer.Capabilities, error) {
+	if c.fails.Add(-1) >= 0 {
+		return relayer.Capabilities{}, errors.New("broker not reachable yet")
+	}
+	return c.Transport.Capabilities(ctx, destination)
+}
+
+// A Start that fails after some workers started leaves a runner that starts
+// again, with new workers, and delivers.
+func TestRunnerStartsAgainAfterAFailedStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	tr := &capsFailing{Transport: b.mem}
+	tr.fails.Store(1)
+	outbox := b.outbox
+	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{Logger: b.logger()})
+	must(t, err)
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: r})
+	must(t, err)
+	first := r.Recovery()
+	if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "not reachable") {
+		t.Fatalf("first Start = %v, want the transport's error", err)
+	}
+	must(t, r.Start(context.Background()))
+	if r.Recovery() == first {
+		t.Error("the runner kept the recovery worker its failed Start had stopped")
+	}
+	publishWith(t, b, w, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Shipped{1}, relayer.Key("k")))
+	b.waitSent(t, 2)
+	if err := r.Start(context.Background()); err == nil {
+		t.Error("a Start after one that succeeded succeeded")
 	}
 }

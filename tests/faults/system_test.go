@@ -219,19 +219,17 @@ func (s *system) startWorker(ctx context.Context) *worker {
 		Cleanup:  dispatch.CleanupOptions{Interval: time.Second},
 	}
 	// Start joins the membership on the database, so it fails while its
-	// session is being killed; a supervisor makes a new Runner and tries
-	// again, as this does (a Runner whose Start failed stays stopped).
-	var r *dispatch.Runner
+	// session is being killed; a supervisor tries again, as this does, on
+	// the same Runner (a failed Start leaves it ready to start again).
+	r, err := dispatch.NewRunner(db, outbox, opts)
+	if err != nil {
+		s.t.Errorf("new runner %s: %v", name, err)
+		return nil
+	}
 	for attempt := 1; ; attempt++ {
-		var err error
-		if r, err = dispatch.NewRunner(db, outbox, opts); err != nil {
-			s.t.Errorf("new runner %s: %v", name, err)
-			return nil
-		}
 		if err = r.Start(ctx); err == nil {
 			break
 		}
-		r.Stop(context.WithoutCancel(ctx))
 		if attempt == 20 {
 			s.t.Errorf("start %s: %v", name, err)
 			return nil
