@@ -298,7 +298,7 @@ type Enlistment struct {
 // [relayer.ErrInvalidMessage]. After the enlistment ended it returns
 // [relayer.ErrNotInTransaction].
 func (e *Enlistment) Publish(ctx context.Context, q store.DBTX, msgs ...relayer.Outgoing) error {
-	if _, err := e.w.store.With(q); err != nil { // a nil or typed-nil handle
+	if err := store.CheckDBTX(q); err != nil {
 		return fmt.Errorf("%w: %w", relayer.ErrNotInTransaction, err)
 	}
 	return e.PublishWith(ctx, func(ctx context.Context, query string, args ...any) error {

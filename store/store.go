@@ -87,6 +87,16 @@ func (s *Store) With(db DBTX) (*Store, error) {
 // Options returns the store's options with defaults applied.
 func (s *Store) Options() Options { return s.opts }
 
+// CheckDBTX returns [ErrNilDB] when db is nil, a typed nil pointer
+// included, and nil otherwise: what [Store.With] checks, for callers that
+// run a store's statements through another function (see [Store.InsertWith]).
+func CheckDBTX(db DBTX) error {
+	if isNil(db) {
+		return ErrNilDB
+	}
+	return nil
+}
+
 func isNil(db DBTX) bool {
 	if db == nil {
 		return true
