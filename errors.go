@@ -19,8 +19,9 @@ var (
 	// database transaction, or on a transaction that has already ended.
 	ErrNotInTransaction = errors.New("relayer: publish outside a transaction")
 	// ErrInvalidMessage is returned when a message cannot be published: nil,
-	// without a route, without the key its ordered route needs, or with a header
-	// name that is not valid UTF-8. Nothing is written.
+	// without a route, without the key its ordered route needs, with a key over
+	// [KeyMaxBytes], or with a header name that is not valid UTF-8. Nothing is
+	// written.
 	ErrInvalidMessage = errors.New("relayer: invalid message")
 
 	// ErrPermanent marks a send failure that repeating cannot fix (a message the

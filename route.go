@@ -33,7 +33,8 @@ type Routes struct {
 }
 
 // Add registers the route for a message type. It fails with an error wrapping
-// [ErrInvalidRoute] when the type, transport or destination is empty, or when the
+// [ErrInvalidRoute] when the type, transport or destination is empty, when the
+// transport name or destination is longer than [EndpointMaxBytes], or when the
 // type already has a route.
 func (r *Routes) Add(messageType string, route Route) error {
 	switch {
@@ -43,6 +44,10 @@ func (r *Routes) Add(messageType string, route Route) error {
 		return fmt.Errorf("%w: type %q: Transport is empty", ErrInvalidRoute, messageType)
 	case route.Destination == "":
 		return fmt.Errorf("%w: type %q: Destination is empty", ErrInvalidRoute, messageType)
+	case len(route.Transport) > EndpointMaxBytes:
+		return fmt.Errorf("%w: type %q: Transport is %d bytes, over the limit of %d (EndpointMaxBytes)", ErrInvalidRoute, messageType, len(route.Transport), EndpointMaxBytes)
+	case len(route.Destination) > EndpointMaxBytes:
+		return fmt.Errorf("%w: type %q: Destination is %d bytes, over the limit of %d (EndpointMaxBytes)", ErrInvalidRoute, messageType, len(route.Destination), EndpointMaxBytes)
 	}
 	if err := route.Retry.Validate(); err != nil {
 		return fmt.Errorf("%w: type %q: %w", ErrInvalidRoute, messageType, err)

@@ -50,8 +50,9 @@
 //     ordered workers of a [Runner] share the pauses (a direct dispatcher
 //     shares those of the recovery it wakes). While it is paused, direct
 //     dispatch leaves the destination's rows in the table, recovery's takes
-//     pass over them, and an ordered lane waits at its first row for it: no
-//     row is taken, rewritten or charged an attempt. When an interval ends,
+//     pass over them, and an ordered key waits at its first row for it (the
+//     lane's keys bound elsewhere go on): no row is taken, rewritten or
+//     charged an attempt. When an interval ends,
 //     one worker sends one probe (recovery: a single row taken for it) and
 //     the others keep passing the destination over; a probe that succeeds
 //     ends the pause, one that fails starts the next interval.
@@ -62,13 +63,16 @@
 //     attempts, last error and reason (store.ReasonPermanent,
 //     store.ReasonExhausted). An ordered message is parked, and holds its key:
 //     the key's later messages wait, unsent, while the lane's other keys go
-//     on. Rows whose stored headers do not decode are dead-lettered as
-//     store.ReasonCorrupt, their bytes unchanged.
+//     on. Unordered rows whose stored headers do not decode are
+//     dead-lettered as store.ReasonCorrupt, their bytes unchanged; an
+//     ordered one is parked with its key, unsent, so that the operator
+//     decides between a redrive (once the bytes are mended) and a skip.
 //   - Any other failure spends one attempt and makes the message wait for its
 //     retry time, on the database's clock: the policy's Backoff (default 1s)
 //     after the first failure, doubling up to MaxBackoff (default 5m), each
 //     shortened by up to a fifth at random. A waiting ordered message holds
-//     its key, not its lane.
+//     its key, not its lane: the batch that saw it fail goes on with the
+//     lane's other keys at once.
 //
 // Dead letters and parked keys wait for an operator: see the store's
 // redrive methods and the relayer command's dead and parked commands. Within

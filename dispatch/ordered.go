@@ -126,12 +126,15 @@ func (o OrderedOptions) withDefaults() OrderedOptions {
 //     prefix before the first row that is not due or is claimed (a later row
 //     never overtakes its head);
 //  3. claim the admitted prefixes with one UPDATE;
-//  4. send each lane's rows one by one, stopping the lane at its first
-//     failure, and admitting no new row after a quarter of the lease has
-//     passed;
-//  5. delete the sent prefixes with one fenced DELETE, record the failed
-//     rows' attempts and errors, release the claims of the rest, and commit.
-//     If the database cannot confirm this, the transaction rolls back and the
+//  4. send each lane's rows one by one; a row that fails (or whose headers
+//     do not decode) holds its key, whose later rows wait, while the lane's
+//     other keys go on in the same batch; no new row is admitted after a
+//     quarter of the lease has passed, or once the worker's context is
+//     cancelled;
+//  5. delete the sent rows with one fenced DELETE, record the failed rows'
+//     attempts and errors (parking those out of attempts, refused for good
+//     or corrupt), release the claims of the rest, and commit. If the
+//     database cannot confirm this, the transaction rolls back and the
 //     rows are sent again.
 //
 // A lane whose send failed or took over 100 ms a row runs in batches of its
@@ -787,15 +790,34 @@ func (o *Ordered) logError(msg string, err error, attrs ...any) {
 }
 
 // laneBatch is one lane's part of a batch: its admitted head rows, the
-// probe it claimed, and what sending them did.
+// probe it claimed, and what became of each row.
 type laneBatch struct {
-	lane    int
-	read    int // head rows read, admitted or not
-	rows    []store.Row
-	probe   probeClaim
-	sent    int
-	failure *laneFailure
+	lane  int
+	read  int // head rows read, admitted or not
+	rows  []store.Row
+	probe probeClaim
+	// outcomes[i] is what became of rows[i]; failures holds the failures
+	// recorded, in row order.
+	outcomes []rowOutcome
+	failures []laneFailure
+	sent     int
+	// cut is set when rows were left unsent for want of time or because the
+	// worker is stopping, rather than because their key or destination had
+	// to wait: the lane may have more to send at once.
+	cut bool
 }
+
+// rowOutcome is what a batch did with one admitted row.
+type rowOutcome uint8
+
+const (
+	// rowReleased: not sent; its claim is released, the row untouched.
+	rowReleased rowOutcome = iota
+	// rowSent: the broker accepted it; the batch deletes it.
+	rowSent
+	// rowFailed: its failure is recorded; its key is held from then on.
+	rowFailed
+)
 
 // batch runs one batch over lanes in a transaction (see the type's
 // documentation): the lanes' leases, heads, claims and deletes take one
@@ -808,9 +830,15 @@ type laneBatch struct {
 // connection rather than a *sql.Tx, whose context would roll it back the
 // moment the batch's deadline passes, releasing the lane rows while a late
 // send may still reach the broker.
+//
+// Cancelling ctx stops the batch from sending more rows; the sends under way
+// return and what was sent is recorded and committed on a context of the
+// batch's own (see detach), so that a stop by cancellation sends nothing
+// twice.
 func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, lanes []int) (_ []store.Row, res batchResult, err error) {
 	start := time.Now()
-	ctx, cancel := context.WithDeadline(ctx, start.Add(o.opts.LeaseDuration/2))
+	stop := ctx
+	ctx, cancel := detach(stop, start.Add(o.opts.LeaseDuration/2))
 	defer cancel()
 
 	st, err := conn.store(ctx)
@@ -870,17 +898,19 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 	anything := false
 	for i := range parts {
 		p := &parts[i]
-		if i > 0 && time.Now().After(admitUntil) {
-			break // the later lanes' claims are released, their rows untouched
+		p.outcomes = make([]rowOutcome, len(p.rows))
+		if i > 0 && (time.Now().After(admitUntil) || halted(stop)) {
+			p.cut = true
+			continue // the later lanes' claims are released, their rows untouched
 		}
 		began := time.Now()
-		if p.sent, p.failure, err = o.sendPrefix(ctx, conn, p.lane, p.rows, admitUntil, p.probe); err != nil {
+		if err := o.sendLane(ctx, stop, conn, p, admitUntil); err != nil {
 			return buf, res, err
 		}
-		if p.failure != nil || time.Since(began) > slowSend*time.Duration(p.sent+1) {
+		if len(p.failures) > 0 || time.Since(began) > slowSend*time.Duration(p.sent+1) {
 			res.slow = append(res.slow, p.lane)
 		}
-		anything = anything || p.sent > 0 || p.failure != nil
+		anything = anything || p.sent > 0 || len(p.failures) > 0
 	}
 	if !anything {
 		// Nothing sent and nothing to record (the destinations are set
@@ -895,14 +925,13 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 	}
 	deleted := 0
 	for _, p := range parts {
-		if p.sent > 0 {
-			deleted += p.sent
-			// A lane whose whole head was sent is empty up to the rows
-			// committed since, which wake it: it is not batched again
-			// unless it may hold more.
-			if p.read >= o.opts.BatchSize || p.sent < len(p.rows) {
-				res.more = append(res.more, p.lane)
-			}
+		deleted += p.sent
+		// A lane whose whole head was sent, or whose keys that could not be
+		// sent are now held, is empty up to the rows committed since, which
+		// wake it: it is batched again at once only when it may hold more
+		// (its read was full, or rows were left for want of time).
+		if (p.sent > 0 || len(p.failures) > 0) && (p.read >= o.opts.BatchSize || p.cut) {
+			res.more = append(res.more, p.lane)
 		}
 	}
 	o.stats.deleted.Add(uint64(deleted))
@@ -945,31 +974,61 @@ func (o *Ordered) untilSetAside(rows []store.Row) ([]store.Row, probeClaim) {
 	return rows, probeClaim{}
 }
 
-// laneFailure is the failed send that stopped a batch, as the retry policy
-// judged it.
+// laneFailure is a failed send (or a row that cannot be sent), as the
+// retry policy judged it.
 type laneFailure struct {
 	store.Failure
 	// park: the row leaves delivery and holds its key.
 	park bool
+	// corrupt: the row's stored headers do not decode.
+	corrupt bool
 }
 
-// sendPrefix sends rows one by one until one fails, or until admitUntil has
-// passed (keeping the rest of the deadline for committing the confirmed
-// prefix); the last row is the probe of a paused destination when probe is
-// set. It returns how many were sent and the failure that stopped it, if
-// any; an error means the batch must roll back (a send outlived the batch).
-func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, rows []store.Row, admitUntil time.Time, probe probeClaim) (int, *laneFailure, error) {
+// sendLane sends a lane's admitted rows one by one, in id order. A row that
+// fails holds its key: the key's later rows in the batch are not sent (they
+// wait, released, for the failed row's retry or redrive), and the lane's
+// other keys go on in the same batch, so that a failing key costs the others
+// nothing. A row whose headers do not decode is parked with its key without
+// a send. A destination that is unavailable or set aside holds the rows
+// bound for it, and their keys, the same way, attempts untouched. No row is
+// admitted after admitUntil has passed (keeping the rest of the deadline for
+// recording) or once stop is cancelled; the last row is the probe of a
+// paused destination when p.probe is set. An error means the batch must
+// roll back (a send outlived the batch).
+func (o *Ordered) sendLane(ctx, stop context.Context, conn *workerConn, p *laneBatch, admitUntil time.Time) error {
 	sent := 0
 	defer func() { o.stats.sent.Add(uint64(sent)) }()
-	for i := range rows {
-		if i > 0 && time.Now().After(admitUntil) {
-			return sent, nil, nil
+	var (
+		waiting map[string]bool   // keys whose rows wait from here on
+		down    map[endpoint]bool // destinations found unavailable in this batch
+	)
+	hold := func(key string) {
+		if waiting == nil {
+			waiting = map[string]bool{}
 		}
-		m := &rows[i].Message
+		waiting[key] = true
+	}
+	for i := range p.rows {
+		if i > 0 && (time.Now().After(admitUntil) || halted(stop)) {
+			p.cut = true
+			break
+		}
+		r := &p.rows[i]
+		m := &r.Message
+		if waiting[m.Key] {
+			continue
+		}
+		if r.Corrupt != nil {
+			o.stats.corrupt.Add(1)
+			o.recordFailure(p, i, laneFailure{Failure: store.Failure{ID: r.ID, Error: r.Corrupt.Error()}, park: true, corrupt: true})
+			hold(m.Key)
+			continue
+		}
 		e := endpoint{m.Transport, m.Destination}
-		isProbe := probe.gen != 0 && i == len(rows)-1
-		if !isProbe && o.aside.skipped(e) {
-			return sent, nil, nil // the destination is set aside: the rest waits, untouched
+		isProbe := p.probe.gen != 0 && i == len(p.rows)-1
+		if down[e] || (!isProbe && o.aside.skipped(e)) {
+			hold(m.Key) // the destination is down or set aside: the key waits, untouched
+			continue
 		}
 		tr, err := o.resolve(ctx, m)
 		if err == nil {
@@ -978,11 +1037,16 @@ func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, ro
 		}
 		if errors.Is(err, relayer.ErrUnavailable) && !errors.Is(err, errLateSend) {
 			// The destination is down: the row keeps its attempts and
-			// waits, with the lane, until the destination is back.
-			o.opts.Logger.Warn("dispatch: ordered destination unavailable; the lane waits at this row, attempts untouched",
-				slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", rows[i].ID.String()),
+			// waits, with its key, until the destination is back.
+			o.opts.Logger.Warn("dispatch: ordered destination unavailable; the key waits at this row, attempts untouched",
+				slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", r.ID.String()),
 				slog.String("error", err.Error()))
-			return sent, nil, nil
+			if down == nil {
+				down = map[endpoint]bool{}
+			}
+			down[e] = true
+			hold(m.Key)
+			continue
 		}
 		if errors.Is(err, errLateSend) {
 			// Whether the broker has the row is unknown, and the deadline
@@ -991,21 +1055,31 @@ func (o *Ordered) sendPrefix(ctx context.Context, conn *workerConn, lane int, ro
 			// so nothing of this lane was sent meanwhile.
 			o.stats.expired.Add(1)
 			o.opts.Logger.Warn("dispatch: ordered send returned after the batch deadline; the lane was held until then and its rows will be sent again",
-				slog.String("worker", o.name), slog.Int("lane", lane), slog.String("id", rows[i].ID.String()),
+				slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", r.ID.String()),
 				slog.String("error", err.Error()))
-			return sent, nil, err
+			return err
 		}
 		if err != nil {
-			v := o.sender.retries.judge(m, rows[i].Attempts, err, o.clock.now())
-			return sent, &laneFailure{Failure: store.Failure{ID: rows[i].ID, Error: err.Error(), RetryAt: v.retryAt}, park: v.reason != ""}, nil
+			v := o.sender.retries.judge(m, r.Attempts, err, o.clock.now())
+			o.recordFailure(p, i, laneFailure{Failure: store.Failure{ID: r.ID, Error: err.Error(), RetryAt: v.retryAt}, park: v.reason != ""})
+			hold(m.Key)
+			continue
 		}
+		p.outcomes[i] = rowSent
+		p.sent++
 		sent++
 	}
-	return sent, nil, nil
+	return nil
+}
+
+// recordFailure notes that row i of p failed with f.
+func (o *Ordered) recordFailure(p *laneBatch, i int, f laneFailure) {
+	p.outcomes[i] = rowFailed
+	p.failures = append(p.failures, f)
 }
 
 // settle records a batch's outcome under its claim, each in one statement
-// for all its lanes: it deletes the sent prefixes (all of them, or the batch
+// for all its lanes: it deletes the sent rows (all of them, or the batch
 // rolls back), records the failed rows' attempts and errors, and releases
 // the claims of the rest.
 func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch, token uuid.UUID) error {
@@ -1013,17 +1087,18 @@ func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch
 	var fails, parks []store.Failure
 	for _, p := range parts {
 		for i := range p.rows {
-			switch {
-			case i < p.sent:
+			switch p.outcomes[i] {
+			case rowSent:
 				sent = append(sent, p.rows[i].ID)
-			case i == p.sent && p.failure != nil:
-				if p.failure.park {
-					parks = append(parks, p.failure.Failure)
-				} else {
-					fails = append(fails, p.failure.Failure)
-				}
-			default:
+			case rowReleased:
 				rest = append(rest, p.rows[i].ID)
+			}
+		}
+		for _, f := range p.failures {
+			if f.park {
+				parks = append(parks, f.Failure)
+			} else {
+				fails = append(fails, f.Failure)
 			}
 		}
 	}
@@ -1052,20 +1127,24 @@ func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch
 		}
 	}
 	for _, p := range parts {
-		if p.failure == nil {
-			continue
+		for _, f := range p.failures {
+			attrs := []any{slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", f.ID.String()), slog.String("error", f.Error)}
+			switch {
+			case f.corrupt:
+				o.stats.parked.Add(1)
+				o.opts.Logger.Error("dispatch: ordered row with corrupt headers cannot be sent; parked with its key, bytes unchanged, until an operator redrives or skips it; the lane's other keys go on", attrs...)
+				continue
+			case f.park:
+				o.stats.parked.Add(1)
+				o.opts.Logger.Warn("dispatch: ordered send failed for good or out of attempts; the row is parked and holds its key until redriven", attrs...)
+			default:
+				if !f.RetryAt.IsZero() {
+					attrs = append(attrs, slog.Time("retry_at", f.RetryAt))
+				}
+				o.opts.Logger.Warn("dispatch: ordered send failed; its key waits for the retry, the lane's other keys go on", attrs...)
+			}
+			o.stats.failed.Add(1)
 		}
-		o.stats.failed.Add(1)
-		msg := "dispatch: ordered send failed; its key waits for the retry, the lane's other keys go on"
-		if p.failure.park {
-			o.stats.parked.Add(1)
-			msg = "dispatch: ordered send failed for good or out of attempts; the row is parked and holds its key until redriven"
-		}
-		attrs := []any{slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", p.failure.ID.String()), slog.String("error", p.failure.Error)}
-		if !p.failure.RetryAt.IsZero() {
-			attrs = append(attrs, slog.Time("retry_at", p.failure.RetryAt))
-		}
-		o.opts.Logger.Warn(msg, attrs...)
 	}
 	if len(rest) > 0 {
 		if _, err := st.ReleaseBatch(ctx, rest, token, o.clock.now()); err != nil {

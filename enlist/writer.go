@@ -189,6 +189,9 @@ func (w *Writer) build(ctx context.Context, out *relayer.Outgoing, now time.Time
 	if route.Ordered && out.Key == "" {
 		return relayer.Message{}, fmt.Errorf("%w: type %q has an ordered route and needs an ordering key (relayer.Key)", relayer.ErrInvalidMessage, typ)
 	}
+	if len(out.Key) > relayer.KeyMaxBytes {
+		return relayer.Message{}, fmt.Errorf("%w: type %q: ordering key is %d bytes, over the limit of %d (relayer.KeyMaxBytes)", relayer.ErrInvalidMessage, typ, len(out.Key), relayer.KeyMaxBytes)
+	}
 	if !utf8.ValidString(out.Key) {
 		return relayer.Message{}, fmt.Errorf("%w: type %q: ordering key is not valid UTF-8", relayer.ErrInvalidMessage, typ)
 	}

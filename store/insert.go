@@ -211,6 +211,17 @@ func validateMessage(m *relayer.Message) error {
 			return fmt.Errorf("%s contains a NUL byte", f.name)
 		}
 	}
+	for _, f := range []struct {
+		name  string
+		value string
+		limit int
+	}{
+		{"Key", m.Key, relayer.KeyMaxBytes}, {"Transport", m.Transport, relayer.EndpointMaxBytes}, {"Destination", m.Destination, relayer.EndpointMaxBytes},
+	} {
+		if len(f.value) > f.limit {
+			return fmt.Errorf("%s is %d bytes, over the limit of %d", f.name, len(f.value), f.limit)
+		}
+	}
 	if m.Ordered {
 		if m.Key == "" {
 			return fmt.Errorf("ordered message has no Key")

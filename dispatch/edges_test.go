@@ -1,0 +1,241 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/store"
+)
+
+// keysInLane returns n distinct keys that hash into lane (of the default
+// lane count), each starting with prefix.
+func keysInLane(prefix string, lane, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if l, _ := relayer.Lane(k, relayer.LanesDefault); l == lane {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// A row whose stored headers do not decode, on an ordered route, is parked
+// with its key: its key's later rows wait for the operator, and every other
+// key of its lane is delivered at once. Before, every batch of the lane
+// failed reading its heads, and nothing of the lane went out.
+func TestOrderedCorruptRowIsParkedAndItsLaneGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	keys := keysInLane("corrupt", 3, 7)
+	b.shipped(t, keys, 7, 49) // 49 rows in one lane, the first of keys[0] first
+	for _, stored := range []string{`\x0100000005000000`, `\x0200000000000000`} {
+		_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET headers = $1::bytea
+			WHERE id = (SELECT id FROM "`+b.schema+`".ob_outbox WHERE ordering_key = $2 AND octet_length(headers) > 8 ORDER BY id LIMIT 1)`,
+			stored, keys[0])
+		must(t, err)
+	}
+	// keys[0]'s first two rows are corrupt (a count past the end, and a
+	// version this reader does not know).
+	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 900 * time.Millisecond})
+	started := time.Now()
+	waitUntil(t, "the other keys' 42 messages", func() bool { return len(b.mem.All()) >= 42 })
+	if took := time.Since(started); took > 800*time.Millisecond {
+		t.Errorf("the lane's other keys took %s, want them at once (under the 900ms poll)", took)
+	}
+	checkOrder(t, b.mem.All(), keys[1:], 7, false)
+	for _, m := range b.mem.All() {
+		if m.Key == keys[0] {
+			t.Errorf("message of the corrupt row's key sent: %s", m.Body)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	parked, err := b.store.ParkedKeys(context.Background(), store.ParkedFilter{}, 10)
+	must(t, err)
+	if len(parked) != 1 || parked[0].Head.Key != keys[0] || !strings.Contains(parked[0].Head.LastError, "corrupt row") {
+		t.Fatalf("parked keys = %+v, want %s parked at its corrupt row", parked, keys[0])
+	}
+	if n := len(b.rows(t)); n != 7 {
+		t.Errorf("outbox holds %d rows, want the 7 of the corrupt row's key", n)
+	}
+	if st := o.Stats(); st.CorruptRows != 1 || st.Parked != 1 {
+		t.Errorf("stats = %+v, want 1 corrupt row parked", st)
+	}
+	// The operator skips the corrupt head: the second corrupt row is parked
+	// in turn, and once that is skipped too the key's five good rows go out
+	// in order.
+	for range 2 {
+		n, err := b.store.SkipParkedHead(context.Background(), keys[0])
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("SkipParkedHead moved %d rows, want 1", n)
+		}
+		waitUntil(t, "the next head parked or sent", func() bool {
+			p, err := b.store.ParkedKeys(context.Background(), store.ParkedFilter{}, 10)
+			must(t, err)
+			return len(p) == 1 || len(b.mem.All()) == 47
+		})
+	}
+	waitUntil(t, "the key's good rows", func() bool { return len(b.mem.All()) == 47 })
+	seq := sequences(t, b.mem.All())[keys[0]]
+	if fmt.Sprint(seq) != "[3 4 5 6 7]" {
+		t.Errorf("the corrupt rows' key arrived as %v, want [3 4 5 6 7]", seq)
+	}
+	dead := b.deadLetters(t)
+	if len(dead) != 2 || len(dead[0].headers) != 8 {
+		t.Errorf("dead letters = %+v, want the two corrupt rows with their bytes", dead)
+	}
+}
+
+// When heads of a lane fail, each holds its own key only: the lane's other
+// keys go out in the same batch, without waiting a poll per failing head.
+// Before, a batch stopped at its first failure and the lane waited a poll
+// interval, so ten failing heads cost every other key ten polls.
+func TestOrderedFailingHeadsHoldOnlyTheirKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	keys := keysInLane("refused", 5, 20)
+	refused := keys[:10]
+	// Each refused key's head comes before the other keys' messages.
+	b.shipped(t, refused, 1, 10)
+	b.shipped(t, keys[10:], 2, 20)
+	b.mem.FailWith(func(m *relayer.Message) error {
+		for _, k := range refused {
+			if m.Key == k {
+				return errors.New("broker refused the key")
+			}
+		}
+		return nil
+	})
+	outbox := b.withRetry(t, relayer.Retry{}, relayer.Retry{}, relayer.Retry{}, relayer.Retry{Backoff: time.Hour})
+	outbox.Transports = map[string]relayer.Transport{"mem": b.mem}
+	o := b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 9 * time.Second, PollInterval: 2 * time.Second})
+	started := time.Now()
+	waitUntil(t, "the other keys' 20 messages", func() bool { return len(b.mem.All()) >= 20 })
+	if took := time.Since(started); took > 1500*time.Millisecond {
+		t.Errorf("the other keys' messages took %s behind 10 failing heads, want well under one 2s poll", took)
+	}
+	checkOrder(t, b.mem.All(), keys[10:], 2, false)
+	waitUntil(t, "ten failures recorded", func() bool { return o.Stats().Failed == 10 })
+	var waiting int
+	must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_outbox WHERE retry_at > now() AND attempts = 1`).Scan(&waiting))
+	if waiting != 10 {
+		t.Errorf("%d rows wait for their retry with one attempt, want the 10 refused heads", waiting)
+	}
+}
+
+// randomText returns n bytes of text that does not compress, so that an
+// index entry holding it is as long as the text.
+func randomText(n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
+	var b strings.Builder
+	for range n {
+		b.WriteByte(alphabet[rand.IntN(len(alphabet))])
+	}
+	return b.String()
+}
+
+// Every indexed text a message carries works at its documented maximum
+// through every statement that indexes it (a failure waiting for its
+// retry, a parked key, a paused destination, a skip to the dead letters),
+// and one byte over is refused when published or routed, naming the limit.
+// Before, publish took keys of any length, and a 3,000-byte key whose send
+// failed broke every batch of its lane (an index row over 2,704 bytes).
+func TestIndexedTextAtItsMaximum(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	transport := randomText(relayer.EndpointMaxBytes)
+	destination := randomText(relayer.EndpointMaxBytes)
+	var routes relayer.Routes
+	must(t, relayer.AddType[Shipped](&routes, relayer.Route{Transport: transport, Destination: destination, Ordered: true,
+		Retry: relayer.Retry{MaxAttempts: 2, Backoff: 10 * time.Millisecond}}))
+	must(t, relayer.AddType[Placed](&routes, relayer.Route{Transport: transport, Destination: destination}))
+	outbox := b.outbox
+	outbox.Routes = &routes
+	outbox.Transports = map[string]relayer.Transport{transport: b.mem}
+	w, err := enlist.NewWriter(outbox, enlist.Options{})
+	must(t, err)
+	publish := func(msgs ...relayer.Outgoing) error {
+		return w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error { return tx.PublishAll(context.Background(), msgs...) })
+	}
+
+	long := randomText(relayer.KeyMaxBytes)
+	other := randomText(relayer.KeyMaxBytes)
+	for _, k := range []string{long, long, other} {
+		must(t, publish(relayer.NewOutgoing(Shipped{1}, relayer.Key(k))))
+	}
+	var mu sync.Mutex
+	unavailable := true
+	b.mem.FailWith(func(m *relayer.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case unavailable:
+			return fmt.Errorf("broker down: %w", relayer.ErrUnavailable)
+		case m.Key == long:
+			return errors.New("refused")
+		}
+		return nil
+	})
+	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
+		Ordered:  dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond},
+		Recovery: dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond},
+		Logger:   b.logger(),
+	})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	must(t, publish(relayer.NewOutgoing(Placed{1})))
+	waitUntil(t, "the destination paused and published", func() bool {
+		p, err := b.store.Pauses(context.Background())
+		must(t, err)
+		return len(p) > 0 && p[0].Destination == destination && p[0].Transport == transport
+	})
+	mu.Lock()
+	unavailable = false
+	mu.Unlock()
+	waitUntil(t, "the long key parked after two attempts", func() bool {
+		p, err := b.store.ParkedKeys(context.Background(), store.ParkedFilter{}, 10)
+		must(t, err)
+		return len(p) == 1 && p[0].Head.Key == long
+	})
+	waitUntil(t, "the other key and the unordered message sent", func() bool { return len(b.mem.All()) == 2 })
+	n, err := b.store.SkipParkedHead(context.Background(), long)
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("SkipParkedHead moved %d rows, want 1", n)
+	}
+	if dead := b.deadLetters(t); len(dead) != 1 {
+		t.Errorf("dead letters = %d, want the skipped head", len(dead))
+	}
+
+	// One byte over each limit is refused, naming it.
+	err = publish(relayer.NewOutgoing(Shipped{2}, relayer.Key(long+"x")))
+	if !errors.Is(err, relayer.ErrInvalidMessage) || !strings.Contains(err.Error(), "1024") {
+		t.Errorf("publishing a key of %d bytes: %v, want ErrInvalidMessage naming the limit", len(long)+1, err)
+	}
+	for _, route := range []relayer.Route{{Transport: transport + "x", Destination: "d"}, {Transport: "t", Destination: destination + "x"}} {
+		var rs relayer.Routes
+		if err := rs.Add("too.long", route); !errors.Is(err, relayer.ErrInvalidRoute) || !strings.Contains(err.Error(), "1024") {
+			t.Errorf("a route with a %d-byte transport and a %d-byte destination: %v, want ErrInvalidRoute naming the limit",
+				len(route.Transport), len(route.Destination), err)
+		}
+	}
+	if _, err := b.store.RecordInbox(context.Background(), randomText(store.ConsumerMaxBytes+1), uuid.Must(relayer.NewID())); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("an inbox consumer over the limit: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := b.store.RecordInbox(context.Background(), randomText(store.ConsumerMaxBytes), uuid.Must(relayer.NewID())); err != nil {
+		t.Errorf("an inbox consumer at the limit: %v", err)
+	}
+}
