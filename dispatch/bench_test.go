@@ -364,7 +364,7 @@ func BenchmarkRecoveryDrain(b *testing.B) {
 		for _, plans := range []string{"generic", "custom"} {
 			b.Run(fmt.Sprintf("workers=%d/plans=%s", workers, plans), func(b *testing.B) {
 				defer dispatch.SetGenericTakePlans(dispatch.SetGenericTakePlans(plans == "generic"))
-				benchRecoveryDrain(b, workers, 0)
+				benchRecoveryDrain(b, workers, 0, 0)
 			})
 		}
 	}
@@ -372,17 +372,31 @@ func BenchmarkRecoveryDrain(b *testing.B) {
 	// second worker is for.
 	for _, workers := range []int{1, 2} {
 		b.Run(fmt.Sprintf("workers=%d/broker=5ms", workers), func(b *testing.B) {
-			benchRecoveryDrain(b, workers, 5*time.Millisecond)
+			benchRecoveryDrain(b, workers, 5*time.Millisecond, 0)
 		})
 	}
 }
 
-func benchRecoveryDrain(b *testing.B, workers int, sendDelay time.Duration) {
+// BenchmarkRecoveryDrainTakeSize is BenchmarkRecoveryDrain with two workers
+// at take sizes (RecoveryOptions.BatchSize) of 1,000 and 5,000 rows, with an
+// instant broker and one taking 5 ms per batch: what bounding the rows a
+// take holds unrecorded (all of which a crash sends again) costs the drain.
+func BenchmarkRecoveryDrainTakeSize(b *testing.B) {
+	for _, delay := range []time.Duration{0, 5 * time.Millisecond} {
+		for _, size := range []int{1000, 5000} {
+			b.Run(fmt.Sprintf("broker=%s/take=%d", delay, size), func(b *testing.B) {
+				benchRecoveryDrain(b, 2, delay, size)
+			})
+		}
+	}
+}
+
+func benchRecoveryDrain(b *testing.B, workers int, sendDelay time.Duration, batchSize int) {
 	for b.Loop() {
 		bu := setup(b, dispatch.DirectOptions{})
 		bu.mem.SetDelay(sendDelay)
 		fillBacklog(b, bu, backlogRows)
-		r := bu.recovery(b, dispatch.RecoveryOptions{PollInterval: 10 * time.Millisecond, Workers: workers, MinAge: time.Nanosecond})
+		r := bu.recovery(b, dispatch.RecoveryOptions{PollInterval: 10 * time.Millisecond, Workers: workers, MinAge: time.Nanosecond, BatchSize: batchSize})
 		start := time.Now()
 		must(b, r.Start(context.Background()))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -43,8 +43,9 @@ type Stats struct {
 	// Scans counts recovery take statements and ordered lane probes: the
 	// worker's runs over the outbox.
 	Scans uint64
-	// CorruptRows counts rows recovery took but could not send because their
-	// stored headers do not decode; they are moved to the dead letters.
+	// CorruptRows counts rows that could not be sent because their stored
+	// headers do not decode: recovery moves unordered ones to the dead
+	// letters, ordered workers park ordered ones with their key.
 	CorruptRows uint64
 	// DeadLettered counts unordered rows moved to the dead letters: failed
 	// for good (relayer.ErrPermanent), out of attempts, or corrupt.
@@ -149,6 +150,11 @@ type sender struct {
 	clock *dbClock
 	// retries is each message type's retry policy.
 	retries *retries
+	// session, when set, is the context transactions begin under: one that
+	// outlives each take, for the chained transactions of a direct worker
+	// (see detach). Otherwise each take's transaction begins under the
+	// take's own context.
+	session context.Context
 }
 
 // chainIdle is how long a direct worker keeps a chained transaction open while
@@ -204,10 +210,14 @@ func (s *sender) deliver(ctx context.Context, conn *workerConn, g group) error {
 // returns ids and recorded failures only: the notification already holds each row's
 // stored bytes, so they are not read back.
 func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.Transport, e endpoint, msgs []*relayer.Message) error {
+	stop := ctx
+	ctx, done := detach(stop, time.Now().Add(s.claimFor+idleTxMargin))
+	defer done()
 	t, err := s.start(ctx, conn, time.Now())
 	if err != nil {
 		return err
 	}
+	t.stop = stop
 	s.ids = s.ids[:0]
 	for _, m := range msgs {
 		s.ids = append(s.ids, m.ID)
@@ -246,6 +256,10 @@ func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.
 type take struct {
 	tx *sql.Tx
 	st *store.Store
+	// stop is the worker's context: once it is cancelled, no further send
+	// starts, and the rows not sent are kept, while the sends under way and
+	// the take's record run on to their end on a context detached from it.
+	stop context.Context
 	// until is the claim's expiry: no send starts after it, and a send still
 	// running at it is abandoned.
 	until   time.Time
@@ -286,7 +300,11 @@ func (t *take) failed(s *sender, m *relayer.Message, prior store.Taken, err erro
 // begin opens a take on the pinned connection, with a claim that lasts the
 // claim duration from now.
 func (s *sender) begin(ctx context.Context, conn *workerConn, now time.Time) (*take, error) {
-	tx, st, err := conn.begin(ctx)
+	txCtx := ctx
+	if s.session != nil {
+		txCtx = s.session
+	}
+	tx, st, err := conn.begin(txCtx)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
@@ -329,6 +347,10 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		s.logger.Warn("dispatch: claim expired before sending; not sending",
 			slog.String("transport", e.transport), slog.String("destination", e.destination), slog.Int("rows", len(msgs)))
 		t.keep(msgs, prior)
+		return false
+	}
+	if t.stop != nil && halted(t.stop) {
+		t.keep(msgs, prior) // stopping: kept unsent, for the next worker
 		return false
 	}
 	var watch *sendWatch

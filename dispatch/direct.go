@@ -275,15 +275,17 @@ func (e *PendingError) Unwrap() error { return e.Err }
 func (e *PendingError) PendingRows() int { return e.Rows }
 
 // Start starts the worker. It runs until [Direct.Stop] or until ctx ends; when
-// ctx ends, work in flight is cancelled and what was not sent stays in the
-// table for recovery. Start returns an error if called twice.
+// ctx ends, no further send starts, the sends under way return and are
+// recorded (for at most 10 s more), and what was not sent stays in the table
+// for recovery. Start returns an error if called twice.
 func (d *Direct) Start(ctx context.Context) error {
 	return d.loop.start(ctx, "direct dispatcher", d.run)
 }
 
 // Stop stops accepting notifications and drains the queue, sending what it
-// holds, until ctx ends; then it cancels what is still in flight (a transport
-// that ignores cancellation is abandoned) and returns ctx's error. Unfinished
+// holds, until ctx ends; then it sends nothing more, lets the sends under
+// way return and records them (for at most 10 s more; a transport that
+// ignores cancellation is abandoned after that) and returns ctx's error. Unfinished
 // rows stay in the table for recovery. No goroutine of the dispatcher outlives
 // Stop, except an abandoned transport call, which ends when the transport
 // returns. Stop is idempotent.
@@ -358,8 +360,14 @@ func (d *Direct) syncClock(ctx context.Context, done <-chan struct{}) {
 // connection.
 func (d *Direct) work(ctx context.Context, s *sender) {
 	conn := newTakingConn(d.db, d.store, d.opts.ClaimDuration)
+	// Chained transactions outlive each take: they begin under a context
+	// that a cancellation of ctx ends only after the take in flight has
+	// recorded its outcome.
+	session, endSession := detach(ctx, time.Time{})
+	s.session = session
 	defer func() {
 		s.endChain()
+		endSession()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		conn.release(rctx)
 		cancel()

@@ -351,9 +351,9 @@ func (o *Ordered) work(ctx context.Context) {
 
 // Stop lets the batch in flight finish and commit, then releases the worker's
 // membership and lane leases so that other members take over at once; a crash
-// instead leaves them to expire. If ctx ends first, the batch is cancelled (it
-// rolls back, and its rows are sent again by the next owner) and Stop returns
-// ctx's error. Stop is idempotent.
+// instead leaves them to expire. If ctx ends first, the batch admits no more
+// rows, records what it sent (for at most 10 s more) and ends, and Stop
+// returns ctx's error. Stop is idempotent.
 func (o *Ordered) Stop(ctx context.Context) error { return o.loop.stop(ctx) }
 
 // leave releases every lease this instance holds.

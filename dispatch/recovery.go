@@ -19,7 +19,7 @@ import (
 
 // Recovery defaults and limits.
 const (
-	RecoveryBatchSizeDefault     = 5000
+	RecoveryBatchSizeDefault     = 1000
 	RecoveryPollIntervalDefault  = time.Second
 	RecoveryLeaseDurationDefault = 30 * time.Second
 	RecoveryWorkersDefault       = 2
@@ -38,8 +38,10 @@ const (
 type RecoveryOptions struct {
 	// BatchSize is how many rows one take statement removes, 1 to 10,000;
 	// sends are further bounded by each endpoint's MaxBatchSize. Large batches
-	// are what make draining a backlog fast (see docs/benchmarks.md).
-	// Default: 5000.
+	// are what make draining a backlog fast (see docs/benchmarks.md); a take
+	// commits once all its rows are sent, so a crash or a killed session
+	// during a take sends up to BatchSize rows again (per worker).
+	// Default: 1000.
 	BatchSize int
 	// PollInterval is how long recovery waits after a scan found nothing, and so
 	// the longest a scheduled message waits past its time. Default: 1s.
@@ -256,9 +258,10 @@ func (r *Recovery) Start(ctx context.Context) error {
 }
 
 // Stop lets the batches in flight finish, then releases the lease so that
-// another instance can start at once. If ctx ends first, the batches are
-// cancelled: their takes roll back, and their rows are in the table again at
-// once, to be sent again. Stop is idempotent.
+// another instance can start at once. If ctx ends first, the takes in
+// flight send nothing more: the sends under way return, and each take
+// commits what it sent and puts back what it did not (for at most 10 s
+// more), so that nothing is sent twice. Stop is idempotent.
 func (r *Recovery) Stop(ctx context.Context) error { return r.loop.stop(ctx) }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
@@ -438,8 +441,11 @@ func (r *Recovery) rewind(from uuid.UUID) bool {
 // A destination found without unordered rows is not probed by recovery
 // again for a PollInterval, so that a busy recovery does not look for them
 // at every take.
-func (r *Recovery) probe(ctx context.Context, d *drainer) error {
+func (r *Recovery) probe(ctx, stop context.Context, d *drainer) error {
 	for _, e := range r.aside.probeDue() {
+		if halted(stop) {
+			return nil
+		}
 		if !r.mayProbe(e) {
 			continue
 		}
@@ -447,7 +453,7 @@ func (r *Recovery) probe(ctx context.Context, d *drainer) error {
 		if gen == 0 {
 			continue
 		}
-		found, err := r.probeOne(ctx, d, e)
+		found, err := r.probeOne(ctx, stop, d, e)
 		r.aside.release(e, gen)
 		if err != nil {
 			return err
@@ -478,7 +484,7 @@ func (r *Recovery) mayProbe(e endpoint) bool {
 
 // probeOne takes one eligible row of e and sends it alone. It reports
 // whether it found one.
-func (r *Recovery) probeOne(ctx context.Context, d *drainer, e endpoint) (bool, error) {
+func (r *Recovery) probeOne(ctx, stop context.Context, d *drainer, e endpoint) (bool, error) {
 	tr, _, ok := d.sender.resolve(ctx, e, 1)
 	if !ok {
 		return false, nil
@@ -487,6 +493,7 @@ func (r *Recovery) probeOne(ctx context.Context, d *drainer, e endpoint) (bool, 
 	if err != nil {
 		return false, err
 	}
+	t.stop = stop
 	rows, err := t.st.TakeNextUnorderedTo(ctx, nil, store.Endpoint{Transport: e.transport, Destination: e.destination}, 1, r.clock.now())
 	if err != nil || len(rows) == 0 || rows[0].Corrupt != nil {
 		t.tx.Rollback()
@@ -501,15 +508,27 @@ func (r *Recovery) probeOne(ctx context.Context, d *drainer, e endpoint) (bool, 
 // batch takes the next rows after the shared cursor, sends them and commits
 // the outcome. It reports whether it found any rows, and the cursor it took
 // from.
+//
+// Cancelling ctx stops the take from sending more: the sends under way
+// return, the rows not sent are kept, and the outcome is committed on a
+// context of the take's own (see detach), so that a stop by cancellation
+// sends nothing twice.
 func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, error) {
-	if err := r.probe(ctx, d); err != nil {
+	stop := ctx
+	ctx, done := detach(stop, time.Now().Add(r.opts.ClaimDuration+idleTxMargin))
+	defer done()
+	if err := r.probe(ctx, stop, d); err != nil {
 		return false, uuid.Nil, err
+	}
+	if halted(stop) {
+		return false, uuid.Nil, nil
 	}
 	now := r.clock.now()
 	t, err := d.sender.begin(ctx, d.conn, time.Now())
 	if err != nil {
 		return false, uuid.Nil, err
 	}
+	t.stop = stop
 	r.stats.scans.Add(1)
 	createdBefore := now.Add(-r.opts.MinAge)
 	if time.Now().UnixNano() < r.urgentTill.Load() {
@@ -558,13 +577,13 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			part := &take{until: t.until}
+			part := &take{until: t.until, stop: stop}
 			abandoned := false
 			for start := 0; start < len(msgs); start += size {
 				end := min(start+size, len(msgs))
-				if start > 0 && r.aside.skipped(e) {
-					// Paused or slow since the first chunk: the rest waits,
-					// attempts untouched.
+				if start > 0 && (r.aside.skipped(e) || halted(stop)) {
+					// Paused or slow since the first chunk, or stopping: the
+					// rest waits, attempts untouched.
 					part.keep(msgs[start:], prior[start:])
 					break
 				}

@@ -477,8 +477,11 @@ func (r *Runner) Stop(ctx context.Context) error {
 }
 
 // Run starts the workers and blocks until ctx ends or Stop is called. When ctx
-// ends, the workers are cancelled (use Stop for a drain) and Run returns
-// ctx's error.
+// ends, the workers stop: no row is admitted any more, the sends under way
+// return, and what was sent is recorded (on a context of its own, for at
+// most 10 s), so that nothing is sent twice; direct dispatch leaves its
+// queued rows to recovery (use Stop for a drain). Run then returns ctx's
+// error.
 func (r *Runner) Run(ctx context.Context) error {
 	if err := r.Start(ctx); err != nil {
 		return err

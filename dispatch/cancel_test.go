@@ -1,0 +1,96 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+)
+
+// Cancelling the context of Runner.Run, the documented way to stop it, is
+// as clean as Stop: the batch in flight admits nothing more, and what it
+// had sent is recorded, so that nothing is sent twice when the workers run
+// again. Before, the batch in flight rolled back on the cancelled context
+// and everything it had sent (for recovery, up to a whole take) went out
+// again.
+func TestCancellingRunSendsNothingTwice(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"recovery", "ordered"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, dispatch.DirectOptions{})
+			opts := dispatch.RunnerOptions{
+				DisableDirect: true, DisableCleanup: true,
+				Recovery: dispatch.RecoveryOptions{MinAge: time.Nanosecond, PollInterval: 50 * time.Millisecond},
+				Ordered:  dispatch.OrderedOptions{PollInterval: 50 * time.Millisecond},
+				Logger:   b.logger(),
+			}
+			total := 3000
+			if kind == "recovery" {
+				opts.DisableOrdered = true
+				// Chunks of 50 sent 10ms apart: a take of thousands of rows
+				// is in flight when the context is cancelled.
+				b.mem.SetCapabilities("orders.placed", relayer.Capabilities{MaxBatchSize: 50})
+				b.mem.SetDelay(10 * time.Millisecond)
+				for range total / 500 {
+					msgs := make([]relayer.Outgoing, 500)
+					for i := range msgs {
+						msgs[i] = relayer.NewOutgoing(Placed{i})
+					}
+					b.enlistOnly(t, msgs...)
+				}
+			} else {
+				opts.DisableRecovery = true
+				b.mem.SetDelay(time.Millisecond)
+				b.shipped(t, keyList(60), total/60, 500)
+			}
+			run := func(ctx context.Context) {
+				r, err := dispatch.NewRunner(b.db, b.outbox, opts)
+				must(t, err)
+				if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				run(ctx)
+			}()
+			waitUntil(t, "300 messages sent", func() bool { return b.mem.Len() >= 300 })
+			cancel()
+			<-stopped
+			before := b.mem.Len()
+			if before >= total {
+				t.Fatalf("all %d sent before the cancellation took effect; the test needs a batch in flight", before)
+			}
+
+			b.mem.SetDelay(0)
+			ctx, cancel = context.WithCancel(context.Background())
+			stopped = make(chan struct{})
+			go func() {
+				defer close(stopped)
+				run(ctx)
+			}()
+			b.waitRows(t, 0)
+			cancel()
+			<-stopped
+			seen := map[uuid.UUID]int{}
+			dups := 0
+			for _, m := range b.mem.All() {
+				if seen[m.ID]++; seen[m.ID] > 1 {
+					dups++
+				}
+			}
+			t.Logf("%d sent before the cancellation, %d in all, %d sent twice", before, b.mem.Len(), dups)
+			if len(seen) != total || dups != 0 {
+				t.Errorf("%d distinct of %d delivered, %d sent twice; want all, none twice", len(seen), total, dups)
+			}
+		})
+	}
+}
