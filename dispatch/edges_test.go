@@ -239,3 +239,61 @@ func TestIndexedTextAtItsMaximum(t *testing.T) {
 		t.Errorf("an inbox consumer at the limit: %v", err)
 	}
 }
+
+// Writers and workers check the schema once at start: an outdated one (an
+// upgrade whose migration was forgotten) is refused with how to migrate,
+// and a newer one (a rolling deploy) is accepted with a warning, or refused
+// when told to. Before, they started and wrote on an outdated schema, and
+// every poll then failed on a missing column.
+func TestSchemaVersionIsCheckedAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ctx := context.Background()
+	old := b.outbox
+	old.TablePrefix = "old_"
+	steps, err := store.Migrations(store.OptionsOf(old))
+	must(t, err)
+	_, err = b.db.Exec(steps[0].SQL)
+	must(t, err)
+	publishWith := func(outbox relayer.Outbox, opts enlist.Options) error {
+		w, err := enlist.NewWriter(outbox, opts)
+		must(t, err)
+		return w.RunInTx(ctx, b.db, nil, func(tx *enlist.Tx) error {
+			return tx.PublishAll(ctx, relayer.NewOutgoing(Placed{1}))
+		})
+	}
+	start := func(outbox relayer.Outbox, opts dispatch.RunnerOptions) error {
+		opts.Logger = b.logger()
+		r, err := dispatch.NewRunner(b.db, outbox, opts)
+		must(t, err)
+		err = r.Start(ctx)
+		r.Stop(ctx)
+		return err
+	}
+	if err := publishWith(old, enlist.Options{}); !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), "relayer migrate") {
+		t.Errorf("publish on a schema at migration 1: %v, want ErrSchemaOutdated saying how to migrate", err)
+	}
+	if err := start(old, dispatch.RunnerOptions{}); !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Errorf("Runner.Start on a schema at migration 1: %v, want ErrSchemaOutdated", err)
+	}
+	var n int
+	must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".old_outbox`).Scan(&n))
+	if n != 0 {
+		t.Errorf("%d rows written to the outdated outbox", n)
+	}
+
+	_, err = b.db.Exec(`INSERT INTO "`+b.schema+`".ob_relayer_migrations (version, name) VALUES ($1, 'newer')`, store.SchemaVersion+1)
+	must(t, err)
+	if err := publishWith(b.outbox, enlist.Options{}); err != nil {
+		t.Errorf("publish on a newer schema: %v", err)
+	}
+	if err := publishWith(b.outbox, enlist.Options{RefuseNewerSchema: true}); !errors.Is(err, store.ErrSchemaNewer) {
+		t.Errorf("publish on a newer schema, refusing it: %v, want ErrSchemaNewer", err)
+	}
+	if err := start(b.outbox, dispatch.RunnerOptions{}); err != nil || !strings.Contains(b.logs.String(), "newer than this release") {
+		t.Errorf("Runner.Start on a newer schema: %v, want it started with a warning; logs:\n%s", err, b.logs.String())
+	}
+	if err := start(b.outbox, dispatch.RunnerOptions{RefuseNewerSchema: true}); !errors.Is(err, store.ErrSchemaNewer) {
+		t.Errorf("Runner.Start on a newer schema, refusing it: %v, want ErrSchemaNewer", err)
+	}
+}

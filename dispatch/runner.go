@@ -76,6 +76,13 @@ type RunnerOptions struct {
 	// workers' own; 0 to MaxOpenConns. Start refuses a smaller pool. A pool
 	// without a bound is not checked. Default: 2.
 	PoolHeadroom int
+	// RefuseNewerSchema makes Start fail (with store.ErrSchemaNewer) when
+	// the outbox's tables record a migration newer than this release knows.
+	// Start checks the schema: an outdated one (store.ErrSchemaOutdated,
+	// with how to migrate) always fails it; a newer one, which a newer
+	// release migrated during a rolling deploy and this one still works
+	// with, is logged as a warning unless this is set. Default: false.
+	RefuseNewerSchema bool
 	// Logger is every worker's logger unless its own options set one.
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -385,7 +392,7 @@ func (r *Runner) checkPool() error {
 	return nil
 }
 
-// Start checks the pool, then starts recovery, the ordered workers, cleanup
+// Start checks the pool and the schema (see RunnerOptions.RefuseNewerSchema), then starts recovery, the ordered workers, cleanup
 // and direct dispatch, in that order; they run until [Runner.Stop] or until
 // ctx ends. If one fails to start (the database was not reachable, a
 // session was killed while a worker joined), those already started are
@@ -406,6 +413,9 @@ func (r *Runner) Start(ctx context.Context) error {
 	if err := r.checkPool(); err != nil {
 		return err
 	}
+	if err := r.checkSchema(ctx); err != nil {
+		return err
+	}
 	r.started = true
 	var started []interface{ Stop(context.Context) error }
 	for _, w := range r.workers() {
@@ -422,6 +432,20 @@ func (r *Runner) Start(ctx context.Context) error {
 			return err
 		}
 		started = append(started, w)
+	}
+	return nil
+}
+
+// checkSchema refuses an outdated schema, and warns of (or refuses) a newer
+// one.
+func (r *Runner) checkSchema(ctx context.Context) error {
+	_, err := r.store.CheckSchema(ctx)
+	if errors.Is(err, store.ErrSchemaNewer) && !r.opts.RefuseNewerSchema {
+		r.opts.Logger.Warn("dispatch: "+err.Error(), slog.Int("release_schema_version", store.SchemaVersion))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
 	}
 	return nil
 }

@@ -71,6 +71,15 @@ type Options struct {
 	// and the commits within an interval share one NOTIFY at its end.
 	// Default: 5 ms. It applies only with Wake.
 	WakeInterval time.Duration
+	// RefuseNewerSchema makes publishing fail (with store.ErrSchemaNewer)
+	// when the outbox's tables record a migration newer than this release
+	// knows. The writer checks the schema once, in the transaction of its
+	// first publish: an outdated schema (store.ErrSchemaOutdated, with how
+	// to migrate) always fails it; a newer one, which a newer release
+	// migrated during a rolling deploy and this one can still write to, is
+	// accepted unless this is set (the workers, which read it, warn).
+	// Default: false.
+	RefuseNewerSchema bool
 }
 
 // Validate reports the first field out of range.
@@ -94,7 +103,10 @@ type Writer struct {
 	listener    CommitListener
 	logger      *slog.Logger
 	left        atomic.Uint64
-	notifier    *notifier // nil unless Options.Wake is set
+	refuseNewer bool
+	// schemaChecked is set once a publish found the schema current.
+	schemaChecked atomic.Bool
+	notifier      *notifier // nil unless Options.Wake is set
 }
 
 // NewWriter validates outbox and opts and returns a writer. It does not touch
@@ -111,13 +123,14 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 		return nil, fmt.Errorf("%w: Outbox.Routes is empty", relayer.ErrInvalidRoute)
 	}
 	w := &Writer{
-		store:      st,
-		routes:     outbox.Routes.Clone(),
-		serializer: outbox.Serializer,
-		lanes:      outbox.Lanes,
-		trace:      outbox.TraceContext,
-		listener:   opts.Listener,
-		logger:     opts.Logger,
+		store:       st,
+		routes:      outbox.Routes.Clone(),
+		serializer:  outbox.Serializer,
+		lanes:       outbox.Lanes,
+		trace:       outbox.TraceContext,
+		listener:    opts.Listener,
+		logger:      opts.Logger,
+		refuseNewer: opts.RefuseNewerSchema,
 	}
 	if w.serializer == nil {
 		w.serializer = relayer.JSON{}
@@ -326,6 +339,12 @@ func (e *Enlistment) PublishWith(ctx context.Context, exec store.ExecFunc, msgs 
 	rows, err := e.w.buildAll(ctx, msgs)
 	if err != nil {
 		return err
+	}
+	if !e.w.schemaChecked.Load() {
+		if err := e.w.store.CheckSchemaWith(ctx, exec, e.w.refuseNewer); err != nil {
+			return fmt.Errorf("enlist: %w", err)
+		}
+		e.w.schemaChecked.Store(true)
 	}
 	if err := e.w.store.InsertWith(ctx, exec, rows); err != nil {
 		if errors.Is(err, store.ErrInvalidMessage) {

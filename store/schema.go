@@ -144,12 +144,20 @@ func recordSQL(n names, m Migration) string {
 }
 
 // Migrations returns the versioned schema steps for opts, for migration tools that
-// apply steps one by one. Each step's SQL is idempotent.
+// apply steps one by one. Each step's SQL is idempotent, and records the step
+// in the <prefix>relayer_migrations table (creating it first), as [Migrate]
+// does: writers and workers check those records when they start
+// ([Store.CheckSchema]).
 func Migrations(opts Options) ([]Migration, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return migrationSteps(newNames(opts.withDefaults())), nil
+	n := newNames(opts.withDefaults())
+	steps := migrationSteps(n)
+	for i := range steps {
+		steps[i].SQL = migrationsTableSQL(n) + steps[i].SQL + recordSQL(n, steps[i])
+	}
+	return steps, nil
 }
 
 // SchemaSQL returns the whole schema for opts as one idempotent script: the

@@ -34,6 +34,7 @@ type Store struct {
 	rdq  *redriveQueries
 	pq   *pauseQueries
 	oq   *overviewQueries
+	vq   *versionQueries
 }
 
 // New returns a store for the outbox named by opts, running statements on db.
@@ -52,7 +53,7 @@ func New(db DBTX, opts Options) (*Store, error) {
 func newStore(db DBTX, opts Options) *Store {
 	n := newNames(opts)
 	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n),
-		oq: buildOverviewQueries(n)}
+		oq: buildOverviewQueries(n), vq: buildVersionQueries(n)}
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -81,7 +82,7 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	if isNil(db) {
 		return nil, ErrNilDB
 	}
-	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq}, nil
 }
 
 // Options returns the store's options with defaults applied.

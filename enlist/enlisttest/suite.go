@@ -66,6 +66,7 @@ type env struct {
 	rec    *Recorder
 	writer *enlist.Writer
 	ep     EntryPoint
+	a      Adapter
 }
 
 func newEnv(t *testing.T, a Adapter) *env {
@@ -100,7 +101,7 @@ func newEnv(t *testing.T, a Adapter) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, db: db, schema: schema, store: st, rec: rec, writer: w}
+	e := &env{t: t, db: db, schema: schema, store: st, rec: rec, writer: w, a: a}
 	e.ep = a.Open(t, db, w)
 	return e
 }
@@ -182,6 +183,7 @@ var scenarios = []struct {
 	{"CancelledBeforeCommit", cancelledBeforeCommit},
 	{"InvalidMessagesWriteNothing", invalidMessagesWriteNothing},
 	{"PublishAfterEnd", publishAfterEnd},
+	{"OutdatedSchemaRefused", outdatedSchemaRefused},
 }
 
 func commitKeepsRowsAndNotifiesOnce(t *testing.T, e *env) {
@@ -557,5 +559,45 @@ func publishAfterEnd(t *testing.T, e *env) {
 	}
 	if n := len(e.stored()); n != 0 {
 		t.Errorf("%d rows written after commit", n)
+	}
+}
+
+// outdatedSchemaRefused publishes to an outbox whose tables lack a migration
+// (an upgrade whose migration was forgotten): the publish fails with
+// store.ErrSchemaOutdated, and the transaction writes nothing.
+func outdatedSchemaRefused(t *testing.T, e *env) {
+	ctx := context.Background()
+	opts := store.Options{Schema: e.schema, TablePrefix: "old_"}
+	steps, err := store.Migrations(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.ExecContext(ctx, steps[0].SQL); err != nil {
+		t.Fatal(err)
+	}
+	var routes relayer.Routes
+	if err := relayer.AddType[Placed](&routes, relayer.Route{Transport: "mem", Destination: "orders.placed"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := enlist.NewWriter(relayer.Outbox{Schema: e.schema, TablePrefix: "old_", Routes: &routes, Lanes: Lanes}, enlist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := e.a.Open(t, e.db, w)
+	err = ep.RunInTx(ctx, func(ctx context.Context, tx Tx) error {
+		if err := tx.Exec(ctx, e.order(1)); err != nil {
+			return err
+		}
+		return tx.Publish(ctx, placed(1))
+	})
+	if !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Errorf("publish on a schema at migration 1: %v, want store.ErrSchemaOutdated", err)
+	}
+	var n int
+	if err := e.db.QueryRowContext(ctx, `SELECT count(*) FROM "`+e.schema+`".old_outbox`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || e.orders() != 0 {
+		t.Errorf("%d rows and %d orders written on the outdated schema, want none", n, e.orders())
 	}
 }

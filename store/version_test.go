@@ -1,0 +1,84 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/relayer-go/relayer/store"
+)
+
+// CheckSchema and CheckSchemaWith tell a current schema from one missing a
+// migration (or every one) and from one a newer release migrated, on every
+// driver, and say how to migrate.
+func TestCheckSchema(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		exec := func(ctx context.Context, q string, args ...any) error {
+			_, err := b.db.ExecContext(ctx, q, args...)
+			return err
+		}
+		check := func(st *store.Store) (int, error, error, error) {
+			v, err := st.CheckSchema(ctx)
+			return v, err, st.CheckSchemaWith(ctx, exec, false), st.CheckSchemaWith(ctx, exec, true)
+		}
+
+		v, err, with, strict := check(b.store)
+		if v != store.SchemaVersion || err != nil || with != nil || strict != nil {
+			t.Errorf("migrated: %d, %v, %v, %v; want version %d, no error", v, err, with, strict, store.SchemaVersion)
+		}
+
+		// No tables at all, then only the first migration (an upgrade
+		// whose migrations were not run), applied as a migration tool would.
+		opts := store.Options{Schema: b.opts.Schema, TablePrefix: "old_"}
+		old, err := store.New(b.db, opts)
+		must(t, err)
+		for _, step := range []int{0, 1} {
+			if step > 0 {
+				steps, err := store.Migrations(opts)
+				must(t, err)
+				_, err = b.db.ExecContext(ctx, steps[0].SQL)
+				must(t, err)
+			}
+			_, err, with, strict = check(old)
+			for _, e := range []error{err, with, strict} {
+				if !errors.Is(e, store.ErrSchemaOutdated) || !strings.Contains(e.Error(), "relayer migrate --database-url URL --schema "+opts.Schema+" --prefix old_") {
+					t.Errorf("after %d migrations: %v, want ErrSchemaOutdated saying how to migrate", step, e)
+				}
+			}
+		}
+		if _, err := store.Migrate(ctx, b.db, opts); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.CheckSchema(ctx); err != nil {
+			t.Errorf("after Migrate: %v", err)
+		}
+
+		// A newer release recorded a migration this one does not know.
+		_, err = b.db.ExecContext(ctx, `INSERT INTO "`+b.opts.Schema+`".orders_relayer_migrations (version, name) VALUES ($1, 'from the future')`, store.SchemaVersion+1)
+		must(t, err)
+		v, err, with, strict = check(b.store)
+		if v != store.SchemaVersion+1 || !errors.Is(err, store.ErrSchemaNewer) || with != nil || !errors.Is(strict, store.ErrSchemaNewer) {
+			t.Errorf("newer: %d, %v, %v, %v; want version %d, ErrSchemaNewer from CheckSchema and the strict check only",
+				v, err, with, strict, store.SchemaVersion+1)
+		}
+	})
+}
+
+// SchemaVersion is the newest migration step.
+func TestSchemaVersionIsTheNewestStep(t *testing.T) {
+	steps, err := store.Migrations(store.Options{})
+	must(t, err)
+	if last := steps[len(steps)-1].Version; last != store.SchemaVersion {
+		t.Errorf("the newest step is %d, SchemaVersion %d", last, store.SchemaVersion)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
