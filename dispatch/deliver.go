@@ -287,6 +287,13 @@ func (t *take) failed(s *sender, m *relayer.Message, prior store.Taken, err erro
 		row.LastError = prior.LastError // an unavailable destination says nothing of the message
 	}
 	t.nfailed++
+	if over := store.OverLimit(m); over != nil && v.reason == "" && !v.retryAt.IsZero() {
+		// Its endpoint would not fit the index of failed rows: written
+		// back to wait for its retry, it would fail the take; it leaves
+		// delivery instead.
+		v.reason = store.ReasonOverLimit
+		row.LastError = fmt.Sprintf("%s (and %v: moved to the dead letters, since its failure cannot be recorded)", err, over)
+	}
 	if v.reason != "" {
 		t.dead = append(t.dead, row)
 		t.reasons = append(t.reasons, v.reason)

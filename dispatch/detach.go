@@ -15,8 +15,9 @@ const recordGrace = 10 * time.Second
 
 // detach returns a context for one unit of work begun under ctx: it keeps
 // ctx's values, ends at deadline (none when zero), and ends recordGrace after
-// ctx is cancelled rather than at once. The returned function releases it;
-// call it when the work is done.
+// ctx is cancelled rather than at once; it ends at once when the worker's
+// Stop runs out of time (see loop). The returned function releases it; call
+// it when the work is done.
 func detach(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if !deadline.IsZero() {
@@ -30,6 +31,10 @@ func detach(ctx context.Context, deadline time.Time) (context.Context, context.C
 		timer *time.Timer
 		ended bool
 	)
+	stopKill := func() bool { return false }
+	if killed, ok := ctx.Value(killKey{}).(context.Context); ok {
+		stopKill = context.AfterFunc(killed, cancel)
+	}
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -39,6 +44,7 @@ func detach(ctx context.Context, deadline time.Time) (context.Context, context.C
 	})
 	return work, func() {
 		stop()
+		stopKill()
 		mu.Lock()
 		ended = true
 		if timer != nil {

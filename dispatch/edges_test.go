@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -295,5 +297,70 @@ func TestSchemaVersionIsCheckedAtStart(t *testing.T) {
 	}
 	if err := start(b.outbox, dispatch.RunnerOptions{RefuseNewerSchema: true}); !errors.Is(err, store.ErrSchemaNewer) {
 		t.Errorf("Runner.Start on a newer schema, refusing it: %v, want ErrSchemaNewer", err)
+	}
+}
+
+// Rows stored before the limits were checked at publish (or by hand), with an
+// ordering key or a destination too long for the index that records a
+// failure, end in the dead letters when their send fails, as over_limit,
+// instead of failing every batch of their lane or every take that holds
+// them. Before, recording their failure failed the statement ("index row
+// size exceeds btree maximum"), and they were sent again and again.
+func TestStoredRowsOverTheLimitsEndWhenTheyFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	longKey := randomText(3000)
+	longDest := randomText(3000)
+	lane, err := relayer.Lane(longKey, relayer.LanesDefault)
+	must(t, err)
+	others := keysInLane("beside", lane, 3)
+	insert := func(key, destination string, ordered bool) {
+		var laneArg any
+		var keyArg any
+		if ordered {
+			laneArg, keyArg = lane, key
+		}
+		hdrs, err := headers.Encode(nil)
+		must(t, err)
+		_, err = b.db.Exec(`INSERT INTO "`+b.schema+`".ob_outbox (id, message_type, transport, destination, body, headers, ordering_key, lane, created_at)
+			VALUES ($1, 'dispatch_test.Shipped', 'mem', $2, '{"N":1}', $3, $4, $5, now() - interval '1 minute')`,
+			uuid.Must(relayer.NewID()), destination, hdrs, keyArg, laneArg)
+		must(t, err)
+	}
+	insert(longKey, "orders.shipped", true)
+	insert(longKey, "orders.shipped", true)
+	insert("", longDest, false)
+	b.shipped(t, others, 2, 6)
+	var refusedKey atomic.Bool
+	b.mem.FailWith(func(m *relayer.Message) error {
+		switch {
+		case len(m.Destination) > relayer.EndpointMaxBytes:
+			return errors.New("refused")
+		case len(m.Key) > relayer.KeyMaxBytes && refusedKey.CompareAndSwap(false, true):
+			return errors.New("refused once")
+		}
+		return nil
+	})
+	outbox := b.outbox
+	outbox.Transports = map[string]relayer.Transport{"mem": b.mem}
+	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
+		DisableDirect: true,
+		Ordered:       dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond},
+		Recovery:      dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond},
+		Logger:        b.logger(),
+	})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	b.waitRows(t, 0)
+	dead := b.deadLetters(t)
+	if len(dead) != 2 || dead[0].reason != store.ReasonOverLimit || dead[1].reason != store.ReasonOverLimit {
+		t.Fatalf("dead letters = %+v, want the failed long-key head and the long-destination row, over_limit", dead)
+	}
+	// The long key's second row went out after its head was dead-lettered,
+	// and the lane's other keys in order.
+	checkOrder(t, b.mem.Messages("orders.shipped"), others, 2, false)
+	if got := sequences(t, b.mem.Messages("orders.shipped"))[longKey]; len(got) != 1 {
+		t.Errorf("the long key's rows sent: %v, want its second", got)
 	}
 }

@@ -31,11 +31,20 @@ type loop struct {
 	cancel   context.CancelFunc
 	quit     chan struct{}
 	done     chan struct{}
+	// killed ends when Stop's context ends: work detached from the body's
+	// context (see detach) ends then too, without its grace.
+	killed context.Context
+	kill   context.CancelFunc
 }
 
 func newLoop(graceful bool) loop {
-	return loop{graceful: graceful, quit: make(chan struct{}), done: make(chan struct{})}
+	killed, kill := context.WithCancel(context.Background())
+	return loop{graceful: graceful, quit: make(chan struct{}), done: make(chan struct{}), killed: killed, kill: kill}
 }
+
+// killKey is the context key under which a body's context carries its
+// loop's killed context.
+type killKey struct{}
 
 // quitting reports whether Stop asked a graceful body to finish.
 func (l *loop) quitting() bool {
@@ -70,7 +79,7 @@ func (l *loop) startAfter(ctx context.Context, what string, prepare func(ctx con
 		}
 	}
 	l.started = true
-	ctx, l.cancel = context.WithCancel(ctx)
+	ctx, l.cancel = context.WithCancel(context.WithValue(ctx, killKey{}, l.killed))
 	go func() {
 		defer close(l.done)
 		body(ctx)
@@ -97,7 +106,8 @@ func (l *loop) stop(ctx context.Context) error {
 		}
 	}
 	// Cancelled: wait for the body to return, so that no goroutine outlives
-	// Stop.
+	// Stop. Stop's deadline has passed: work in flight ends at once.
+	l.kill()
 	l.cancel()
 	<-l.done
 	return ctx.Err()

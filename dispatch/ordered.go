@@ -982,6 +982,9 @@ type laneFailure struct {
 	park bool
 	// corrupt: the row's stored headers do not decode.
 	corrupt bool
+	// row is set for a row over the outbox's limits (see store.OverLimit),
+	// whose failure cannot be recorded: it moves to the dead letters.
+	row *store.Row
 }
 
 // sendLane sends a lane's admitted rows one by one, in id order. A row that
@@ -1072,9 +1075,16 @@ func (o *Ordered) sendLane(ctx, stop context.Context, conn *workerConn, p *laneB
 	return nil
 }
 
-// recordFailure notes that row i of p failed with f.
+// recordFailure notes that row i of p failed with f. A row over the
+// outbox's limits cannot be parked nor wait for a retry (its key or
+// endpoint would not fit the index that records it): it leaves for the
+// dead letters instead, and its key's later rows go on.
 func (o *Ordered) recordFailure(p *laneBatch, i int, f laneFailure) {
 	p.outcomes[i] = rowFailed
+	if err := store.OverLimit(&p.rows[i].Message); err != nil {
+		f.row = &p.rows[i]
+		f.Error = fmt.Sprintf("%s (and %v: moved to the dead letters, since its failure cannot be recorded)", f.Error, err)
+	}
 	p.failures = append(p.failures, f)
 }
 
@@ -1085,6 +1095,8 @@ func (o *Ordered) recordFailure(p *laneBatch, i int, f laneFailure) {
 func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch, token uuid.UUID) error {
 	var sent, rest []uuid.UUID
 	var fails, parks []store.Failure
+	var buried []store.Row
+	var reasons []string
 	for _, p := range parts {
 		for i := range p.rows {
 			switch p.outcomes[i] {
@@ -1095,20 +1107,37 @@ func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch
 			}
 		}
 		for _, f := range p.failures {
-			if f.park {
+			switch {
+			case f.row != nil:
+				row := *f.row
+				row.Attempts++
+				row.LastError = f.Error
+				buried, reasons = append(buried, row), append(reasons, store.ReasonOverLimit)
+			case f.park:
 				parks = append(parks, f.Failure)
-			} else {
+			default:
 				fails = append(fails, f.Failure)
 			}
 		}
 	}
-	if len(sent) > 0 {
-		n, err := st.CompleteBatch(ctx, sent, token, o.clock.now())
+	if len(buried) > 0 {
+		// Written to the dead letters, then deleted with the sent rows in
+		// the same transaction: a row is in exactly one of the two tables.
+		if err := st.Bury(ctx, buried, reasons); err != nil {
+			return err
+		}
+	}
+	if gone := len(sent) + len(buried); gone > 0 {
+		ids := sent
+		for i := range buried {
+			ids = append(ids, buried[i].ID)
+		}
+		n, err := st.CompleteBatch(ctx, ids, token, o.clock.now())
 		if err != nil {
 			return err
 		}
-		if n != int64(len(sent)) {
-			return fmt.Errorf("deleted %d of %d sent rows; rolling back, they will be sent again", n, len(sent))
+		if n != int64(gone) {
+			return fmt.Errorf("deleted %d of %d sent or dead-lettered rows; rolling back, they will be sent again", n, gone)
 		}
 	}
 	for _, f := range []struct {
@@ -1130,6 +1159,10 @@ func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch
 		for _, f := range p.failures {
 			attrs := []any{slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", f.ID.String()), slog.String("error", f.Error)}
 			switch {
+			case f.row != nil:
+				o.stats.buried.Add(1)
+				o.opts.Logger.Error("dispatch: ordered row over the outbox's limits failed; moved to the dead letters, its key's later rows go on", attrs...)
+				continue
 			case f.corrupt:
 				o.stats.parked.Add(1)
 				o.opts.Logger.Error("dispatch: ordered row with corrupt headers cannot be sent; parked with its key, bytes unchanged, until an operator redrives or skips it; the lane's other keys go on", attrs...)

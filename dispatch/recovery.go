@@ -19,7 +19,7 @@ import (
 
 // Recovery defaults and limits.
 const (
-	RecoveryBatchSizeDefault     = 1000
+	RecoveryBatchSizeDefault     = 5000
 	RecoveryPollIntervalDefault  = time.Second
 	RecoveryLeaseDurationDefault = 30 * time.Second
 	RecoveryWorkersDefault       = 2
@@ -38,10 +38,12 @@ const (
 type RecoveryOptions struct {
 	// BatchSize is how many rows one take statement removes, 1 to 10,000;
 	// sends are further bounded by each endpoint's MaxBatchSize. Large batches
-	// are what make draining a backlog fast (see docs/benchmarks.md); a take
+	// are what make draining a backlog fast (see docs/benchmarks.md). A take
 	// commits once all its rows are sent, so a crash or a killed session
-	// during a take sends up to BatchSize rows again (per worker).
-	// Default: 1000.
+	// during a take sends up to BatchSize rows again (per worker), and a take
+	// waits for its slowest destination (until the destination is set aside,
+	// the next takes pass over it): smaller takes bound the first, larger
+	// ones let fewer takes wait. Default: 5000.
 	BatchSize int
 	// PollInterval is how long recovery waits after a scan found nothing, and so
 	// the longest a scheduled message waits past its time. Default: 1s.

@@ -515,6 +515,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	r.Stop(ctx) // ctx has ended: every worker is cancelled, Stop waits for them
+	// ctx has ended, and with it every worker's: they admit nothing more.
+	// Stop waits for them to record what they sent, within the grace.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordGrace)
+	defer cancel()
+	r.Stop(sctx)
 	return ctx.Err()
 }

@@ -211,6 +211,28 @@ func validateMessage(m *relayer.Message) error {
 			return fmt.Errorf("%s contains a NUL byte", f.name)
 		}
 	}
+	if err := OverLimit(m); err != nil {
+		return err
+	}
+	if m.Ordered {
+		if m.Key == "" {
+			return fmt.Errorf("ordered message has no Key")
+		}
+		if m.Lane < 0 || m.Lane >= relayer.LanesMax {
+			return fmt.Errorf("Lane %d is outside 0 to %d", m.Lane, relayer.LanesMax-1)
+		}
+	}
+	return nil
+}
+
+// OverLimit reports an ordering key longer than relayer.KeyMaxBytes, or a
+// transport name or destination longer than relayer.EndpointMaxBytes: the
+// outbox indexes them when a send fails, and PostgreSQL refuses index
+// entries over 2,704 bytes. Inserts refuse such messages; workers that meet
+// such a stored row (written before the limits, or by hand) move it to the
+// dead letters when its send fails ([ReasonOverLimit]), since its failure
+// cannot be recorded. It returns nil for a message within the limits.
+func OverLimit(m *relayer.Message) error {
 	for _, f := range []struct {
 		name  string
 		value string
@@ -220,14 +242,6 @@ func validateMessage(m *relayer.Message) error {
 	} {
 		if len(f.value) > f.limit {
 			return fmt.Errorf("%s is %d bytes, over the limit of %d", f.name, len(f.value), f.limit)
-		}
-	}
-	if m.Ordered {
-		if m.Key == "" {
-			return fmt.Errorf("ordered message has no Key")
-		}
-		if m.Lane < 0 || m.Lane >= relayer.LanesMax {
-			return fmt.Errorf("Lane %d is outside 0 to %d", m.Lane, relayer.LanesMax-1)
 		}
 	}
 	return nil

@@ -208,6 +208,11 @@ const (
 	// ReasonSkipped: an operator skipped it, the parked head of its key, to
 	// release the key's later messages ([Store.SkipParkedHead]).
 	ReasonSkipped = "skipped"
+	// ReasonOverLimit: it failed, and its ordering key, transport name or
+	// destination is longer than the outbox can index (see [OverLimit]), so
+	// that its failure could not be recorded nor the row parked: written
+	// before the limits were checked at publish, or by hand.
+	ReasonOverLimit = "over_limit"
 )
 
 // Bury writes rows to the dead letters, with reasons[i] the reason of
