@@ -44,8 +44,10 @@ type scenario struct {
 	// dupCause is the documented cause of the duplicates it may have.
 	dupCause string
 	// leftRows and leftDead are the outbox rows and dead letters the
-	// scenario leaves on purpose.
+	// scenario leaves on purpose; deadReasons, when set, the dead letters
+	// by reason (default: leftDead corrupt ones).
 	leftRows, leftDead int64
+	deadReasons        map[string]int64
 	// check, when set, checks what is particular to the scenario.
 	check func(t *testing.T, s *system)
 	// ownCluster runs the scenario on a PostgreSQL cluster of its own,
@@ -404,8 +406,21 @@ func runScenario(t *testing.T, sc scenario) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.stopAll()
-	if reasons, err := s.st.DeadByReason(ctx); err == nil && sc.leftDead > 0 && reasons["corrupt"] != sc.leftDead {
-		t.Errorf("dead letters by reason %v, want %d corrupt", reasons, sc.leftDead)
+	var reasons map[string]int64
+	if err := s.harness(ctx, func(ctx context.Context) (err error) {
+		reasons, err = s.st.DeadByReason(ctx)
+		return err
+	}); err != nil {
+		t.Errorf("dead letters by reason: %v", err)
+	}
+	wantReasons := sc.deadReasons
+	if wantReasons == nil && sc.leftDead > 0 {
+		wantReasons = map[string]int64{"corrupt": sc.leftDead}
+	}
+	for reason, n := range wantReasons {
+		if reasons[reason] != n {
+			t.Errorf("dead letters by reason %v, want %d %s", reasons, n, reason)
+		}
 	}
 	cancel()
 

@@ -274,8 +274,10 @@ func (s *system) stopAll() {
 // killSessions terminates the sessions of pools whose role starts with
 // role, and returns how many.
 func (s *system) killSessions(ctx context.Context, role string) (n int, err error) {
-	err = s.db.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	err = s.harness(ctx, func(ctx context.Context) error {
+		return s.db.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 WHERE application_name LIKE $1 AND pid <> pg_backend_pid()`, s.schema+"/"+role+"%").Scan(&n)
+	})
 	return n, err
 }
 
@@ -484,10 +486,41 @@ func (s *system) settleAndCheck(limit time.Duration) (verdict, time.Duration) {
 
 // outboxLeft counts the rows left in the outbox and the dead letters.
 func (s *system) outboxLeft(ctx context.Context) (rows, dead int64) {
-	must(s.t, s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.schema+`.outbox`).Scan(&rows))
-	dead, err := s.st.CountDead(ctx)
-	must(s.t, err)
+	must(s.t, s.harness(ctx, func(ctx context.Context) error {
+		return s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.schema+`.outbox`).Scan(&rows)
+	}))
+	must(s.t, s.harness(ctx, func(ctx context.Context) (err error) {
+		dead, err = s.st.CountDead(ctx)
+		return err
+	}))
 	return rows, dead
+}
+
+// harness runs a statement of the suite's own (a check, a count, a fault's
+// injection), trying again for up to 30 s while it fails for the faults the
+// suite injects itself: a session killed or cut, a server restarting. Only
+// what the system under test does may fail a scenario, never the checker's
+// own connection.
+func (s *system) harness(ctx context.Context, f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f(ctx)
+		if err == nil || !connectionLost(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// connectionLost reports whether err is the loss of a connection or a
+// server shutting down or starting (SQLSTATE classes 08 and 57P), rather
+// than an error of the statement itself.
+func connectionLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
+	}
+	return !errors.Is(err, sql.ErrNoRows) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // baseline is the process's goroutines, live heap and resident memory
