@@ -17,8 +17,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/pgcluster"
+	"github.com/relayer-go/relayer/store"
 )
 
 var quietLogger = slog.New(slog.DiscardHandler)
@@ -55,6 +57,9 @@ type scenario struct {
 	ownCluster bool
 	// proxied puts a proxy between each worker and the server.
 	proxied bool
+	// maxDrained, when set, bounds how long delivery may take to finish
+	// after the producers stopped.
+	maxDrained time.Duration
 }
 
 // injection is what an injector did.
@@ -250,6 +255,42 @@ func scenarios() []scenario {
 		return injection{faults: 1, resume: resume,
 			note: fmt.Sprintf("its %d lanes sent by the others %s after it froze", len(lanes), resume.Round(time.Millisecond))}
 	}
+	redrive := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		var in injection
+		var released int64
+		for {
+			select {
+			case <-stop:
+				in.note = fmt.Sprintf("every parked key retried %d times (%d rows released) while the broker kept refusing them", in.faults, released)
+				return in
+			case <-time.After(300*time.Millisecond + rand.N(300*time.Millisecond)):
+			}
+			if err := s.harness(ctx, func(ctx context.Context) error {
+				n, err := s.st.RetryParked(ctx, store.ParkedFilter{})
+				released += n
+				return err
+			}); err != nil {
+				s.t.Errorf("retry parked: %v", err)
+			}
+			in.faults++
+		}
+	}
+	cancelChurn := func(ctx context.Context, s *system, stop <-chan struct{}) injection {
+		var in injection
+		for {
+			select {
+			case <-stop:
+				in.note = fmt.Sprintf("%d workers stopped by cancelling their context, mid-take", in.faults)
+				return in
+			case <-time.After(500*time.Millisecond + rand.N(500*time.Millisecond)):
+			}
+			if ws := s.live(); len(ws) > 0 {
+				s.cancelWorker(ws[rand.IntN(len(ws))])
+				in.faults++
+			}
+			s.startWorker(ctx)
+		}
+	}
 	return []scenario{
 		{name: "producer rollbacks", workers: 2, injected: "8% of transactions rolled back after publishing, 7% with a savepoint rolled back, 5% cancelled as the commit goes out"},
 		{name: "sessions killed", workers: 2, injected: "pg_terminate_backend of every worker session every 0.4–1.2 s, mid-batch",
@@ -271,6 +312,12 @@ func scenarios() []scenario {
 			dupCause: "batches sent whose commit the restart cut: their rows were sent again"},
 		{name: "corrupt and unroutable rows", workers: 2, injected: "3 rows with corrupt headers and 2 naming an unknown transport written straight into the table",
 			setup: insertBadRows, leftRows: 2, leftDead: 3},
+		{name: "bad ordered rows", workers: 2, injected: "2 ordered rows with corrupt headers, each with a good row of its key behind it, and an ordered row with a 3,000-byte key that the broker refuses, written straight into the table",
+			setup: insertBadOrderedRows, leftRows: 4, leftDead: 1, deadReasons: map[string]int64{"over_limit": 1}, check: checkBadOrderedRows},
+		{name: "redrive of refused keys", workers: 2, injected: "4 keys whose every send the broker refuses, their parked heads retried every 0.3–0.6 s",
+			setup: poisonKeys, inject: redrive, leftRows: 12, maxDrained: 10 * time.Second},
+		{name: "stopped by cancellation", workers: 2, injected: "a 20,000-row backlog sent 20 ms per batch of 100 unordered messages, workers stopped by cancelling their context every 0.5–1 s and others started",
+			setup: backlog, inject: cancelChurn},
 		{name: "combined", workers: 3, injected: "sessions killed, a flaky broker, membership churn and bad rows at once",
 			setup: insertBadRows, leftRows: 2, leftDead: 3, overlaps: true, dupsPerFault: 100,
 			dupCause: "a batch the broker took, then its worker's session killed before the commit: the rows stayed and were sent again",
@@ -360,6 +407,104 @@ VALUES ($1, 'faults.event', $2, 'events', $3, $4, now() - interval '1 minute')`,
 	}
 }
 
+// badHeaders is a header block that does not decode: its count runs past
+// its end.
+var badHeaders = []byte{1, 0, 0, 0, 5, 0, 0, 0}
+
+// insertBadOrderedRows writes ordered rows no worker can send straight into
+// the outbox: two heads whose headers do not decode, each with a good row of
+// its key behind it (the heads are parked with their keys, the good rows
+// wait), and a row whose key is over relayer.KeyMaxBytes and which the broker
+// refuses (its failure cannot be recorded: it is dead-lettered as
+// over_limit). The lanes' other keys must go on.
+func insertBadOrderedRows(t *testing.T, s *system) {
+	good, err := headers.Encode([]headers.Header{{Name: relayer.HeaderContentType, Value: []byte("application/json")}})
+	must(t, err)
+	long := randomKey(3000)
+	refuse := func(m *relayer.Message) bool { return m.Key == long }
+	s.broker.refuse.Store(&refuse)
+	insert := func(key string, hdrs []byte) {
+		lane, err := relayer.Lane(key, relayer.LanesDefault)
+		must(t, err)
+		id := uuid.Must(relayer.NewID())
+		_, err = s.db.Exec(`INSERT INTO `+s.schema+`.outbox (id, message_type, transport, destination, body, headers, ordering_key, lane, created_at)
+VALUES ($1, 'faults.step', 'broker', 'steps', '{"bad":true}', $2, $3, $4, now() - interval '1 minute')`, id, hdrs, key, lane)
+		must(t, err)
+		s.ledger.intend(id)
+	}
+	for _, key := range []string{"bad-0", "bad-1"} {
+		insert(key, badHeaders)
+		insert(key, good)
+	}
+	insert(long, good)
+}
+
+// randomKey returns n bytes of text that does not compress.
+func randomKey(n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[rand.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
+// checkBadOrderedRows checks that the corrupt heads are parked with their
+// keys, for an operator to see.
+func checkBadOrderedRows(t *testing.T, s *system) {
+	parked, err := s.st.ParkedKeys(context.Background(), store.ParkedFilter{}, 10)
+	must(t, err)
+	if len(parked) != 2 {
+		t.Fatalf("parked keys %+v, want the 2 corrupt heads", parked)
+	}
+	for _, p := range parked {
+		if !strings.HasPrefix(p.Head.Key, "bad-") || !strings.Contains(p.Head.LastError, "corrupt row") || p.Waiting != 1 {
+			t.Errorf("parked key %q (%s, %d waiting), want a corrupt head with its good row waiting", p.Head.Key, p.Head.LastError, p.Waiting)
+		}
+	}
+}
+
+// poisonKeys publishes 3 messages for each of 4 keys whose every send the
+// broker refuses: they fail, wait for their retries and are parked, again
+// and again as they are redriven, while the lanes' other keys go on.
+func poisonKeys(t *testing.T, s *system) {
+	refuse := func(m *relayer.Message) bool { return strings.HasPrefix(m.Key, "poison-") }
+	s.broker.refuse.Store(&refuse)
+	for k := range 4 {
+		var ids []uuid.UUID
+		var msgs []relayer.Outgoing
+		for n := range 3 {
+			id := uuid.Must(relayer.NewID())
+			ids = append(ids, id)
+			msgs = append(msgs, relayer.NewOutgoing(Poison{n}, relayer.Key(fmt.Sprintf("poison-%d", k)), relayer.WithID(id)))
+		}
+		must(t, s.writer.RunInTx(context.Background(), s.db, nil, func(tx *enlist.Tx) error {
+			return tx.PublishAll(context.Background(), msgs...)
+		}))
+		s.ledger.intend(ids...)
+	}
+}
+
+// backlog leaves 20,000 unordered messages for recovery, and makes each
+// batch of unordered messages take 20 ms, so that recovery's takes of
+// thousands of rows are in flight when workers stop.
+func backlog(t *testing.T, s *system) {
+	s.broker.delay.Store(int64(20 * time.Millisecond))
+	for b := range 20 {
+		msgs := make([]relayer.Outgoing, 1000)
+		ids := make([]uuid.UUID, len(msgs))
+		for i := range msgs {
+			ids[i] = uuid.Must(relayer.NewID())
+			msgs[i] = relayer.NewOutgoing(Event{-1, b*1000 + i}, relayer.WithID(ids[i]))
+		}
+		s.ledger.publish(ids, make([]string, len(ids)))
+		must(t, s.writer.RunInTx(context.Background(), s.db, nil, func(tx *enlist.Tx) error {
+			return tx.PublishAll(context.Background(), msgs...)
+		}))
+		s.ledger.settle(committed, ids...)
+	}
+}
+
 func runScenario(t *testing.T, sc scenario) {
 	var s *system
 	if sc.ownCluster {
@@ -439,6 +584,9 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 	if bound := sc.dupsPerFault * in.faults; v.Duplicates > bound {
 		t.Errorf("%d duplicates, more than %d per fault for %d faults", v.Duplicates, sc.dupsPerFault, in.faults)
+	}
+	if sc.maxDrained > 0 && drained > sc.maxDrained {
+		t.Errorf("delivery finished %s after the producers stopped, want within %s", drained.Round(time.Millisecond), sc.maxDrained)
 	}
 	if v.Committed < 100 {
 		t.Errorf("only %d messages committed: the producers hardly ran", v.Committed)

@@ -63,7 +63,12 @@ func produceFor() time.Duration {
 type (
 	Event struct{ P, N int }
 	Step  struct{ P, N int }
+	// Poison is ordered like Step, with a retry policy that parks it after
+	// two failed attempts.
+	Poison struct{ N int }
 )
+
+func (Poison) MessageType() string { return "faults.poison" }
 
 func (Event) MessageType() string { return "faults.event" }
 func (Step) MessageType() string  { return "faults.step" }
@@ -99,6 +104,9 @@ type worker struct {
 	db     *sql.DB
 	runner *dispatch.Runner
 	proxy  *proxy // when the system is proxied
+	// cancel cancels the context the runner was started with: the way
+	// Runner.Run's callers stop it.
+	cancel context.CancelFunc
 }
 
 // relay is the writer's commit listener: it hands committed rows to a
@@ -155,6 +163,8 @@ func newSystemOn(t *testing.T, dbURL, schema string) *system {
 	routes := &relayer.Routes{}
 	must(t, relayer.AddType[Event](routes, relayer.Route{Transport: "broker", Destination: "events"}))
 	must(t, relayer.AddType[Step](routes, relayer.Route{Transport: "broker", Destination: "steps", Ordered: true}))
+	must(t, relayer.AddType[Poison](routes, relayer.Route{Transport: "broker", Destination: "steps", Ordered: true,
+		Retry: relayer.Retry{MaxAttempts: 2, Backoff: 50 * time.Millisecond}}))
 	s.outbox = relayer.Outbox{Schema: s.schema, Routes: routes, Transports: map[string]relayer.Transport{"broker": s.broker},
 		Retry: relayer.Retry{MaxAttempts: 20, Backoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}}
 	s.db = s.open(t, "producers")
@@ -226,6 +236,7 @@ func (s *system) startWorker(ctx context.Context) *worker {
 		s.t.Errorf("new runner %s: %v", name, err)
 		return nil
 	}
+	ctx, w.cancel = context.WithCancel(ctx)
 	for attempt := 1; ; attempt++ {
 		if err = r.Start(ctx); err == nil {
 			break
@@ -255,6 +266,14 @@ func (s *system) stopWorker(w *worker) {
 		w.proxy.close()
 	}
 	s.workers.Delete(w.name)
+}
+
+// cancelWorker stops a worker the way Runner.Run's callers do, by
+// cancelling the context it was started with, then waits for it to end.
+func (s *system) cancelWorker(w *worker) {
+	s.relay.set(nil, w.runner)
+	w.cancel()
+	s.stopWorker(w)
 }
 
 // live returns the running workers.

@@ -42,6 +42,12 @@ type broker struct {
 
 	sends, failed, slowed atomic.Int64
 
+	// refuse, when set, fails the sends of the messages it returns true
+	// for, with a transient error: poison messages.
+	refuse atomic.Pointer[func(*relayer.Message) bool]
+	// delay is how long each send of unordered messages takes.
+	delay atomic.Int64
+
 	// freeze, when armed, stops the next send of an ordered message until
 	// thaw closes, whatever its context says: a worker frozen in a send.
 	// Meanwhile the starts of other sends of its lane are noted.
@@ -164,6 +170,17 @@ func (b *broker) sendAs(ctx context.Context, ms []*relayer.Message, w *worker) e
 	if b.down.Load() {
 		b.failed.Add(1)
 		return fmt.Errorf("broker down: %w", relayer.ErrUnavailable)
+	}
+	if d := time.Duration(b.delay.Load()); d > 0 && !ms[0].Ordered {
+		time.Sleep(d)
+	}
+	if refuse := b.refuse.Load(); refuse != nil {
+		for _, m := range ms {
+			if (*refuse)(m) {
+				b.failed.Add(1)
+				return errTransient
+			}
+		}
 	}
 	if b.flaky.Load() {
 		switch x := rand.Float64(); {
