@@ -318,6 +318,9 @@ func scenarios() []scenario {
 			setup: poisonKeys, inject: redrive, leftRows: 12, maxDrained: 10 * time.Second},
 		{name: "stopped by cancellation", workers: 2, injected: "a 20,000-row backlog sent 20 ms per batch of 100 unordered messages, workers stopped by cancelling their context every 0.5–1 s and others started",
 			setup: backlog, inject: cancelChurn},
+		{name: "worker processes killed and frozen", workers: 0, injected: "3 workers in processes of their own; every 1–2 s one is killed with SIGKILL (and another started) or frozen with SIGSTOP for 3–8 s, then resumed",
+			setup: startProcesses(3), inject: processFaults, dupsPerFault: 200,
+			dupCause: "batches the broker took from a process killed or frozen before its commit: the rows were sent again"},
 		{name: "combined", workers: 3, injected: "sessions killed, a flaky broker, membership churn and bad rows at once",
 			setup: insertBadRows, leftRows: 2, leftDead: 3, overlaps: true, dupsPerFault: 100,
 			dupCause: "a batch the broker took, then its worker's session killed before the commit: the rows stayed and were sent again",
@@ -551,6 +554,7 @@ func runScenario(t *testing.T, sc scenario) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.stopAll()
+	s.endProcesses()
 	var reasons map[string]int64
 	if err := s.harness(ctx, func(ctx context.Context) (err error) {
 		reasons, err = s.st.DeadByReason(ctx)
@@ -611,6 +615,13 @@ func runScenario(t *testing.T, sc scenario) {
 // startedNone reports whether no worker runs (churn may have stopped the
 // last), so that one is started to finish the delivery.
 func (s *system) startedNone() bool {
+	for _, p := range s.procs {
+		select {
+		case <-p.done:
+		default:
+			return false
+		}
+	}
 	none := true
 	s.workers.Range(func(any, any) bool { none = false; return false })
 	return none

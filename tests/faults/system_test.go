@@ -95,6 +95,10 @@ type system struct {
 	cluster *pgcluster.Cluster // when the scenario has a cluster of its own
 	// proxied puts a proxy of its own between each worker and the server.
 	proxied bool
+	// procs are the worker processes, and brokerAddr the broker's address
+	// for them, when the scenario runs workers in processes of their own.
+	procs      []*process
+	brokerAddr string
 }
 
 // worker is one Runner with a database pool of its own, whose sessions carry
@@ -160,13 +164,7 @@ func newSystem(t *testing.T) *system {
 // exists.
 func newSystemOn(t *testing.T, dbURL, schema string) *system {
 	s := &system{t: t, schema: schema, url: dbURL, broker: newBroker(), ledger: newLedger()}
-	routes := &relayer.Routes{}
-	must(t, relayer.AddType[Event](routes, relayer.Route{Transport: "broker", Destination: "events"}))
-	must(t, relayer.AddType[Step](routes, relayer.Route{Transport: "broker", Destination: "steps", Ordered: true}))
-	must(t, relayer.AddType[Poison](routes, relayer.Route{Transport: "broker", Destination: "steps", Ordered: true,
-		Retry: relayer.Retry{MaxAttempts: 2, Backoff: 50 * time.Millisecond}}))
-	s.outbox = relayer.Outbox{Schema: s.schema, Routes: routes, Transports: map[string]relayer.Transport{"broker": s.broker},
-		Retry: relayer.Retry{MaxAttempts: 20, Backoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}}
+	s.outbox = scenarioOutbox(t, schema, s.broker)
 	s.db = s.open(t, "producers")
 	s.db.SetMaxOpenConns(24)
 	ctx := context.Background()
@@ -187,6 +185,29 @@ func newSystemOn(t *testing.T, dbURL, schema string) *system {
 	must(t, err)
 	must(t, s.gormDB.Use(relayergorm.Plugin(s.writer)))
 	return s
+}
+
+// scenarioOutbox is the outbox of every scenario, in schema, sending
+// through broker: unordered and ordered routes, and retries and leases short
+// enough for a test.
+func scenarioOutbox(t *testing.T, schema string, broker relayer.Transport) relayer.Outbox {
+	routes := &relayer.Routes{}
+	must(t, relayer.AddType[Event](routes, relayer.Route{Transport: "broker", Destination: "events"}))
+	must(t, relayer.AddType[Step](routes, relayer.Route{Transport: "broker", Destination: "steps", Ordered: true}))
+	must(t, relayer.AddType[Poison](routes, relayer.Route{Transport: "broker", Destination: "steps", Ordered: true,
+		Retry: relayer.Retry{MaxAttempts: 2, Backoff: 50 * time.Millisecond}}))
+	return relayer.Outbox{Schema: schema, Routes: routes, Transports: map[string]relayer.Transport{"broker": broker},
+		Retry: relayer.Retry{MaxAttempts: 20, Backoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}}
+}
+
+// workerOptions are every worker's options, in this process or another.
+func workerOptions(name string) dispatch.RunnerOptions {
+	return dispatch.RunnerOptions{
+		Logger:   quietLogger,
+		Ordered:  dispatch.OrderedOptions{Name: name, LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond},
+		Recovery: dispatch.RecoveryOptions{LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond, MinAge: 300 * time.Millisecond},
+		Cleanup:  dispatch.CleanupOptions{Interval: time.Second},
+	}
 }
 
 // open opens a pool whose sessions carry the application name
@@ -222,12 +243,7 @@ func (s *system) startWorker(ctx context.Context) *worker {
 	w := &worker{name: name, db: db, proxy: px}
 	outbox := s.outbox
 	outbox.Transports = map[string]relayer.Transport{"broker": workerSends{b: s.broker, w: w}}
-	opts := dispatch.RunnerOptions{
-		Logger:   quietLogger,
-		Ordered:  dispatch.OrderedOptions{Name: name, LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond},
-		Recovery: dispatch.RecoveryOptions{LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond, MinAge: 300 * time.Millisecond},
-		Cleanup:  dispatch.CleanupOptions{Interval: time.Second},
-	}
+	opts := workerOptions(name)
 	// Start joins the membership on the database, so it fails while its
 	// session is being killed; a supervisor tries again, as this does, on
 	// the same Runner (a failed Start leaves it ready to start again).

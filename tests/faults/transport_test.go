@@ -42,6 +42,9 @@ type broker struct {
 
 	sends, failed, slowed atomic.Int64
 
+	// remoteSends are the ordered sends of worker processes (see arrive).
+	remoteSends []remoteSend
+
 	// refuse, when set, fails the sends of the messages it returns true
 	// for, with a transient error: poison messages.
 	refuse atomic.Pointer[func(*relayer.Message) bool]
