@@ -6,8 +6,15 @@
 // and, for ordered routes, its lane. Everything is validated before anything is
 // written: a nil message, a type without a route, an ordered route without a
 // key and a header name that is not valid UTF-8 are errors wrapping
-// relayer.ErrInvalidMessage. Several messages published together are written
-// in one statement, one round trip.
+// relayer.ErrInvalidMessage, and so is an ordering key over
+// relayer.KeyMaxBytes. Several messages published together are written in
+// one statement, one round trip.
+//
+// The first publish of a writer also checks, in its transaction, that the
+// outbox's tables carry every migration this release needs: on an outdated
+// schema it fails with store.ErrSchemaOutdated, saying how to migrate,
+// rather than write rows that no worker of this release could deliver (see
+// [Options].RefuseNewerSchema for a newer one).
 //
 // # After commit
 //
