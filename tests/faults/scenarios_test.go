@@ -84,6 +84,9 @@ var (
 )
 
 func TestFaults(t *testing.T) {
+	reportMu.Lock()
+	reportRows = nil // this run's rows only, under -count
+	reportMu.Unlock()
 	for _, sc := range scenarios() {
 		// Goroutines and heap are measured around the whole subtest, so
 		// that what its cleanups close (pools, proxies, a cluster) is gone.
