@@ -366,7 +366,10 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 	}
 	sendErr := send(ctx, tr, msgs, t.until)
 	if watch != nil {
-		watch.end(outcomeOf(sendErr, ctx.Err() != nil), sendErr)
+		// A straggler was ended for being slow: it timed out, as far as its
+		// destination's state goes. Any other end of ctx is a stop.
+		stopping := ctx.Err() != nil && !errors.Is(context.Cause(ctx), errStraggler)
+		watch.end(outcomeOf(sendErr, stopping), sendErr)
 	}
 	var batchErr *relayer.BatchError
 	switch {
@@ -496,7 +499,7 @@ func send(ctx context.Context, tr relayer.Transport, msgs []*relayer.Message, un
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+		return fmt.Errorf("%w: %w", errAbandoned, context.Cause(ctx))
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 
 // Recovery defaults and limits.
 const (
-	RecoveryBatchSizeDefault     = 5000
+	RecoveryBatchSizeDefault     = 1000
 	RecoveryPollIntervalDefault  = time.Second
 	RecoveryLeaseDurationDefault = 30 * time.Second
 	RecoveryWorkersDefault       = 2
@@ -38,12 +38,12 @@ const (
 type RecoveryOptions struct {
 	// BatchSize is how many rows one take statement removes, 1 to 10,000;
 	// sends are further bounded by each endpoint's MaxBatchSize. Large batches
-	// are what make draining a backlog fast (see docs/benchmarks.md). A take
-	// commits once all its rows are sent, so a crash or a killed session
-	// during a take sends up to BatchSize rows again (per worker), and a take
-	// waits for its slowest destination (until the destination is set aside,
-	// the next takes pass over it): smaller takes bound the first, larger
-	// ones let fewer takes wait. Default: 5000.
+	// are what make draining a backlog fast (see docs/benchmarks.md), up to
+	// about 1,000 rows. A take commits once its rows are sent, so a crash or
+	// a killed session during a take sends up to BatchSize rows again (per
+	// worker). A destination still sending after a sixth of the claim, once
+	// the take's other destinations are done, is set aside and its rows kept
+	// unsent, so that it does not hold the others' rows. Default: 1000.
 	BatchSize int
 	// PollInterval is how long recovery waits after a scan found nothing, and so
 	// the longest a scheduled message waits past its time. Default: 1s.
@@ -555,12 +555,15 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 	// Each destination's group is sent on its own goroutine (at most
 	// groupSendsMax at once) with the whole claim as its budget, so that a
 	// destination that times out holds up only its own rows; the take
-	// commits once every group is done.
+	// commits once every group is done, or once the groups still sending
+	// are stragglers (see stragglers).
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex // guards t's outcome and reuse
 		slots = make(chan struct{}, groupSendsMax)
+		watch = newStragglers(r.opts.ClaimDuration / slowSendDivisor)
 	)
+	defer watch.close()
 	for e, idx := range groupByEndpoint(rows, func(r *store.Row) endpoint { return endpoint{r.Transport, r.Destination} }) {
 		msgs := make([]*relayer.Message, len(idx))
 		prior := make([]store.Taken, len(idx))
@@ -577,8 +580,11 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 			continue
 		}
 		slots <- struct{}{}
+		gctx, done := watch.start(ctx)
 		wg.Go(func() {
 			defer func() { <-slots }()
+			defer done()
+			ctx := gctx
 			part := &take{until: t.until, stop: stop}
 			abandoned := false
 			for start := 0; start < len(msgs); start += size {
@@ -635,4 +641,81 @@ func (r *Recovery) setAsideCorrupt(t *take, rows []store.Row) []store.Row {
 			slog.String("id", rows[i].ID.String()), slog.String("error", rows[i].Corrupt.Error()))
 	}
 	return good
+}
+
+// errStraggler ends the send of a take's group that is still running, slow,
+// when the take's other groups are done: its rows are kept, attempts
+// untouched, its destination is set aside as slow (the next takes pass it
+// over), and the take commits what the others sent instead of holding their
+// rows until the claim ends.
+var errStraggler = fmt.Errorf("send slower than a sixth of its claim while the take's other destinations were done: %w", context.DeadlineExceeded)
+
+// stragglers watches the groups of one take: once at least one group is
+// done, a group still sending after slowAfter is ended with errStraggler.
+type stragglers struct {
+	slowAfter time.Duration
+	mu        sync.Mutex
+	running   map[*straggler]bool
+	finished  int
+	timer     *time.Timer
+}
+
+type straggler struct {
+	cancel  context.CancelCauseFunc
+	started time.Time
+}
+
+func newStragglers(slowAfter time.Duration) *stragglers {
+	w := &stragglers{slowAfter: slowAfter, running: map[*straggler]bool{}}
+	w.timer = time.AfterFunc(slowAfter, w.check)
+	return w
+}
+
+// start returns the context of a group's sends, and the function to call
+// when the group is done.
+func (w *stragglers) start(ctx context.Context) (context.Context, func()) {
+	gctx, cancel := context.WithCancelCause(ctx)
+	g := &straggler{cancel: cancel, started: time.Now()}
+	w.mu.Lock()
+	w.running[g] = true
+	w.mu.Unlock()
+	return gctx, func() {
+		w.mu.Lock()
+		delete(w.running, g)
+		w.finished++
+		w.mu.Unlock()
+		cancel(nil)
+		w.check()
+	}
+}
+
+// check ends the stragglers, once a group is done, and sets the timer for
+// the next group to become one.
+func (w *stragglers) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var next time.Duration
+	for g := range w.running {
+		age := time.Since(g.started)
+		switch {
+		case age < w.slowAfter:
+			if wait := w.slowAfter - age; next == 0 || wait < next {
+				next = wait
+			}
+		case w.finished > 0:
+			g.cancel(errStraggler)
+			delete(w.running, g)
+		}
+	}
+	if next > 0 && w.timer != nil {
+		w.timer.Reset(next)
+	}
+}
+
+// close stops the watch.
+func (w *stragglers) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer.Stop()
+	w.timer = nil
 }

@@ -230,7 +230,7 @@ func TestRecoveryOptions(t *testing.T) {
 	}
 	b := setup(t, dispatch.DirectOptions{})
 	eff := b.recovery(t, dispatch.RecoveryOptions{}).Options()
-	if eff.BatchSize != 5000 || eff.PollInterval != time.Second || eff.LeaseDuration != 30*time.Second || eff.Owner == "" {
+	if eff.BatchSize != 1000 || eff.PollInterval != time.Second || eff.LeaseDuration != 30*time.Second || eff.Owner == "" {
 		t.Errorf("defaults %+v", eff)
 	}
 }

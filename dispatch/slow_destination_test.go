@@ -226,3 +226,24 @@ func TestUnavailableDestinationIsSetAsideWithoutSpendingAttempts(t *testing.T) {
 		t.Errorf("delivered %d messages, want each of the 800 once", n)
 	}
 }
+
+// A take whose only destination is slow (past a sixth of the claim, within
+// the claim) waits for it: a straggler is ended only to free the rows of
+// the take's other destinations, so a slow but working broker is not made
+// to receive its batches twice.
+func TestRecoveryWaitsForASlowDestinationAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	var msgs []relayer.Outgoing
+	for i := range 300 {
+		msgs = append(msgs, relayer.NewOutgoing(Placed{i}))
+	}
+	b.enlistOnly(t, msgs...)
+	b.mem.SetDelay(400 * time.Millisecond)
+	r := b.recovery(t, dispatch.RecoveryOptions{ClaimDuration: 1200 * time.Millisecond, MinAge: time.Millisecond, PollInterval: 50 * time.Millisecond, Workers: 1})
+	must(t, r.Start(context.Background()))
+	b.waitRows(t, 0)
+	if n, sends := b.mem.Len(), b.mem.Sends(); n != 300 || sends != 1 {
+		t.Errorf("%d messages in %d sends, want the 300 once, in one batch", n, sends)
+	}
+}
