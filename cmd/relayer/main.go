@@ -52,6 +52,9 @@
 // go to an in-process sink, or to NATS JetStream with --sink nats. Without
 // --database-url it starts a throwaway PostgreSQL cluster.
 //
+// relayer version (or --version) prints the versions of the command and of
+// the library it was built with, and the commit.
+//
 // --database-url defaults to the DATABASE_URL environment variable. Every
 // command has -h with an example.
 package main
@@ -101,6 +104,7 @@ func commands() []command {
 		{"parked", "list parked keys, retry them or skip their head", runParked},
 		{"console", "serve the operator's web console of an outbox", runConsole},
 		{"bench", "measure enlistment, throughput, latency, drain and ordered dispatch on a database", runBench},
+		{"version", "print the version of the command and its library", runVersion},
 	}
 }
 
@@ -125,6 +129,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	name := args[0]
 	if name == "-h" || name == "--help" || name == "help" {
 		usage(stdout)
+		return exitOK
+	}
+	if name == "--version" || name == "-version" {
+		fmt.Fprintln(stdout, versionInfo())
 		return exitOK
 	}
 	for _, c := range commands() {

@@ -107,3 +107,18 @@ func TestBadDatabaseURLIsOneLine(t *testing.T) {
 		t.Errorf("stderr looks like a stack trace: %q", r.stderr)
 	}
 }
+
+// relayer version and --version print the command's and the library's
+// versions from the build information.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := runCmd(t, args...)
+		if r.code != exitOK || !strings.HasPrefix(r.stdout, "relayer ") || !strings.Contains(r.stdout, "library ") || !strings.Contains(r.stdout, "go1.") {
+			t.Errorf("%v: code %d, stdout %q", args, r.code, r.stdout)
+		}
+	}
+	if r := runCmd(t, "version", "extra"); r.code != exitUsage {
+		t.Errorf("version with an argument: code %d, want %d", r.code, exitUsage)
+	}
+}
