@@ -9,7 +9,9 @@
 // side of each transaction. Install it on the bun.DB before any transaction
 // begins, once per bun.DB:
 //
-//	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: direct})
+//	runner, err := dispatch.NewRunner(sqldb, outbox, dispatch.RunnerOptions{}) // the workers
+//	...
+//	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: runner})
 //	...
 //	db := bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(relayerbun.NewHook(w))
 //

@@ -2,16 +2,18 @@
 //
 // A service that writes its business rows with GORM writes the messages it
 // wants to publish in the same transaction: both commit or neither does. After
-// the commit, the rows are handed to the [enlist.Writer]'s listener (the direct
-// dispatcher sends them right away); whatever it does not take, recovery
-// delivers.
+// the commit, the rows are handed to the [enlist.Writer]'s listener (a
+// dispatch.Runner, whose direct dispatch sends them right away); whatever it
+// does not take, recovery delivers.
 //
 // # Installing
 //
 // Build an [enlist.Writer] from the service's [relayer.Outbox] and install the
 // plugin once, right after gorm.Open:
 //
-//	writer, err := enlist.NewWriter(outbox, enlist.Options{Listener: direct})
+//	runner, err := dispatch.NewRunner(sqlDB, outbox, dispatch.RunnerOptions{}) // the workers
+//	...
+//	writer, err := enlist.NewWriter(outbox, enlist.Options{Listener: runner})
 //	...
 //	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{})
 //	...
