@@ -1,0 +1,212 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/mod/module"
+	"golang.org/x/mod/zip"
+)
+
+// installVersion is the release candidate's version, new for each run:
+// the module cache keeps what it fetched by version.
+var installVersion = "v0.99.0-installtest." + time.Now().UTC().Format("20060102150405")
+
+// publishedModules are the directories of the published modules, and the
+// package of each that a user's program imports.
+var publishedModules = []struct{ dir, pkg string }{
+	{".", "github.com/relayer-go/relayer/dispatch"},
+	{"enlist/bun", ""}, {"enlist/gorm", ""}, {"enlist/pgx", ""}, {"enlist/sqlx", ""},
+	{"transport/amqp", ""}, {"transport/kafka", ""}, {"transport/nats", ""},
+	{"otel", ""},
+}
+
+// Every published module can be fetched alone, as a user's `go get` would,
+// from a release candidate of the current tree: the tree is copied, its
+// go.mod files prepared by scripts/release, each module zipped into a
+// module proxy on disk, and then, in a fresh module that sees only that
+// proxy and the usual one, each module is got alone and a program importing
+// it is built, and the command is installed with `go install …@version` and
+// runs `relayer version`.
+func TestInstallFromReleaseCandidate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every module from a module proxy")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := copyTree(t, root)
+	run(t, tree, nil, "scripts/release", "--prepare", installVersion)
+
+	proxy := t.TempDir()
+	for _, m := range append(publishedModules, struct{ dir, pkg string }{"cmd/relayer", ""}) {
+		dir := filepath.Join(tree, m.dir)
+		path := modulePath(t, dir)
+		zipModule(t, proxy, dir, path)
+	}
+
+	gopath := t.TempDir()
+	modcache := strings.TrimSpace(run(t, root, nil, "go", "env", "GOMODCACHE"))
+	t.Cleanup(func() { forgetVersion(modcache, installVersion) })
+	upstream := strings.TrimSpace(run(t, root, nil, "go", "env", "GOPROXY"))
+	env := []string{
+		"GOWORK=off", "GOFLAGS=-mod=mod", "GONOSUMDB=github.com/relayer-go/relayer", "GONOSUMCHECK=github.com/relayer-go/relayer",
+		"GOPROXY=file://" + filepath.ToSlash(proxy) + "," + upstream,
+		// The usual module cache, where the project's own modules were
+		// never put: only the proxy above has them.
+		"GOMODCACHE=" + modcache,
+	}
+	for _, m := range publishedModules {
+		path := modulePath(t, filepath.Join(tree, m.dir))
+		pkg := m.pkg
+		if pkg == "" {
+			pkg = path
+		}
+		t.Run(strings.TrimPrefix(path, "github.com/relayer-go/"), func(t *testing.T) {
+			user := t.TempDir()
+			run(t, user, env, "go", "mod", "init", "example.com/service")
+			run(t, user, env, "go", "get", path+"@"+installVersion)
+			main := "package main\n\nimport _ \"" + pkg + "\"\n\nfunc main() {}\n"
+			if err := os.WriteFile(filepath.Join(user, "main.go"), []byte(main), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			run(t, user, env, "go", "build", "-o", os.DevNull, ".")
+			req := run(t, user, env, "go", "list", "-m", "all")
+			for _, line := range strings.Split(req, "\n") {
+				if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "github.com/relayer-go/relayer") && f[1] != installVersion {
+					t.Errorf("%s pulled %s", path, line)
+				}
+			}
+		})
+	}
+	t.Run("cmd/relayer", func(t *testing.T) {
+		bin := t.TempDir()
+		run(t, t.TempDir(), append(env, "GOBIN="+bin, "GOPATH="+gopath), "go", "install", "github.com/relayer-go/relayer/cmd/relayer@"+installVersion)
+		out := run(t, bin, nil, filepath.Join(bin, "relayer"), "version")
+		if !strings.Contains(out, "relayer "+installVersion) || !strings.Contains(out, "library "+installVersion) {
+			t.Errorf("relayer version printed %q, want the command and library at %s", out, installVersion)
+		}
+	})
+}
+
+// run runs a command in dir with env added, and returns its output; it
+// fails the test when the command fails.
+func run(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// copyTree copies the files git knows in root (committed or not, ignored
+// ones left out) into a new directory and returns it.
+func copyTree(t *testing.T, root string) string {
+	t.Helper()
+	dst := t.TempDir()
+	files := run(t, root, nil, "git", "ls-files", "-co", "--exclude-standard", "-z")
+	for _, f := range strings.Split(files, "\x00") {
+		if f == "" {
+			continue
+		}
+		src := filepath.Join(root, f)
+		info, err := os.Lstat(src)
+		if err != nil || !info.Mode().IsRegular() {
+			continue // deleted in the working tree, or not a file
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := filepath.Join(dst, f)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, data, info.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// modulePath reads the module path of the go.mod in dir.
+func modulePath(t *testing.T, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "module "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	t.Fatalf("%s/go.mod names no module", dir)
+	return ""
+}
+
+// zipModule writes the module in dir at installVersion into the module
+// proxy directory proxy: its .info, .mod and .zip, and its version list.
+func zipModule(t *testing.T, proxy, dir, path string) {
+	t.Helper()
+	escaped, err := module.EscapePath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := filepath.Join(proxy, escaped, "@v")
+	if err := os.MkdirAll(at, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := json.Marshal(map[string]any{"Version": installVersion, "Time": time.Now().UTC().Format(time.RFC3339)})
+	for name, data := range map[string][]byte{installVersion + ".mod": mod, installVersion + ".info": info, "list": []byte(installVersion + "\n")} {
+		if err := os.WriteFile(filepath.Join(at, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Create(filepath.Join(at, installVersion+".zip"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := zip.CreateFromDir(f, module.Version{Path: path, Version: installVersion}, dir); err != nil {
+		t.Fatalf("zip %s: %v", path, err)
+	}
+}
+
+// forgetVersion removes what the module cache keeps of the project's
+// modules at version, so that test runs leave nothing behind.
+func forgetVersion(modcache, version string) {
+	for _, pattern := range []string{
+		filepath.Join(modcache, "github.com", "relayer-go", "relayer*@"+version),
+		filepath.Join(modcache, "github.com", "relayer-go", "relayer*", "*@"+version),
+		filepath.Join(modcache, "github.com", "relayer-go", "relayer*", "*", "*@"+version),
+		filepath.Join(modcache, "cache", "download", "github.com", "relayer-go", "relayer", "@v", version+".*"),
+		filepath.Join(modcache, "cache", "download", "github.com", "relayer-go", "relayer", "*", "@v", version+".*"),
+		filepath.Join(modcache, "cache", "download", "github.com", "relayer-go", "relayer", "*", "*", "@v", version+".*"),
+	} {
+		matches, _ := filepath.Glob(pattern)
+		for _, m := range matches {
+			filepath.WalkDir(m, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					os.Chmod(p, 0o755) // the module cache makes its directories read-only
+				}
+				return nil
+			})
+			os.RemoveAll(m)
+		}
+	}
+}
