@@ -78,6 +78,7 @@ func TestInstallFromReleaseCandidate(t *testing.T) {
 			}
 			run(t, user, env, "go", "build", "-o", os.DevNull, ".")
 			req := run(t, user, env, "go", "list", "-m", "all")
+			t.Logf("a service that gets %s requires %d modules besides itself (go list -m all)", path, len(strings.Fields(strings.ReplaceAll(req, " ", "")))-1)
 			for _, line := range strings.Split(req, "\n") {
 				if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "github.com/relayer-go/relayer") && f[1] != installVersion {
 					t.Errorf("%s pulled %s", path, line)
