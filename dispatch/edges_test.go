@@ -190,14 +190,7 @@ func TestIndexedTextAtItsMaximum(t *testing.T) {
 		}
 		return nil
 	})
-	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
-		Ordered:  dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond},
-		Recovery: dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond},
-		Logger:   b.logger(),
-	})
-	must(t, err)
-	must(t, r.Start(context.Background()))
-	t.Cleanup(func() { r.Stop(context.Background()) })
+	b.quickRunner(t, outbox, false)
 	must(t, publish(relayer.NewOutgoing(Placed{1})))
 	waitUntil(t, "the destination paused and published", func() bool {
 		p, err := b.store.Pauses(context.Background())
@@ -343,15 +336,7 @@ func TestStoredRowsOverTheLimitsEndWhenTheyFail(t *testing.T) {
 	})
 	outbox := b.outbox
 	outbox.Transports = map[string]relayer.Transport{"mem": b.mem}
-	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
-		DisableDirect: true,
-		Ordered:       dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond},
-		Recovery:      dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond},
-		Logger:        b.logger(),
-	})
-	must(t, err)
-	must(t, r.Start(context.Background()))
-	t.Cleanup(func() { r.Stop(context.Background()) })
+	b.quickRunner(t, outbox, true)
 	b.waitRows(t, 0)
 	dead := b.deadLetters(t)
 	if len(dead) != 2 || dead[0].reason != store.ReasonOverLimit || dead[1].reason != store.ReasonOverLimit {
@@ -363,4 +348,19 @@ func TestStoredRowsOverTheLimitsEndWhenTheyFail(t *testing.T) {
 	if got := sequences(t, b.mem.Messages("orders.shipped"))[longKey]; len(got) != 1 {
 		t.Errorf("the long key's rows sent: %v, want its second", got)
 	}
+}
+
+// quickRunner starts a Runner on outbox whose ordered workers and recovery
+// poll every 50 ms (recovery taking rows of any age), stopped at cleanup.
+func (b *bundle) quickRunner(t *testing.T, outbox relayer.Outbox, disableDirect bool) {
+	t.Helper()
+	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
+		DisableDirect: disableDirect,
+		Ordered:       dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond},
+		Recovery:      dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond},
+		Logger:        b.logger(),
+	})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	t.Cleanup(func() { r.Stop(context.Background()) })
 }
