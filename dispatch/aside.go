@@ -297,7 +297,8 @@ func (a *setAside) record(e endpoint, o outcome, err error) {
 }
 
 // settle applies a send's outcome to e's state; a.mu is held. Any outcome
-// ends the probe in flight.
+// ends the probe in flight; a failure sets e aside for the next interval,
+// unless it is set aside for one that still runs.
 func (a *setAside) settle(e endpoint, o outcome, err error) {
 	st := a.m[e]
 	if st != nil {
@@ -310,11 +311,17 @@ func (a *setAside) settle(e endpoint, o outcome, err error) {
 			first = setAsideUnavailableMin
 		}
 		st = a.state(e)
-		if !st.paused {
-			st.paused, st.since = true, time.Now()
-		}
 		if err != nil {
 			st.lastErr = err.Error()
+		}
+		if st.paused && time.Now().Before(st.until) {
+			// A send begun before the pause ends in its interval (sends
+			// run side by side): it says nothing new, and the interval
+			// doubles only once per failed probe.
+			return
+		}
+		if !st.paused {
+			st.paused, st.since = true, time.Now()
 		}
 		st.backoff = min(max(2*st.backoff, first), setAsideMax)
 		jitter := time.Duration(rand.Int64N(int64(st.backoff)/5+1)) - st.backoff/10

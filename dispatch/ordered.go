@@ -801,6 +801,8 @@ type laneBatch struct {
 	outcomes []rowOutcome
 	failures []laneFailure
 	sent     int
+	// slow is set when the lane's sends failed or were slow (see slowSend).
+	slow bool
 	// cut is set when rows were left unsent for want of time or because the
 	// worker is stopping, rather than because their key or destination had
 	// to wait: the lane may have more to send at once.
@@ -894,20 +896,13 @@ func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, 
 	if n != int64(len(ids)) {
 		return buf, res, fmt.Errorf("lanes %v: claimed %d of %d head rows under the lane locks", held, n, len(ids))
 	}
-	admitUntil := start.Add(o.opts.LeaseDuration / 4)
+	if err := o.sendLanes(ctx, stop, conn, parts, start.Add(o.opts.LeaseDuration/4)); err != nil {
+		return buf, res, err
+	}
 	anything := false
 	for i := range parts {
 		p := &parts[i]
-		p.outcomes = make([]rowOutcome, len(p.rows))
-		if i > 0 && (time.Now().After(admitUntil) || halted(stop)) {
-			p.cut = true
-			continue // the later lanes' claims are released, their rows untouched
-		}
-		began := time.Now()
-		if err := o.sendLane(ctx, stop, conn, p, admitUntil); err != nil {
-			return buf, res, err
-		}
-		if len(p.failures) > 0 || time.Since(began) > slowSend*time.Duration(p.sent+1) {
+		if p.slow {
 			res.slow = append(res.slow, p.lane)
 		}
 		anything = anything || p.sent > 0 || len(p.failures) > 0
@@ -987,6 +982,40 @@ type laneFailure struct {
 	row *store.Row
 }
 
+// sendLanes sends the lanes of a batch, each on a goroutine of its own, so
+// that a lane whose destination is slow holds up none of the others. Once a
+// lane is done, a send of another lane still running after a sixth of the
+// batch's deadline is a straggler (see stragglers): it ends, recorded as
+// failed, so that the batch commits what the others sent instead of holding
+// their rows, and rolling them back, until the deadline. A lane found slow is
+// marked so (laneBatch.slow) and runs alone afterwards. An error means the
+// batch must roll back (a send outlived the batch).
+func (o *Ordered) sendLanes(ctx, stop context.Context, conn *workerConn, parts []laneBatch, admitUntil time.Time) error {
+	for i := range parts {
+		parts[i].outcomes = make([]rowOutcome, len(parts[i].rows))
+	}
+	if len(parts) == 1 {
+		return o.sendLane(ctx, stop, nil, conn, &parts[0], admitUntil)
+	}
+	watch := newStragglers(o.opts.LeaseDuration / 2 / slowSendDivisor)
+	defer watch.close()
+	var wg sync.WaitGroup
+	errs := make([]error, len(parts))
+	for i := range parts {
+		p := &parts[i]
+		if i > 0 && (time.Now().After(admitUntil) || halted(stop)) {
+			p.cut = true
+			continue // the later lanes' claims are released, their rows untouched
+		}
+		wg.Go(func() {
+			defer watch.finish()
+			errs[i] = o.sendLane(ctx, stop, watch, conn, p, admitUntil)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // sendLane sends a lane's admitted rows one by one, in id order. A row that
 // fails holds its key: the key's later rows in the batch are not sent (they
 // wait, released, for the failed row's retry or redrive), and the lane's
@@ -998,9 +1027,13 @@ type laneFailure struct {
 // recording) or once stop is cancelled; the last row is the probe of a
 // paused destination when p.probe is set. An error means the batch must
 // roll back (a send outlived the batch).
-func (o *Ordered) sendLane(ctx, stop context.Context, conn *workerConn, p *laneBatch, admitUntil time.Time) error {
+func (o *Ordered) sendLane(ctx, stop context.Context, watch *stragglers, conn *workerConn, p *laneBatch, admitUntil time.Time) error {
 	sent := 0
-	defer func() { o.stats.sent.Add(uint64(sent)) }()
+	began := time.Now()
+	defer func() {
+		o.stats.sent.Add(uint64(sent))
+		p.slow = len(p.failures) > 0 || time.Since(began) > slowSend*time.Duration(sent+1)
+	}()
 	var (
 		waiting map[string]bool   // keys whose rows wait from here on
 		down    map[endpoint]bool // destinations found unavailable in this batch
@@ -1035,7 +1068,12 @@ func (o *Ordered) sendLane(ctx, stop context.Context, conn *workerConn, p *laneB
 		}
 		tr, err := o.resolve(ctx, m)
 		if err == nil {
-			err = o.sendHeld(ctx, conn, tr, m)
+			sctx, done := ctx, func() {}
+			if watch != nil {
+				sctx, done = watch.start(ctx)
+			}
+			err = o.sendHeld(ctx, sctx, conn, tr, m)
+			done()
 			o.aside.record(e, outcomeOf(err, false), err)
 		}
 		if errors.Is(err, relayer.ErrUnavailable) && !errors.Is(err, errLateSend) {
@@ -1190,15 +1228,16 @@ func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch
 // errLateSend reports a send that returned after its batch's deadline.
 var errLateSend = errors.New("send returned after the batch deadline")
 
-// sendHeld sends m and waits for the transport to return, however long past
-// ctx's deadline that takes: the caller's transaction holds the lane row
+// sendHeld sends m on sendCtx (ctx, or a child that ends a straggler) and
+// waits for the transport to return, however long past ctx's deadline, the
+// batch's, that takes: the caller's transaction holds the lane row
 // until then, so that no other owner sends this lane while the send may
 // still reach the broker. Past the deadline it keeps that transaction alive
 // with a trivial statement every third of the session's idle timeout; if the
 // worker stops answering (a partition), the server ends the transaction. A
 // send that returns after the deadline, with or without an error, reports
-// errLateSend.
-func (o *Ordered) sendHeld(ctx context.Context, conn *workerConn, tr relayer.Transport, m *relayer.Message) error {
+// errLateSend; one ended as a straggler before it reports errStraggler.
+func (o *Ordered) sendHeld(ctx, sendCtx context.Context, conn *workerConn, tr relayer.Transport, m *relayer.Message) error {
 	done := make(chan error, 1)
 	go func() {
 		defer func() {
@@ -1206,12 +1245,16 @@ func (o *Ordered) sendHeld(ctx context.Context, conn *workerConn, tr relayer.Tra
 				done <- fmt.Errorf("transport panicked: %v", r)
 			}
 		}()
-		done <- tr.Send(ctx, m)
+		done <- tr.Send(sendCtx, m)
 	}()
 	select {
 	case err := <-done:
-		if err != nil && ctx.Err() != nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("%w: %w", errLateSend, err)
+		case err != nil && sendCtx.Err() != nil:
+			// Ended as a straggler, in time to record it.
+			return fmt.Errorf("%w: %w", context.Cause(sendCtx), err)
 		}
 		return err
 	case <-ctx.Done():

@@ -583,6 +583,7 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 		gctx, done := watch.start(ctx)
 		wg.Go(func() {
 			defer func() { <-slots }()
+			defer watch.finish()
 			defer done()
 			ctx := gctx
 			part := &take{until: t.until, stop: stop}
@@ -643,21 +644,23 @@ func (r *Recovery) setAsideCorrupt(t *take, rows []store.Row) []store.Row {
 	return good
 }
 
-// errStraggler ends the send of a take's group that is still running, slow,
-// when the take's other groups are done: its rows are kept, attempts
-// untouched, its destination is set aside as slow (the next takes pass it
-// over), and the take commits what the others sent instead of holding their
-// rows until the claim ends.
-var errStraggler = fmt.Errorf("send slower than a sixth of its claim while the take's other destinations were done: %w", context.DeadlineExceeded)
+// errStraggler ends a send that is still running, slow, when other work of
+// its take or batch is done: a recovery take keeps the straggling group's
+// rows, attempts untouched, and sets its destination aside as slow; an
+// ordered batch records the send as failed and holds its key. Either way
+// the rest commits at once instead of waiting for the slow send.
+var errStraggler = fmt.Errorf("send slower than a sixth of its deadline while the other sends of its take or batch were done: %w", context.DeadlineExceeded)
 
-// stragglers watches the groups of one take: once at least one group is
-// done, a group still sending after slowAfter is ended with errStraggler.
+// stragglers watches the sends of one take or batch: once at least one part
+// of the work is done (see finish), a send still running slowAfter after it
+// began is ended with errStraggler.
 type stragglers struct {
 	slowAfter time.Duration
 	mu        sync.Mutex
 	running   map[*straggler]bool
 	finished  int
 	timer     *time.Timer
+	armed     time.Time // when the timer fires; zero when it is idle
 }
 
 type straggler struct {
@@ -667,30 +670,42 @@ type straggler struct {
 
 func newStragglers(slowAfter time.Duration) *stragglers {
 	w := &stragglers{slowAfter: slowAfter, running: map[*straggler]bool{}}
-	w.timer = time.AfterFunc(slowAfter, w.check)
+	w.timer = time.AfterFunc(time.Hour, w.check)
+	w.timer.Stop()
 	return w
 }
 
-// start returns the context of a group's sends, and the function to call
-// when the group is done.
+// start returns the context of a send (or of a group of sends timed as one)
+// that begins now, and the function to call when it returns.
 func (w *stragglers) start(ctx context.Context) (context.Context, func()) {
 	gctx, cancel := context.WithCancelCause(ctx)
 	g := &straggler{cancel: cancel, started: time.Now()}
 	w.mu.Lock()
 	w.running[g] = true
+	if due := g.started.Add(w.slowAfter); w.timer != nil && (w.armed.IsZero() || due.Before(w.armed)) {
+		w.armed = due
+		w.timer.Reset(w.slowAfter)
+	}
 	w.mu.Unlock()
 	return gctx, func() {
 		w.mu.Lock()
 		delete(w.running, g)
-		w.finished++
 		w.mu.Unlock()
 		cancel(nil)
-		w.check()
 	}
 }
 
-// check ends the stragglers, once a group is done, and sets the timer for
-// the next group to become one.
+// finish records that one part of the work (a recovery group, an ordered
+// lane) is done: from then on, sends older than slowAfter are stragglers.
+func (w *stragglers) finish() {
+	w.mu.Lock()
+	w.finished++
+	w.mu.Unlock()
+	w.check()
+}
+
+// check ends the stragglers, once a part is done, and sets the timer for
+// the next send to become one.
 func (w *stragglers) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -707,7 +722,9 @@ func (w *stragglers) check() {
 			delete(w.running, g)
 		}
 	}
+	w.armed = time.Time{}
 	if next > 0 && w.timer != nil {
+		w.armed = time.Now().Add(next)
 		w.timer.Reset(next)
 	}
 }
