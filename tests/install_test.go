@@ -78,7 +78,8 @@ func TestInstallFromReleaseCandidate(t *testing.T) {
 			}
 			run(t, user, env, "go", "build", "-o", os.DevNull, ".")
 			req := run(t, user, env, "go", "list", "-m", "all")
-			t.Logf("a service that gets %s requires %d modules besides itself (go list -m all)", path, len(strings.Fields(strings.ReplaceAll(req, " ", "")))-1)
+			t.Logf("a service that gets %s: %d modules in its build list (go list -m all), %d in its module graph (go mod graph), besides itself",
+				path, len(strings.Fields(strings.ReplaceAll(req, " ", "")))-1, graphSize(run(t, user, env, "go", "mod", "graph")))
 			for _, line := range strings.Split(req, "\n") {
 				if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "github.com/relayer-go/relayer") && f[1] != installVersion {
 					t.Errorf("%s pulled %s", path, line)
@@ -94,6 +95,20 @@ func TestInstallFromReleaseCandidate(t *testing.T) {
 			t.Errorf("relayer version printed %q, want the command and library at %s", out, installVersion)
 		}
 	})
+}
+
+// graphSize counts the distinct modules other than the main module in the
+// output of go mod graph.
+func graphSize(graph string) int {
+	seen := map[string]bool{}
+	for _, line := range strings.Split(graph, "\n") {
+		for _, node := range strings.Fields(line) {
+			if strings.Contains(node, "@") {
+				seen[node] = true
+			}
+		}
+	}
+	return len(seen)
 }
 
 // run runs a command in dir with env added, and returns its output; it
