@@ -494,7 +494,7 @@ func TestTakeRollsBackWhenTheSessionDies(t *testing.T) {
 // not left idle in a transaction.
 func TestChainedTakesEndWhenIdle(t *testing.T) {
 	t.Parallel()
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			db, app := openNamed(t, driver)

@@ -2,6 +2,8 @@ package dispatch_test
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"strings"
 	"testing"
@@ -122,11 +124,21 @@ func TestWakeUpOnlyForRowsLeftToOthers(t *testing.T) {
 	}
 }
 
+// otherDriver is a database/sql driver that is not pgx's, such as lib/pq.
+type otherDriver struct{}
+
+func (otherDriver) Open(string) (driver.Conn, error) { return nil, errors.New("not a database") }
+
+func init() { sql.Register("relayer-test-other", otherDriver{}) }
+
 func TestListenNeedsPgx(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	_, err := dispatch.NewRunner(testdb.Open(t, "postgres"), b.outbox, dispatch.RunnerOptions{Listen: true})
+	db, err := sql.Open("relayer-test-other", "")
+	must(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = dispatch.NewRunner(db, b.outbox, dispatch.RunnerOptions{Listen: true})
 	if !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), "pgx") {
-		t.Errorf("NewRunner with Listen on lib/pq = %v, want ErrInvalidOptions naming pgx", err)
+		t.Errorf("NewRunner with Listen on another driver = %v, want ErrInvalidOptions naming pgx", err)
 	}
 }

@@ -18,7 +18,7 @@ const benchBatch = 100
 // statement (one round trip) each, on every driver. rows/s is the figure to
 // compare; ns/op is per batch of 100.
 func BenchmarkStore(b *testing.B) {
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		b.Run(driver, func(b *testing.B) {
 			b.Run("insert", func(b *testing.B) { benchInsert(b, driver) })
 			b.Run("read", func(b *testing.B) { benchRead(b, driver) })
@@ -141,7 +141,7 @@ func benchClaim(b *testing.B, driver string, complete bool) {
 // BenchmarkReadLarge reads 5,000-row pages, the size of a recovery take: the
 // client's cost of scanning rows (allocs/op and the Go profile) shows here.
 func BenchmarkReadLarge(b *testing.B) {
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		b.Run(driver, func(b *testing.B) {
 			const page = 5000
 			s, mk := benchSetup(b, driver)

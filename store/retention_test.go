@@ -37,7 +37,7 @@ func newRetentionFixture(t *testing.T, driver, prefix string) *retentionFixture 
 
 // eachRetentionDriver runs f per driver in parallel subtests.
 func eachRetentionDriver(t *testing.T, f func(t *testing.T, fx *retentionFixture)) {
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			f(t, newRetentionFixture(t, driver, "ret_"))

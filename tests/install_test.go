@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,39 @@ var publishedModules = []struct{ dir, pkg string }{
 	{"enlist/bun", ""}, {"enlist/gorm", ""}, {"enlist/pgx", ""}, {"enlist/sqlx", ""},
 	{"transport/amqp", ""}, {"transport/kafka", ""}, {"transport/nats", ""},
 	{"otel", ""},
+}
+
+// testOnly are modules that only the project's tests use: no published
+// module may require them, or every service that gets it would inherit
+// them.
+var testOnly = []string{
+	"github.com/lib/pq", "github.com/nats-io/nats-server/v2", "github.com/twmb/franz-go/pkg/kfake",
+	"go.uber.org/goleak", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/sdk/metric",
+}
+
+// olderService is a service on go 1.25 with older releases of the
+// libraries Relayer builds on; needs lists, per published module, the
+// upgrades that module cannot do without.
+var olderService = struct {
+	goLine   string
+	requires []string
+	needs    map[string]map[string]string
+}{
+	goLine: "1.25.0",
+	requires: []string{
+		"github.com/jackc/pgx/v5@v5.7.1",
+		"gorm.io/gorm@v1.25.7", "gorm.io/driver/postgres@v1.5.7",
+		"github.com/uptrace/bun@v1.2.5", "github.com/uptrace/bun/dialect/pgdialect@v1.2.5",
+		"github.com/jmoiron/sqlx@v1.3.5",
+		"go.opentelemetry.io/otel@v1.35.0", "go.opentelemetry.io/otel/trace@v1.35.0", "go.opentelemetry.io/otel/metric@v1.35.0",
+	},
+	needs: map[string]map[string]string{
+		// db.RunInTx hands its callback the transaction's context, which
+		// carries the outbox state, from bun v1.3.0 on.
+		"github.com/relayer-go/relayer/enlist/bun": {
+			"github.com/uptrace/bun": "v1.3.0", "github.com/uptrace/bun/dialect/pgdialect": "v1.3.0",
+		},
+	},
 }
 
 // Every published module can be fetched alone, as a user's `go get` would,
@@ -78,11 +112,57 @@ func TestInstallFromReleaseCandidate(t *testing.T) {
 			}
 			run(t, user, env, "go", "build", "-o", os.DevNull, ".")
 			req := run(t, user, env, "go", "list", "-m", "all")
+			graph := run(t, user, env, "go", "mod", "graph")
 			t.Logf("a service that gets %s: %d modules in its build list (go list -m all), %d in its module graph (go mod graph), besides itself",
-				path, len(strings.Fields(strings.ReplaceAll(req, " ", "")))-1, graphSize(run(t, user, env, "go", "mod", "graph")))
+				path, len(strings.Fields(strings.ReplaceAll(req, " ", "")))-1, graphSize(graph))
+			for _, line := range strings.Split(graph, "\n") {
+				from, to, ok := strings.Cut(line, " ")
+				dep, _, _ := strings.Cut(to, "@")
+				if ok && strings.HasPrefix(from, "github.com/relayer-go/relayer") && slices.Contains(testOnly, dep) {
+					t.Errorf("%s requires %s, which only tests use", from, to)
+				}
+			}
 			for _, line := range strings.Split(req, "\n") {
 				if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "github.com/relayer-go/relayer") && f[1] != installVersion {
 					t.Errorf("%s pulled %s", path, line)
+				}
+			}
+		})
+	}
+	// A service on go 1.25 and older releases of the libraries it shares
+	// with Relayer keeps them: getting any one module upgrades nothing but
+	// what that module cannot work without (see the README's "Versions").
+	for _, m := range publishedModules {
+		path := modulePath(t, filepath.Join(tree, m.dir))
+		t.Run("older service/"+strings.TrimPrefix(path, "github.com/relayer-go/"), func(t *testing.T) {
+			user := t.TempDir()
+			run(t, user, env, "go", "mod", "init", "example.com/service")
+			args := []string{"mod", "edit", "-go=" + olderService.goLine}
+			for _, r := range olderService.requires {
+				args = append(args, "-require="+r)
+			}
+			run(t, user, env, "go", args...)
+			run(t, user, env, "go", "mod", "download")
+			run(t, user, env, "go", "get", path+"@"+installVersion)
+			var mod struct {
+				Go        string
+				Toolchain string
+				Require   []struct{ Path, Version string }
+			}
+			if err := json.Unmarshal([]byte(run(t, user, env, "go", "mod", "edit", "-json")), &mod); err != nil {
+				t.Fatal(err)
+			}
+			if mod.Go != olderService.goLine || mod.Toolchain != "" {
+				t.Errorf("getting %s moved the service to go %s (toolchain %q), want go %s", path, mod.Go, mod.Toolchain, olderService.goLine)
+			}
+			for _, r := range olderService.requires {
+				p, v, _ := strings.Cut(r, "@")
+				got := strings.Fields(run(t, user, env, "go", "list", "-m", p))
+				if len(got) != 2 {
+					t.Fatalf("go list -m %s: %q", p, got)
+				}
+				if got[1] != v && olderService.needs[path][p] != got[1] {
+					t.Errorf("getting %s upgraded %s from %s to %s", path, p, v, got[1])
 				}
 			}
 		})

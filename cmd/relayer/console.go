@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/relayer-go/relayer/console"
@@ -68,6 +69,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	fresh := trackFresh(srv)
 	addr := "http://" + ln.Addr().String() + "/"
 	if f.token != "" {
 		addr += "?token=…"
@@ -86,6 +88,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), consoleShutdown)
 	defer cancel()
+	fresh.close()
 	if err := srv.Shutdown(sctx); err != nil {
 		return err
 	}
@@ -93,6 +96,39 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return nil
+}
+
+// freshConns are a server's connections that have not sent a request yet,
+// such as those a browser or an HTTP client opens ahead of need. Shutdown
+// would wait up to 5 s for each before counting it idle; the console closes
+// them at once instead.
+type freshConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+}
+
+// trackFresh follows srv's connections until they send their first request.
+func trackFresh(srv *http.Server) *freshConns {
+	f := &freshConns{conns: map[net.Conn]bool{}}
+	srv.ConnState = func(c net.Conn, s http.ConnState) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if s == http.StateNew {
+			f.conns[c] = true
+		} else {
+			delete(f.conns, c)
+		}
+	}
+	return f
+}
+
+// close closes the connections that have not sent a request.
+func (f *freshConns) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		c.Close()
+	}
 }
 
 // loopback reports whether host (an IP or a name) is the loopback

@@ -59,7 +59,7 @@ func (t bunTx) Rollback() error { return t.tx.Rollback() }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			enlisttest.Run(t, enlisttest.Adapter{

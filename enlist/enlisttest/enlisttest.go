@@ -71,3 +71,50 @@ func Savepoint(ctx context.Context, tx Execer, fn func(ctx context.Context) erro
 	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+sp)
 	return err
 }
+
+// SQL returns the entry point of enlist's own API on database/sql: an
+// [enlist.Writer]'s transactions on db. The suite runs it on each driver;
+// it is also the reference an adapter's behaviour is compared with.
+func SQL(db *sql.DB, w *enlist.Writer) EntryPoint { return sqlEntry{db: db, w: w} }
+
+type sqlEntry struct {
+	db *sql.DB
+	w  *enlist.Writer
+}
+
+type sqlTx struct {
+	tx *enlist.Tx
+}
+
+func (e sqlEntry) Begin(ctx context.Context) (Tx, error) {
+	tx, err := e.w.Begin(ctx, e.db, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sqlTx{tx: tx}, nil
+}
+
+func (e sqlEntry) RunInTx(ctx context.Context, fn func(context.Context, Tx) error) error {
+	return e.w.RunInTx(ctx, e.db, nil, func(tx *enlist.Tx) error {
+		return fn(ctx, sqlTx{tx: tx})
+	})
+}
+
+func (t sqlTx) Exec(ctx context.Context, query string) error {
+	_, err := t.tx.ExecContext(ctx, query)
+	return err
+}
+
+func (t sqlTx) Publish(ctx context.Context, msgs ...relayer.Outgoing) error {
+	if len(msgs) == 1 {
+		return t.tx.Publish(ctx, msgs[0].Message, func(o *relayer.Outgoing) { *o = msgs[0] })
+	}
+	return t.tx.PublishAll(ctx, msgs...)
+}
+
+func (t sqlTx) Nested(ctx context.Context, fn func(context.Context, Tx) error) error {
+	return Savepoint(ctx, t.tx, func(ctx context.Context) error { return fn(ctx, t) })
+}
+
+func (t sqlTx) Commit() error   { return t.tx.Commit() }
+func (t sqlTx) Rollback() error { return t.tx.Rollback() }

@@ -83,7 +83,7 @@ func TestConformance(t *testing.T) {
 		{name: "PrepareStmtSession", session: &gorm.Session{PrepareStmt: true}},
 		{name: "PrepareStmtTwice", cfg: gorm.Config{PrepareStmt: true}, session: &gorm.Session{PrepareStmt: true}},
 	}
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		for _, mode := range modes {
 			t.Run(driver+"/"+mode.name, func(t *testing.T) {
 				t.Parallel()

@@ -49,7 +49,7 @@ func Setup(t *testing.T, driver string) *Bundle {
 // EachDriver runs f per database/sql driver in parallel subtests.
 func EachDriver(t *testing.T, f func(t *testing.T, b *Bundle)) {
 	t.Helper()
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			f(t, Setup(t, driver))

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
-	_ "github.com/lib/pq"              // registers the "postgres" driver
 
 	"github.com/relayer-go/relayer/internal/pgcluster"
 )
@@ -24,10 +23,21 @@ import (
 // tests use. When it is empty, Main starts a throwaway cluster and sets it.
 const EnvURL = "RELAYER_TEST_DATABASE_URL"
 
-// Drivers lists the database/sql drivers the store's conformance suite runs
-// against: pgx's stdlib driver and lib/pq. Both are registered by this
-// package.
-var Drivers = []string{"pgx", "postgres"}
+// Drivers returns the database/sql drivers that tests run once each: pgx's
+// stdlib driver ("pgx"), which this package registers, and lib/pq
+// ("postgres") when the test binary imports it. The published modules'
+// tests run on pgx alone, so that lib/pq stays out of their requirements;
+// the tests module imports lib/pq and runs the store's, the inbox's and the
+// adapters' conformance tests on both.
+func Drivers() []string {
+	var out []string
+	for _, d := range []string{"pgx", "postgres"} {
+		if slices.Contains(sql.Drivers(), d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 
 const (
 	startTimeout = 10 * time.Minute // includes installing PostgreSQL
@@ -180,7 +190,7 @@ func adminExec(dbURL, stmt string) error {
 }
 
 // Open opens the test database with the given database/sql driver, "pgx" or
-// "postgres" (lib/pq; see Drivers), checks the connection and closes the
+// "postgres" (lib/pq, when the test binary imports it; see Drivers), checks the connection and closes the
 // *sql.DB when the test ends. The pool holds at most 10 connections.
 func Open(tb testing.TB, driver string) *sql.DB {
 	tb.Helper()

@@ -42,7 +42,11 @@ func TestURL(t *testing.T) {
 
 func TestDrivers(t *testing.T) {
 	registered := sql.Drivers()
-	for _, d := range testdb.Drivers {
+	drivers := testdb.Drivers()
+	if len(drivers) == 0 || drivers[0] != "pgx" {
+		t.Errorf("Drivers() = %q, want pgx first, always", drivers)
+	}
+	for _, d := range drivers {
 		found := false
 		for _, r := range registered {
 			found = found || r == d
@@ -54,7 +58,7 @@ func TestDrivers(t *testing.T) {
 }
 
 func TestNewSchemaIsolation(t *testing.T) {
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			db := testdb.Open(t, driver)

@@ -73,12 +73,14 @@ func unavailable(err error) bool {
 		// CRC mismatch), not a destination that is down.
 		return false
 	}
-	if ke, ok := errors.AsType[*kerr.Error](err); ok {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
 		return ke.Retriable // leader elections, too few replicas, timeouts
 	}
-	if _, ok := errors.AsType[*net.OpError](err); ok {
+	var op *net.OpError
+	if errors.As(err, &op) {
 		return true // dial failures, which IsRetryableBrokerErr leaves out
 	}
-	_, ok := errors.AsType[*kgo.ErrFirstReadEOF](err)
-	return ok
+	var eof *kgo.ErrFirstReadEOF
+	return errors.As(err, &eof)
 }

@@ -1,19 +1,17 @@
 module github.com/relayer-go/relayer/transport/kafka
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/google/uuid v1.6.0
 	github.com/relayer-go/relayer v0.0.0-00010101000000-000000000000
-	github.com/twmb/franz-go v1.22.3
-	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	go.uber.org/goleak v1.3.0
+	github.com/twmb/franz-go v1.19.5
 )
 
 require (
-	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/klauspost/compress v1.18.0 // indirect
+	github.com/pierrec/lz4/v4 v4.1.22 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.11.2 // indirect
 )
 
 replace github.com/relayer-go/relayer => ../..

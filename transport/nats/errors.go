@@ -69,7 +69,7 @@ func classify(err error) error {
 	case errors.Is(err, nats.ErrMaxPayload),
 		errors.Is(err, nats.ErrBadSubject),
 		errors.Is(err, nats.ErrBadHeaderMsg),
-		errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
+		errors.Is(err, errMessageTooLarge):
 		return relayer.ErrPermanent
 
 	// Nobody stored it or nobody answered: no stream captures the subject
@@ -104,3 +104,9 @@ func classify(err error) error {
 // belongs to another stream than Options.Stream; the message is fine, the
 // destination is not where it was expected.
 var errStreamNotMatch = &jetstream.APIError{ErrorCode: 10060}
+
+// errMessageTooLarge matches the server's refusal of a message larger than
+// the stream's max_msg_size (error code 10054, which nats.go names
+// jetstream.ErrStreamMessageExceedsMaximum from v1.54 on; matched by code so
+// that older clients work too).
+var errMessageTooLarge = &jetstream.APIError{ErrorCode: 10054}

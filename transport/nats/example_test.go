@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -54,11 +52,8 @@ func Example() {
 // A consumer reads the relayer id back, for example to deduplicate with the
 // inbox package. Replays of an accepted message are dropped by the stream.
 func ExampleMessageID() {
-	url, stop := exampleServer()
-	defer stop()
-
 	ctx := context.Background()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(nats.DefaultURL)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -106,31 +101,4 @@ func ExampleMessageID() {
 	}
 	fmt.Println(id, relayernats.MessageType(got.Headers()), string(got.Data()))
 	fmt.Println("stored:", info.State.Msgs)
-	// Output:
-	// 0190c5a4-5b6e-7c3d-8e9f-a0b1c2d3e4f5 orders.OrderPlaced {"order":42}
-	// stored: 1
-}
-
-// exampleServer starts an embedded JetStream server for an example.
-func exampleServer() (url string, stop func()) {
-	dir, err := os.MkdirTemp("", "relayernats-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT,
-		JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		log.Fatal("embedded nats-server did not get ready")
-	}
-	return s.ClientURL(), func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
 }

@@ -81,7 +81,7 @@ func (o *statsOutbox) stats(t *testing.T, now time.Time) store.Stats {
 
 func eachStatsDriver(t *testing.T, f func(t *testing.T, o *statsOutbox)) {
 	t.Helper()
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			f(t, newStatsOutbox(t, driver))

@@ -48,7 +48,7 @@ func setup(t *testing.T, driver string) *bundle {
 // store's conformance suite.
 func eachDriver(t *testing.T, f func(t *testing.T, b *bundle)) {
 	t.Helper()
-	for _, driver := range testdb.Drivers {
+	for _, driver := range testdb.Drivers() {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			f(t, setup(t, driver))
