@@ -199,14 +199,12 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		byLane[d.Lanes[i].Lane] = &d.Lanes[i]
 	}
 	for _, l := range leases {
+		_, isMember := l.Member()
+		n, isLane := l.Lane()
 		switch {
-		case strings.HasPrefix(l.Name, "member:"):
+		case isMember:
 			d.Members = append(d.Members, l)
-		case strings.HasPrefix(l.Name, "lane:"):
-			n, err := strconv.Atoi(strings.TrimPrefix(l.Name, "lane:"))
-			if err != nil {
-				continue
-			}
+		case isLane:
 			row := byLane[n]
 			if row == nil {
 				d.Lanes = append(d.Lanes, laneRow{LaneSummary: store.LaneSummary{Lane: n}})

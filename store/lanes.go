@@ -17,11 +17,38 @@ import (
 // leases live in the leases table under the names "lane:<n>" and
 // "member:<instance>".
 
+// The prefixes of lane and member lease names; the statements that build or
+// match such names in SQL use them too.
+const (
+	laneLeasePrefix   = "lane:"
+	memberLeasePrefix = "member:"
+)
+
 // LaneLeaseName returns the lease name of a lane.
-func LaneLeaseName(lane int) string { return "lane:" + strconv.Itoa(lane) }
+func LaneLeaseName(lane int) string { return laneLeasePrefix + strconv.Itoa(lane) }
 
 // MemberLeaseName returns the lease name of a worker instance.
-func MemberLeaseName(instance string) string { return "member:" + instance }
+func MemberLeaseName(instance string) string { return memberLeasePrefix + instance }
+
+// Lane returns the lane whose lease l is, or ok false when l is not a lane's
+// lease (see [LaneLeaseName]).
+func (l LeaseRow) Lane() (lane int, ok bool) {
+	rest, ok := strings.CutPrefix(l.Name, laneLeasePrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 || strconv.Itoa(n) != rest {
+		return 0, false // not a name LaneLeaseName writes
+	}
+	return n, true
+}
+
+// Member returns the worker instance whose membership lease l is, or ok false
+// when l is not a membership lease (see [MemberLeaseName]).
+func (l LeaseRow) Member() (instance string, ok bool) {
+	return strings.CutPrefix(l.Name, memberLeasePrefix)
+}
 
 // ProbeLanes returns, in one read-only statement, those of lanes whose head
 // (first row that is not parked and whose key has no parked row) is due and

@@ -183,7 +183,7 @@ CROSS JOIN LATERAL (
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
       AND ` + unheld(n.outbox) + `
     ORDER BY o.id LIMIT 1) AS h
-LEFT JOIN ` + n.leases + ` AS ls ON ls.name = 'lane:' || l.lane
+LEFT JOIN ` + n.leases + ` AS ls ON ls.name = '` + laneLeasePrefix + `' || l.lane
 WHERE (h.deliver_at IS NULL OR h.deliver_at <= now())
   AND (h.claimed_until IS NULL OR h.claimed_until <= now())
   AND (ls.name IS NULL OR ls.owner_token = $2 OR ls.expires_at <= now())
@@ -208,7 +208,7 @@ ORDER BY h.lane, h.id`,
 		// callers whose lanes overlap lock the lease rows in the same order
 		// and never deadlock. It returns the lanes now held.
 		laneLeases: `INSERT INTO ` + n.leases + ` AS l (name, owner, owner_token, acquired_at, expires_at)
-SELECT 'lane:' || x.lane, $2, $3, now(), now() + $4 * interval '1 microsecond'
+SELECT '` + laneLeasePrefix + `' || x.lane, $2, $3, now(), now() + $4 * interval '1 microsecond'
 FROM unnest($1::integer[]) AS x(lane) ORDER BY x.lane
 ON CONFLICT (name) DO UPDATE
 SET owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
@@ -233,8 +233,8 @@ WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
 WHERE expires_at > now() ORDER BY name`,
 		reset:        `TRUNCATE ` + n.outbox + `, ` + n.dead + `, ` + n.leases + `, ` + n.pauses,
 		releaseOwner: `DELETE FROM ` + n.leases + ` WHERE owner_token = $1`,
-		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at <= now()`,
-		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE 'member:%' AND expires_at > now() ORDER BY name`,
+		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE '` + memberLeasePrefix + `%' AND expires_at <= now()`,
+		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE '` + memberLeasePrefix + `%' AND expires_at > now() ORDER BY name`,
 		renew: `UPDATE ` + n.outbox + ` SET claimed_until = GREATEST(claimed_until, $3)
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
 		complete: `DELETE FROM ` + n.outbox + `

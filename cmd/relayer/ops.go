@@ -240,15 +240,13 @@ func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []
 	var lanes []laneLease
 	for _, l := range leases {
 		token := l.Token.String()
+		id, isMember := l.Member()
+		lane, isLane := l.Lane()
 		switch {
-		case strings.HasPrefix(l.Name, "member:"):
-			members = append(members, member{ID: strings.TrimPrefix(l.Name, "member:"), Owner: l.Owner,
-				ExpiresAt: l.ExpiresAt, Lanes: []int{}, token: token})
-		case strings.HasPrefix(l.Name, "lane:"):
-			n, err := strconv.Atoi(strings.TrimPrefix(l.Name, "lane:"))
-			if err == nil {
-				lanes = append(lanes, laneLease{n, token})
-			}
+		case isMember:
+			members = append(members, member{ID: id, Owner: l.Owner, ExpiresAt: l.ExpiresAt, Lanes: []int{}, token: token})
+		case isLane:
+			lanes = append(lanes, laneLease{lane, token})
 		case l.Name == dispatch.RecoveryLeaseName:
 			recovery = &holder{Owner: l.Owner, ExpiresAt: l.ExpiresAt}
 		}
