@@ -184,3 +184,18 @@ func TestJSONSerializer(t *testing.T) {
 		t.Errorf("Unmarshal = %+v, %v", out, err)
 	}
 }
+
+// The lane count writers and workers share comes from one place: the
+// outbox's Lanes, LanesDefault when zero, refused outside its range.
+func TestOutboxLaneCount(t *testing.T) {
+	for lanes, want := range map[int]int{0: relayer.LanesDefault, 1: 1, 64: 64, relayer.LanesMax: relayer.LanesMax} {
+		if got, err := (relayer.Outbox{Lanes: lanes}).LaneCount(); err != nil || got != want {
+			t.Errorf("LaneCount with Lanes %d = %d, %v; want %d", lanes, got, err, want)
+		}
+	}
+	for _, lanes := range []int{-1, relayer.LanesMax + 1} {
+		if _, err := (relayer.Outbox{Lanes: lanes}).LaneCount(); !errors.Is(err, relayer.ErrInvalidLanes) {
+			t.Errorf("LaneCount with Lanes %d = %v, want ErrInvalidLanes", lanes, err)
+		}
+	}
+}

@@ -192,12 +192,9 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordere
 	}
 	// The lane count is the outbox's, the one its writers hash keys with:
 	// there is no second setting to disagree with it.
-	lanes := outbox.Lanes
-	if lanes == 0 {
-		lanes = relayer.LanesDefault
-	}
-	if lanes < relayer.LanesMin || lanes > relayer.LanesMax {
-		return nil, fmt.Errorf("%w: Outbox.Lanes must be %d to %d, got %d", ErrInvalidOptions, relayer.LanesMin, relayer.LanesMax, outbox.Lanes)
+	lanes, err := outbox.LaneCount()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err

@@ -135,12 +135,11 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 	if w.serializer == nil {
 		w.serializer = relayer.JSON{}
 	}
-	if w.lanes == 0 {
-		w.lanes = relayer.LanesDefault
+	lanes, err := outbox.LaneCount()
+	if err != nil {
+		return nil, fmt.Errorf("enlist: %w", err)
 	}
-	if _, err := relayer.Lane("", w.lanes); err != nil {
-		return nil, fmt.Errorf("enlist: Outbox.Lanes: %w", err)
-	}
+	w.lanes = lanes
 	if w.logger == nil {
 		w.logger = slog.Default()
 	}
