@@ -43,7 +43,7 @@ func (c *Console) newPage(r *http.Request, nav, title string) *page {
 		Title: title, Nav: nav, Refresh: int(c.opts.Refresh / time.Second),
 		ReadOnly: c.opts.ReadOnly, ShowBodies: c.opts.ShowBodies, CSRF: c.csrfToken(),
 		Flash: flash(r.URL.Query()), Now: time.Now().UTC(),
-		Outbox: o.Schema + "." + o.TablePrefix + "outbox",
+		Outbox: o.Label(),
 	}
 }
 

@@ -65,6 +65,14 @@ func (o Options) Validate() error {
 	return nil
 }
 
+// Label is the outbox's name for people: its outbox table as
+// "<schema>.<prefix>outbox", defaults applied, unquoted. Messages, the
+// console and the wake-up channel ([Options.WakeChannel]) name the outbox so.
+func (o Options) Label() string {
+	o = o.withDefaults()
+	return o.Schema + "." + o.TablePrefix + "outbox"
+}
+
 func (o Options) withDefaults() Options {
 	if o.Schema == "" {
 		o.Schema = SchemaDefault

@@ -117,7 +117,7 @@ func (s *Store) outdated(newest, present int) error {
 
 // label names the outbox's tables for messages.
 func (s *Store) label() string {
-	return fmt.Sprintf("the outbox %s.%soutbox", s.opts.Schema, s.opts.TablePrefix)
+	return "the outbox " + s.opts.Label()
 }
 
 // queryRow runs a one-row query and scans it into dest.

@@ -16,8 +16,7 @@ const channelMaxLen = 63
 // longer than 63 bytes, its first 46 bytes, a dot and 16 hexadecimal digits
 // of its SHA-256, so that every outbox has its own channel.
 func (o Options) WakeChannel() string {
-	o = o.withDefaults()
-	ch := "relayer." + o.Schema + "." + o.TablePrefix + "outbox"
+	ch := "relayer." + o.Label()
 	if len(ch) <= channelMaxLen {
 		return ch
 	}
