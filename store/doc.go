@@ -10,10 +10,12 @@
 //
 // # Tables
 //
-// One outbox is four tables in Options.Schema, each name starting with
+// One outbox is five tables in Options.Schema, each name starting with
 // Options.TablePrefix: <prefix>outbox (pending messages), <prefix>dead (dead
-// letters), <prefix>relayer_leases (lane and worker leases) and <prefix>inbox
-// (consumer deduplication), plus <prefix>relayer_migrations, which records the
+// letters), <prefix>relayer_leases (lane and worker leases),
+// <prefix>relayer_pauses (the destinations workers have set aside, published
+// for operators) and <prefix>inbox (consumer deduplication), plus
+// <prefix>relayer_migrations, which records the
 // applied schema steps. Schema and prefix are validated as plain lowercase
 // identifiers when a store is built, and every statement is built from them once.
 //
@@ -43,18 +45,21 @@
 //     destinations), holds them locked while the broker is called, writes back
 //     the rows it did not send with [Store.Restore], and commits. A crash or a
 //     lost connection rolls the take back and every row is there again.
-//   - Lanes, for ordered rows: a transaction takes or renews the lane's lease
-//     row ([Store.AcquireLease]), reads the lane's head ([Store.ReadLaneHead]),
-//     claims the admitted prefix ([Store.ClaimLaneRows]), and settles it with
-//     [Store.CompleteBatch], [Store.Fail] and [Store.ReleaseBatch] before
-//     committing; [Store.ProbeLanes] finds the lanes worth that, and
+//   - Lanes, for ordered rows: a transaction takes or renews the leases of
+//     the lanes it runs in one statement ([Store.AcquireLaneLeases]), reads
+//     their heads ([Store.ReadLaneHeads]), claims the admitted prefixes
+//     ([Store.ClaimLaneRows]), and settles them with [Store.CompleteBatch],
+//     [Store.FailBatch], [Store.Park], [Store.Bury] and [Store.ReleaseBatch]
+//     before committing; [Store.ProbeLanes] finds the lanes worth that, and
 //     [Store.Heartbeat] keeps the workers' membership.
 //
 // # Drivers
 //
 // The store works with any database/sql PostgreSQL driver that passes string
 // parameters through, and is tested with github.com/jackc/pgx/v5/stdlib and
-// github.com/lib/pq. Array parameters travel as array literals in text form.
+// github.com/lib/pq (its conformance tests, which run on both, live in the
+// repository's tests module). Array parameters travel as array literals in
+// text form.
 //
 // # Errors
 //
