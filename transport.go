@@ -6,6 +6,10 @@ import "context"
 // concurrent use. A transport reports success only after the broker has accepted
 // the message (acknowledged, confirmed); the dispatcher deletes a row only after
 // that, which is what makes delivery at-least-once.
+//
+// A transport keeps no Message it was given once Send or SendBatch returns:
+// the dispatchers read their next rows into the same values. The conformance suite in package
+// transporttest checks these promises against a real broker.
 type Transport interface {
 	// Send delivers one message. ctx bounds the whole send, including waiting for
 	// the broker's acknowledgement.

@@ -189,6 +189,12 @@ func (b *testBundle) fetch(t *testing.T, n int) []jetstream.Msg {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return drain(t, cons, n)
+}
+
+// drain fetches n messages from cons and fails the test if fewer arrive.
+func drain(t *testing.T, cons jetstream.Consumer, n int) []jetstream.Msg {
+	t.Helper()
 	var msgs []jetstream.Msg
 	for len(msgs) < n {
 		batch, err := cons.Fetch(n-len(msgs), jetstream.FetchMaxWait(5*time.Second))

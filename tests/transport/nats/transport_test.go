@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,16 +132,6 @@ func TestSendKeepsForwardedIdentityHeaders(t *testing.T) {
 	}
 }
 
-func TestSendEmptyBodyAndNoHeaders(t *testing.T) {
-	t.Parallel()
-	b := setup(t, setupOpts{})
-	msg := newMessage(t, b.subject("empty"), "Empty", nil)
-	if err := b.tr.Send(testContext(t), msg); err != nil {
-		t.Fatalf("Send: %v", err)
-	}
-	checkDelivered(t, b.fetch(t, 1)[0], msg)
-}
-
 func TestSendReplayIsStoredOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
@@ -170,41 +159,6 @@ func TestSendReplayIsStoredOnce(t *testing.T) {
 	got := b.fetch(t, 2)
 	checkDelivered(t, got[0], msg)
 	checkDelivered(t, got[1], other)
-}
-
-func TestSendBatchKeepsPerKeyOrder(t *testing.T) {
-	t.Parallel()
-	const n, keys = 500, 7
-	b := setup(t, setupOpts{transport: relayernats.Options{MaxBatchSize: n}})
-	msgs := make([]*relayer.Message, n)
-	for i := range msgs {
-		key := "key-" + strconv.Itoa(i%keys)
-		msgs[i] = newMessage(t, b.subject("batch"), "Numbered", fmt.Appendf(nil, "%s/%d", key, i), "x-seq", strconv.Itoa(i))
-		msgs[i].Key = key
-	}
-	if err := b.tr.SendBatch(testContext(t), msgs); err != nil {
-		t.Fatalf("SendBatch: %v", err)
-	}
-	if got := b.stored(t); got != n {
-		t.Fatalf("stream holds %d messages, want %d", got, n)
-	}
-
-	last := map[string]int{}
-	for _, m := range b.fetch(t, n) {
-		key, seqText, _ := strings.Cut(string(m.Data()), "/")
-		seq, err := strconv.Atoi(seqText)
-		if err != nil {
-			t.Fatalf("body %q: %v", m.Data(), err)
-		}
-		if prev, ok := last[key]; ok && seq <= prev {
-			t.Fatalf("key %s: message %d stored after %d", key, seq, prev)
-		}
-		last[key] = seq
-		checkDelivered(t, m, msgs[seq])
-	}
-	if len(last) != keys {
-		t.Fatalf("saw %d keys, want %d", len(last), keys)
-	}
 }
 
 // recordingJS notes the order of asynchronous publishes and of waits for
