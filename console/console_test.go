@@ -17,8 +17,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer/console"
-	"github.com/relayer-go/relayer/internal/consolefixture"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/consolefixture"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
 // A worker's lane count is its outbox's, so it cannot disagree with writers

@@ -14,7 +14,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/enlist/enlisttest"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

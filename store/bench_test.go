@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

@@ -3,7 +3,7 @@ package store
 import (
 	"testing"
 
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
 // The store's conformance tests run on both database/sql drivers, pgx and

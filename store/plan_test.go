@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
 // TestWorkerSessionsAvoidFrozenPlans starts from an empty, analyzed outbox,

@@ -19,7 +19,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 	relayerkafka "github.com/relayer-go/relayer/transport/kafka"

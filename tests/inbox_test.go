@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/relayer-go/relayer/internal/inboxtest"
+	"github.com/relayer-go/relayer/internal/testkit/inboxtest"
 	"github.com/relayer-go/relayer/store"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -12,7 +12,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	relayerbun "github.com/relayer-go/relayer/enlist/bun"
 	"github.com/relayer-go/relayer/enlist/enlisttest"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -19,7 +19,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	relayerbun "github.com/relayer-go/relayer/enlist/bun"
 	"github.com/relayer-go/relayer/enlist/enlisttest"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

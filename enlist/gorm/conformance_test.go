@@ -13,7 +13,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/enlist/enlisttest"
 	relayergorm "github.com/relayer-go/relayer/enlist/gorm"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -16,7 +16,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/enlist/enlisttest"
 	relayergorm "github.com/relayer-go/relayer/enlist/gorm"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

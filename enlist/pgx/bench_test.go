@@ -15,7 +15,7 @@ import (
 	"github.com/relayer-go/relayer/enlist/enlisttest"
 	relayerpgx "github.com/relayer-go/relayer/enlist/pgx"
 	"github.com/relayer-go/relayer/headers"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

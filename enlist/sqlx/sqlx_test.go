@@ -12,7 +12,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/enlist/enlisttest"
 	relayersqlx "github.com/relayer-go/relayer/enlist/sqlx"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

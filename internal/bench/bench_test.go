@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/relayer-go/relayer/internal/bench"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
 // A quick run of every scenario gives figures for each, loses, duplicates

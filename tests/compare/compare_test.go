@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/relayer-go/relayer/internal/bench"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/tests/compare"
 )
 

@@ -33,7 +33,7 @@ import (
 	relayergorm "github.com/relayer-go/relayer/enlist/gorm"
 	relayersqlx "github.com/relayer-go/relayer/enlist/sqlx"
 	"github.com/relayer-go/relayer/internal/pgcluster"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

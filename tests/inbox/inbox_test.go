@@ -14,8 +14,8 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/inbox"
-	"github.com/relayer-go/relayer/internal/inboxtest"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/inboxtest"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
 

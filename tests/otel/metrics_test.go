@@ -18,7 +18,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
-	"github.com/relayer-go/relayer/internal/testdb"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	relayerotel "github.com/relayer-go/relayer/otel"
 	"github.com/relayer-go/relayer/store"
 	"github.com/relayer-go/relayer/transport/memory"
