@@ -179,18 +179,23 @@ func NewCleanup(db *sql.DB, outbox relayer.Outbox, opts CleanupOptions) (*Cleanu
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
 	st, err := store.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}
+	return newCleanup(db, st, opts), nil
+}
+
+// newCleanup builds a cleanup worker on st, with opts validated.
+func newCleanup(db *sql.DB, st *store.Store, opts CleanupOptions) *Cleanup {
+	opts = opts.withDefaults()
 	return &Cleanup{
 		db:    db,
 		opts:  opts,
 		store: st,
 		lease: store.Lease{Name: CleanupLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:  newLoop(false),
-	}, nil
+	}
 }
 
 // Options returns the effective options, defaults applied.

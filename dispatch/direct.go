@@ -129,7 +129,7 @@ type Direct struct {
 	store   *store.Store
 	senders []*sender
 	stats   counters
-	clock   dbClock
+	clock   *dbClock
 
 	mu     sync.RWMutex
 	queue  chan []relayer.Message
@@ -147,43 +147,42 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	core, err := newOutboxCore(db, outbox)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Recovery != nil {
+		core.aside = opts.Recovery.aside // both pass over the same slow destinations
+	}
+	return newDirect(core, opts), nil
+}
+
+// newDirect builds a direct dispatcher on core, with opts validated.
+func newDirect(core *outboxCore, opts DirectOptions) *Direct {
 	opts = opts.withDefaults()
-	st, err := store.New(db, store.OptionsOf(outbox))
-	if err != nil {
-		return nil, err
-	}
-	transports, retries, err := checkOutbox(outbox)
-	if err != nil {
-		return nil, err
-	}
 	d := &Direct{
-		db:    db,
+		db:    core.db,
 		opts:  opts,
-		store: st,
+		store: core.store,
+		clock: core.clock,
 		queue: make(chan []relayer.Message, opts.QueueCapacity),
 		loop:  newLoop(true),
 	}
-	caps := newCapCache(CapabilityCacheSize)
-	clock := &d.clock
-	aside := newSetAside()
-	if opts.Recovery != nil {
-		aside = opts.Recovery.aside // both pass over the same slow destinations
-	}
 	for range opts.Workers {
 		d.senders = append(d.senders, &sender{
-			transports: transports,
-			caps:       caps,
+			transports: core.transports,
+			caps:       core.caps,
 			batchSize:  opts.BatchSize,
 			claimFor:   opts.ClaimDuration,
 			logger:     opts.Logger,
 			stats:      &d.stats,
 			chain:      true,
-			aside:      aside,
-			clock:      clock,
-			retries:    retries,
+			aside:      core.aside,
+			clock:      core.clock,
+			retries:    core.retries,
 		})
 	}
-	return d, nil
+	return d
 }
 
 // Options returns the effective options, defaults applied.

@@ -163,7 +163,7 @@ type Ordered struct {
 	routes   *relayer.Routes
 	sender   *sender
 	stats    counters
-	clock    dbClock
+	clock    *dbClock
 
 	assigned atomic.Pointer[[]int]
 	members  atomic.Int64
@@ -192,52 +192,55 @@ func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordere
 	}
 	// The lane count is the outbox's, the one its writers hash keys with:
 	// there is no second setting to disagree with it.
-	lanes, err := outbox.LaneCount()
-	if err != nil {
+	if _, err := outbox.LaneCount(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	core, err := newOutboxCore(db, outbox)
+	if err != nil {
+		return nil, err
+	}
+	return newOrdered(core, opts), nil
+}
+
+// newOrdered builds an ordered worker on core, with opts and the outbox's
+// lane count validated.
+func newOrdered(core *outboxCore, opts OrderedOptions) *Ordered {
 	opts = opts.withDefaults()
-	st, err := store.New(db, store.OptionsOf(outbox))
-	if err != nil {
-		return nil, err
-	}
-	transports, retries, err := checkOutbox(outbox)
-	if err != nil {
-		return nil, err
-	}
+	lanes, _ := core.outbox.LaneCount()
 	routes := &relayer.Routes{}
-	if outbox.Routes != nil {
-		routes = outbox.Routes.Clone()
+	if core.outbox.Routes != nil {
+		routes = core.outbox.Routes.Clone()
 	}
 	o := &Ordered{
 		name:     opts.Name,
 		lanes:    lanes,
 		instance: uuid.NewString(),
 		token:    uuid.New(),
-		db:       db,
+		db:       core.db,
 		opts:     opts,
-		store:    st,
+		store:    core.store,
 		routes:   routes,
+		clock:    core.clock,
 		wake:     make(chan struct{}, 1),
 		loop:     newLoop(true),
-		aside:    newSetAside(),
+		aside:    core.aside,
 	}
 	o.sender = &sender{
-		transports: transports,
-		caps:       newCapCache(CapabilityCacheSize),
+		transports: core.transports,
+		caps:       core.caps,
 		batchSize:  opts.BatchSize,
 		claimFor:   opts.LeaseDuration / 2,
 		logger:     opts.Logger,
 		stats:      &o.stats,
-		clock:      &o.clock,
-		retries:    retries,
+		clock:      core.clock,
+		retries:    core.retries,
 	}
 	empty := []int{}
 	o.assigned.Store(&empty)
-	return o, nil
+	return o
 }
 
 // Options returns the effective options.

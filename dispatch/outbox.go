@@ -1,12 +1,51 @@
 package dispatch
 
 import (
+	"database/sql"
 	"fmt"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
 )
 
-// What every worker takes from the outbox it serves.
+// outboxCore is what the workers of one outbox share: its store, its
+// transports and retry policies, one capability cache (the 256-entry FIFO
+// of CapabilityCacheSize), one view of the destinations set aside as slow
+// or unavailable, and one measure of the database's clock. A [Runner] builds
+// one for all its workers; a worker built alone builds its own.
+type outboxCore struct {
+	db         *sql.DB
+	outbox     relayer.Outbox
+	store      *store.Store
+	transports map[string]relayer.Transport
+	retries    *retries
+	caps       *capCache
+	aside      *setAside
+	clock      *dbClock
+}
+
+// newOutboxCore validates what the outbox gives its workers and builds
+// their shared state; it does not touch the database. db must not be nil.
+func newOutboxCore(db *sql.DB, outbox relayer.Outbox) (*outboxCore, error) {
+	st, err := store.New(db, store.OptionsOf(outbox))
+	if err != nil {
+		return nil, err
+	}
+	transports, retries, err := checkOutbox(outbox)
+	if err != nil {
+		return nil, err
+	}
+	return &outboxCore{
+		db:         db,
+		outbox:     outbox,
+		store:      st,
+		transports: transports,
+		retries:    retries,
+		caps:       newCapCache(CapabilityCacheSize),
+		aside:      newSetAside(),
+		clock:      &dbClock{},
+	}, nil
+}
 
 // checkOutbox snapshots the named transports, refusing nil ones, and the
 // retry policies, refusing one out of range. A route naming an unregistered

@@ -148,6 +148,7 @@ type Recovery struct {
 	store      *store.Store
 	transports map[string]relayer.Transport
 	retries    *retries
+	caps       *capCache
 	stats      counters
 	lease      store.Lease
 	holding    atomic.Bool
@@ -160,7 +161,7 @@ type Recovery struct {
 	passStart  time.Time
 	urgentTill atomic.Int64 // after a Wake, until this Unix nano time rows of any age are taken
 	wakeAll    broadcast
-	clock      dbClock
+	clock      *dbClock
 	aside      *setAside
 	// probeMu guards noRowsTill: the paused destinations a probe found
 	// without unordered rows, and until when recovery leaves their probe to
@@ -180,27 +181,29 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	core, err := newOutboxCore(db, outbox)
+	if err != nil {
+		return nil, err
+	}
+	return newRecovery(core, opts), nil
+}
+
+// newRecovery builds a recovery worker on core, with opts validated.
+func newRecovery(core *outboxCore, opts RecoveryOptions) *Recovery {
 	opts = opts.withDefaults()
-	st, err := store.New(db, store.OptionsOf(outbox))
-	if err != nil {
-		return nil, err
-	}
-	transports, retries, err := checkOutbox(outbox)
-	if err != nil {
-		return nil, err
-	}
-	r := &Recovery{
-		db:         db,
+	return &Recovery{
+		db:         core.db,
 		opts:       opts,
-		store:      st,
-		transports: transports,
-		retries:    retries,
+		store:      core.store,
+		transports: core.transports,
+		retries:    core.retries,
+		caps:       core.caps,
 		lease:      store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:       newLoop(true),
-		aside:      newSetAside(),
+		aside:      core.aside,
+		clock:      core.clock,
 		noRowsTill: map[endpoint]time.Time{},
 	}
-	return r, nil
 }
 
 // Options returns the effective options, defaults applied.
@@ -330,13 +333,13 @@ func (r *Recovery) newDrainer() *drainer {
 		conn: newTakingConn(r.db, r.store, r.opts.ClaimDuration),
 		sender: &sender{
 			transports: r.transports,
-			caps:       newCapCache(CapabilityCacheSize),
+			caps:       r.caps,
 			batchSize:  BatchSizeMax, // each chunk is bounded by the claim and MaxBatchSize
 			claimFor:   r.opts.ClaimDuration,
 			logger:     r.opts.Logger,
 			stats:      &r.stats,
 			aside:      r.aside,
-			clock:      &r.clock,
+			clock:      r.clock,
 			retries:    r.retries,
 		},
 	}

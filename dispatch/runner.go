@@ -130,6 +130,7 @@ type Runner struct {
 	db     *sql.DB
 	outbox relayer.Outbox
 	opts   RunnerOptions
+	core   *outboxCore // what every worker shares
 	store  *store.Store
 	// crew holds the workers. A Start that fails replaces them, since a
 	// worker stopped once does not start again.
@@ -160,11 +161,11 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	}
 	setDefault(&opts.Logger, slog.Default())
 	setDefault(&opts.PoolHeadroom, RunnerPoolHeadroomDefault)
-	st, err := store.New(db, store.OptionsOf(outbox))
+	core, err := newOutboxCore(db, outbox)
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{db: db, outbox: outbox, opts: opts, store: st, stopped: make(chan struct{})}
+	r := &Runner{db: db, outbox: outbox, opts: opts, core: core, store: core.store, stopped: make(chan struct{})}
 	c, err := r.build()
 	if err != nil {
 		return nil, err
@@ -173,25 +174,21 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 	return r, nil
 }
 
-// build makes the workers the runner's options ask for.
+// build makes the workers the runner's options ask for, all on the runner's
+// one outbox core.
 func (r *Runner) build() (*crew, error) {
-	db, outbox, opts := r.db, r.outbox, r.opts
+	outbox, opts, core := r.outbox, r.opts, r.core
 	c := &crew{}
-	var err error
 	if !opts.DisableRecovery {
 		o := opts.Recovery
 		setDefault(&o.Logger, opts.Logger)
-		if c.recovery, err = NewRecovery(db, outbox, o); err != nil {
-			return nil, err
-		}
+		c.recovery = newRecovery(core, o)
 	}
 	if !opts.DisableDirect {
 		o := opts.Direct
 		setDefault(&o.Logger, opts.Logger)
 		o.Recovery = c.recovery
-		if c.direct, err = NewDirect(db, outbox, o); err != nil {
-			return nil, err
-		}
+		c.direct = newDirect(core, o)
 	}
 	workers := opts.OrderedWorkers
 	if workers == 0 && hasOrderedRoute(outbox) {
@@ -200,31 +197,25 @@ func (r *Runner) build() (*crew, error) {
 	if opts.DisableOrdered {
 		workers = 0
 	}
+	if workers > 0 {
+		if _, err := outbox.LaneCount(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	}
 	for i := range workers {
 		o := opts.Ordered
 		setDefault(&o.Logger, opts.Logger)
 		o.Name = fmt.Sprintf("%s ordered-%d", ownerOrDefault(o.Name), i+1)
-		w, err := NewOrdered(db, outbox, o)
-		if err != nil {
-			return nil, err
-		}
-		switch { // one view of the destinations per runner
-		case c.recovery != nil:
-			w.aside = c.recovery.aside
-		case c.direct != nil:
-			w.aside = c.direct.senders[0].aside
-		}
-		c.ordered = append(c.ordered, w)
+		c.ordered = append(c.ordered, newOrdered(core, o))
 	}
 	if !opts.DisableCleanup {
 		o := opts.Cleanup
 		setDefault(&o.Logger, opts.Logger)
-		if c.cleanup, err = NewCleanup(db, outbox, o); err != nil {
-			return nil, err
-		}
+		c.cleanup = newCleanup(core.db, core.store, o)
 	}
 	if opts.Listen {
-		if c.listener, err = newListener(db, r.store.Options(), r.wakeAll, opts.Logger); err != nil {
+		var err error
+		if c.listener, err = newListener(core.db, core.store.Options(), r.wakeAll, opts.Logger); err != nil {
 			return nil, err
 		}
 	}
