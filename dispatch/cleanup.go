@@ -333,3 +333,6 @@ func (c *Cleanup) pass(ctx context.Context, conn *workerConn) (held bool, err er
 		slog.Duration("took", time.Since(started)))
 	return true, nil
 }
+
+// pinned is how many connections cleanup pins: one.
+func (c *Cleanup) pinned() int { return 1 }

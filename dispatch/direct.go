@@ -468,3 +468,6 @@ func (d *Direct) abandonQueued() {
 		d.opts.Logger.Warn("dispatch: stopped with queued rows; left for recovery", slog.Int("rows", len(left)))
 	}
 }
+
+// pinned is how many connections the dispatcher pins: one per worker.
+func (d *Direct) pinned() int { return d.opts.Workers }

@@ -119,3 +119,12 @@ func (l *listener) listen(ctx context.Context) (listened bool, err error) {
 	})
 	return listened, err
 }
+
+// pinned is how many connections the listener pins: its own.
+func (l *listener) pinned() int { return 1 }
+
+// isListening reports whether the LISTEN is in force.
+func (l *listener) isListening() bool { return l.listening.Load() }
+
+// receivedCount returns how many wake-ups the listener has received.
+func (l *listener) receivedCount() uint64 { return l.received.Load() }

@@ -1295,3 +1295,22 @@ func (o *Ordered) resolve(ctx context.Context, m *relayer.Message) (relayer.Tran
 	}
 	return tr, nil
 }
+
+// pinned is how many connections the worker pins: one per batch it runs
+// at once.
+func (o *Ordered) pinned() int { return o.opts.Concurrency }
+
+// wakeAssigned wakes the worker for those of lanes in its share, which
+// committed rows touched; it ignores the others.
+func (o *Ordered) wakeAssigned(lanes []int) {
+	assigned := *o.assigned.Load()
+	var mine []int
+	for _, l := range lanes {
+		if slices.Contains(assigned, l) {
+			mine = append(mine, l)
+		}
+	}
+	if len(mine) > 0 {
+		o.wakeLanes(mine)
+	}
+}

@@ -739,3 +739,6 @@ func (w *stragglers) close() {
 	w.timer.Stop()
 	w.timer = nil
 }
+
+// pinned is how many connections recovery pins: one per drainer.
+func (r *Recovery) pinned() int { return r.opts.Workers }

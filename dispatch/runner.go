@@ -293,7 +293,7 @@ func (r *Runner) SendsCommitted() bool { return r.crew.Load().direct != nil }
 // subscribed now; false without one.
 func (r *Runner) Listening() bool {
 	l := r.crew.Load().listener
-	return l != nil && l.listening.Load()
+	return l != nil && l.isListening()
 }
 
 // WakeUpsReceived returns how many wake-up notifications the runner's
@@ -303,7 +303,7 @@ func (r *Runner) WakeUpsReceived() uint64 {
 	if c.listener == nil {
 		return 0
 	}
-	return c.listener.received.Load()
+	return c.listener.receivedCount()
 }
 
 // wakeAll makes recovery and every ordered worker scan now: rows committed
@@ -332,37 +332,15 @@ func (r *Runner) wakeOrdered(rows []relayer.Message) {
 		}
 	}
 	for _, o := range c.ordered {
-		assigned := *o.assigned.Load()
-		var mine []int
-		for _, l := range lanes {
-			if slices.Contains(assigned, l) {
-				mine = append(mine, l)
-			}
-		}
-		if len(mine) > 0 {
-			o.wakeLanes(mine)
-		}
+		o.wakeAssigned(lanes)
 	}
 }
 
 // Connections returns how many connections the workers pin from the pool
 // while they run, and how many more they borrow for brief statements.
 func (r *Runner) Connections() (pinned, borrowed int) {
-	c := r.crew.Load()
-	if c.direct != nil {
-		pinned += c.direct.opts.Workers
-	}
-	if c.recovery != nil {
-		pinned += c.recovery.opts.Workers
-	}
-	for _, o := range c.ordered {
-		pinned += o.opts.Concurrency
-	}
-	if c.cleanup != nil {
-		pinned++
-	}
-	if c.listener != nil {
-		pinned++
+	for _, w := range r.workers() {
+		pinned += w.pinned()
 	}
 	return pinned, runnerBorrowed
 }
@@ -445,6 +423,9 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 type worker interface {
 	Start(context.Context) error
 	Stop(context.Context) error
+	// pinned is how many connections the worker pins from the pool while
+	// it runs.
+	pinned() int
 }
 
 // workers returns the workers in start order.

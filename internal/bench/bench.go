@@ -7,6 +7,15 @@
 // within each of several rounds. Every run works in tables of its own in one
 // schema, counts lost, duplicate and out-of-order messages, and returns
 // figures rather than printing them.
+//
+// It is one of four places that measure Relayer, each answering its own
+// question: this package, through "relayer bench", how Relayer compares with
+// a hand-written loop on the machine at hand; tests/compare (run by
+// tests/cmd/compare) how it compares with Watermill, for the published
+// charts; the packages' Go benchmarks (dispatch, store, enlist, headers, the
+// adapters, the console) what one component costs; and the tests module's
+// broker and OpenTelemetry benchmarks what a transport or the wrapper adds.
+// docs/benchmarks.md maps them with the command that runs each.
 package bench
 
 import (
