@@ -27,8 +27,7 @@ func (c *dbClock) now() time.Time {
 	return time.Now().Add(time.Duration(c.offset.Load()))
 }
 
-// sync measures the offset: the server's time against the midpoint of the
-// round trip that read it, or zero when it is within half that round trip.
+// sync measures the offset (see offsetOf) with one round trip.
 func (c *dbClock) sync(ctx context.Context, st *store.Store) error {
 	before := time.Now()
 	server, err := st.ServerTime(ctx)
@@ -36,16 +35,28 @@ func (c *dbClock) sync(ctx context.Context, st *store.Store) error {
 		return err
 	}
 	after := time.Now()
-	half := after.Sub(before) / 2
-	offset := server.Sub(before.Add(half))
-	if offset.Abs() <= half {
-		// The round trip cannot tell an offset this small from none: take
-		// the clocks to agree rather than add noise to every instant.
-		offset = 0
-	}
-	c.offset.Store(int64(offset))
+	c.offset.Store(int64(offsetOf(before, server, after)))
 	c.synced.Store(after.UnixNano())
 	return nil
+}
+
+// clockTolerance is the offset below which the two clocks are taken to
+// agree, beyond the round trip's own uncertainty: a few microseconds of skew
+// between the cores or processes that read one machine's clock, or a
+// fraction of a millisecond between hosts, decide nothing (claims and
+// schedules are seconds long) and would only add noise to every instant.
+const clockTolerance = time.Millisecond
+
+// offsetOf returns the server's time against the midpoint of the round trip
+// [before, after] that read it, or zero when that is within half the round
+// trip plus clockTolerance.
+func offsetOf(before, server, after time.Time) time.Duration {
+	half := after.Sub(before) / 2
+	offset := server.Sub(before.Add(half))
+	if offset.Abs() <= half+clockTolerance {
+		return 0
+	}
+	return offset
 }
 
 // stale reports whether the last measurement is older than clockSyncEvery.

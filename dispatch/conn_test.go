@@ -41,7 +41,7 @@ func TestTakingConnBoundsIdleTransactions(t *testing.T) {
 }
 
 // A server on this machine shares its clock: the measured offset, within the
-// round trip's uncertainty, is taken as none.
+// round trip's uncertainty and clockTolerance, is taken as none.
 func TestClockOfALocalServerHasNoOffset(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, "pgx")
@@ -63,5 +63,26 @@ func TestClockOfALocalServerHasNoOffset(t *testing.T) {
 	}
 	if c.stale() {
 		t.Error("a clock just measured is stale")
+	}
+}
+
+// An offset beyond the round trip's uncertainty and clockTolerance is kept,
+// measured from the round trip's midpoint; a smaller one is none.
+func TestClockOffsetOf(t *testing.T) {
+	before := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	after := before.Add(4 * time.Millisecond) // midpoint at 2ms, half a trip 2ms
+	for _, c := range []struct {
+		server time.Duration // after before
+		want   time.Duration
+	}{
+		{2 * time.Millisecond, 0},
+		{0, 0},                    // at the start of the trip
+		{5 * time.Millisecond, 0}, // 3ms from the midpoint: within 2ms + 1ms
+		{6 * time.Millisecond, 4 * time.Millisecond},
+		{-time.Second, -time.Second - 2*time.Millisecond},
+	} {
+		if got := offsetOf(before, before.Add(c.server), after); got != c.want {
+			t.Errorf("server at +%s: offset %s, want %s", c.server, got, c.want)
+		}
 	}
 }
