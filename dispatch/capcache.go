@@ -8,9 +8,9 @@ import (
 	"github.com/relayer-go/relayer"
 )
 
-// CapabilityCacheSize is how many (transport, destination) capability lookups a
+// capabilityCacheSize is how many (transport, destination) capability lookups a
 // dispatcher keeps (its workers share them).
-const CapabilityCacheSize = 256
+const capabilityCacheSize = 256
 
 type endpoint struct {
 	transport   string

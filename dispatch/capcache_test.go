@@ -50,12 +50,12 @@ func TestCapCacheEvictsOldestInsertedAndNeverCachesFailures(t *testing.T) {
 		t.Errorf("failures were cached: %d lookups", mem.CapabilityLookups())
 	}
 
-	big := newCapCache(CapabilityCacheSize)
-	for i := range CapabilityCacheSize + 10 {
+	big := newCapCache(capabilityCacheSize)
+	for i := range capabilityCacheSize + 10 {
 		big.get(ctx, e(fmt.Sprint(i)), mem)
 	}
-	if big.len() != CapabilityCacheSize || big.has(e("9")) || !big.has(e("10")) {
-		t.Errorf("cache of %d holds %d entries", CapabilityCacheSize, big.len())
+	if big.len() != capabilityCacheSize || big.has(e("9")) || !big.has(e("10")) {
+		t.Errorf("cache of %d holds %d entries", capabilityCacheSize, big.len())
 	}
 }
 

@@ -11,29 +11,25 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
 )
 
 // Cleanup defaults and limits.
 const (
-	// CleanupInboxRetentionDefault keeps inbox records for seven days: the
+	// cleanupInboxRetentionDefault keeps inbox records for seven days: the
 	// default deduplication window.
-	CleanupInboxRetentionDefault = 7 * 24 * time.Hour
-	CleanupDeadRetentionDefault  = 30 * 24 * time.Hour
+	cleanupInboxRetentionDefault = 7 * 24 * time.Hour
+	cleanupDeadRetentionDefault  = 30 * 24 * time.Hour
 	// CleanupRetentionMin is the shortest retention accepted, for either table.
 	// It guards against a unit mistake (InboxRetention: 7 is 7ns), which would
 	// silently switch deduplication off.
 	CleanupRetentionMin         = time.Minute
-	CleanupBatchSizeDefault     = 1000
-	CleanupIntervalDefault      = time.Minute
-	CleanupLeaseDurationDefault = 30 * time.Second
-	// CleanupLeaseName names the lease row that lets one cleanup instance per
-	// outbox work at a time.
-	CleanupLeaseName = "cleanup"
+	cleanupBatchSizeDefault     = 1000
+	cleanupIntervalDefault      = time.Minute
+	cleanupLeaseDurationDefault = 30 * time.Second
 )
 
-// CleanupOptions configure a [Cleanup] worker. The zero value of each field
+// CleanupOptions configure retention cleanup ([RunnerOptions].Cleanup). The zero value of each field
 // means its default.
 type CleanupOptions struct {
 	// InboxRetention is how long consumer inbox records are kept.
@@ -65,21 +61,13 @@ type CleanupOptions struct {
 	Logger *slog.Logger
 }
 
-// LoadCleanupOptions reads InboxRetention, DeadRetention, BatchSize, Interval
-// and LeaseDuration from a configuration source. Durations are Go durations:
-// "168h", not "7d".
-func LoadCleanupOptions(src Source) (CleanupOptions, error) {
-	var o CleanupOptions
-	l := loader{src: src}
+// load reads the options' keys from l (see [LoadRunnerOptions]).
+func (o *CleanupOptions) load(l *loader) {
 	l.duration("InboxRetention", &o.InboxRetention)
 	l.duration("DeadRetention", &o.DeadRetention)
 	l.int("BatchSize", &o.BatchSize)
 	l.duration("Interval", &o.Interval)
 	l.duration("LeaseDuration", &o.LeaseDuration)
-	if l.err != nil {
-		return CleanupOptions{}, l.err
-	}
-	return o, o.Validate()
 }
 
 // Validate reports the first field out of range.
@@ -100,17 +88,17 @@ func (o CleanupOptions) Validate() error {
 }
 
 func (o CleanupOptions) withDefaults() CleanupOptions {
-	setDefault(&o.InboxRetention, CleanupInboxRetentionDefault)
-	setDefault(&o.DeadRetention, CleanupDeadRetentionDefault)
-	setDefault(&o.BatchSize, CleanupBatchSizeDefault)
-	setDefault(&o.Interval, CleanupIntervalDefault)
-	setDefault(&o.LeaseDuration, CleanupLeaseDurationDefault)
+	setDefault(&o.InboxRetention, cleanupInboxRetentionDefault)
+	setDefault(&o.DeadRetention, cleanupDeadRetentionDefault)
+	setDefault(&o.BatchSize, cleanupBatchSizeDefault)
+	setDefault(&o.Interval, cleanupIntervalDefault)
+	setDefault(&o.LeaseDuration, cleanupLeaseDurationDefault)
 	o.Owner = ownerOrDefault(o.Owner)
 	setDefault(&o.Logger, slog.Default())
 	return o
 }
 
-// CleanupStats are a [Cleanup] worker's counters since it was made.
+// CleanupStats are retention cleanup's counters since it was made.
 type CleanupStats struct {
 	// Runs counts passes completed under the lease.
 	Runs uint64
@@ -145,21 +133,9 @@ func (c *cleanupCounters) snapshot() CleanupStats {
 // errLeaseLost ends a pass whose lease renewal was refused.
 var errLeaseLost = errors.New("dispatch: cleanup lease lost to another instance")
 
-// Cleanup deletes what an outbox keeps only for a while: consumer inbox
-// records older than InboxRetention and dead letters older than
-// DeadRetention.
-//
-// One instance per outbox works at a time, holding a lease in the leases
-// table; others skip their pass while it is held. A pass deletes the oldest
-// expired rows of each table, at most BatchSize per statement, until a
-// statement comes back short, renewing the lease every third of
-// LeaseDuration; then the worker waits Interval. Cutoffs are taken from the
-// database's clock, which stamped the rows. The statements skip rows other
-// transactions hold locked rather than wait for them; the next pass takes them.
-//
-// The worker pins a connection from the pool for each pass, tuned like the
-// other workers' (see store.TuneWorkerConn), and returns it between passes.
-type Cleanup struct {
+// cleanupWorker deletes expired inbox records and dead letters; the
+// package documentation (Retention) describes it.
+type cleanupWorker struct {
 	db    *sql.DB
 	opts  CleanupOptions
 	store *store.Store
@@ -169,45 +145,28 @@ type Cleanup struct {
 	loop loop
 }
 
-// NewCleanup returns a cleanup worker for the tables of the outbox named by
-// outbox.Schema and outbox.TablePrefix; routes and transports are not used. It
-// validates everything up front and does not touch the database.
-func NewCleanup(db *sql.DB, outbox relayer.Outbox, opts CleanupOptions) (*Cleanup, error) {
-	if db == nil {
-		return nil, fmt.Errorf("dispatch: NewCleanup: %w", store.ErrNilDB)
-	}
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	st, err := store.New(db, store.OptionsOf(outbox))
-	if err != nil {
-		return nil, err
-	}
-	return newCleanup(db, st, opts), nil
-}
-
 // newCleanup builds a cleanup worker on st, with opts validated.
-func newCleanup(db *sql.DB, st *store.Store, opts CleanupOptions) *Cleanup {
+func newCleanup(db *sql.DB, st *store.Store, opts CleanupOptions) *cleanupWorker {
 	opts = opts.withDefaults()
-	return &Cleanup{
+	return &cleanupWorker{
 		db:    db,
 		opts:  opts,
 		store: st,
-		lease: store.Lease{Name: CleanupLeaseName, Owner: opts.Owner, Token: uuid.New()},
+		lease: store.Lease{Name: store.CleanupLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:  newLoop(false),
 	}
 }
 
 // Options returns the effective options, defaults applied.
-func (c *Cleanup) Options() CleanupOptions { return c.opts }
+func (c *cleanupWorker) Options() CleanupOptions { return c.opts }
 
 // Stats returns the worker's counters.
-func (c *Cleanup) Stats() CleanupStats { return c.stats.snapshot() }
+func (c *cleanupWorker) Stats() CleanupStats { return c.stats.snapshot() }
 
 // Start starts the worker, whose first pass begins at once; it runs until
-// [Cleanup.Stop] or until ctx ends. A worker starts once: Start returns an
+// Stop or until ctx ends. A worker starts once: Start returns an
 // error when it already started, and [ErrStopped] after Stop.
-func (c *Cleanup) Start(ctx context.Context) error {
+func (c *cleanupWorker) Start(ctx context.Context) error {
 	return c.loop.start(ctx, "cleanup", c.run)
 }
 
@@ -215,12 +174,12 @@ func (c *Cleanup) Start(ctx context.Context) error {
 // that another instance can work at once. A statement cut short deletes
 // nothing; the next pass, here or elsewhere, deletes its rows. Stop is
 // idempotent.
-func (c *Cleanup) Stop(ctx context.Context) error { return c.loop.stop(ctx) }
+func (c *cleanupWorker) Stop(ctx context.Context) error { return c.loop.stop(ctx) }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
-func (c *Cleanup) Run(ctx context.Context) error { return c.loop.run(ctx, "cleanup", c.run) }
+func (c *cleanupWorker) Run(ctx context.Context) error { return c.loop.run(ctx, "cleanup", c.run) }
 
-func (c *Cleanup) run(ctx context.Context) {
+func (c *cleanupWorker) run(ctx context.Context) {
 	conn := newWorkerConn(c.db, c.store)
 	acquired := false // whether this instance may hold the lease
 	defer func() {
@@ -258,7 +217,7 @@ func (c *Cleanup) run(ctx context.Context) {
 	}
 }
 
-func (c *Cleanup) idle(ctx context.Context) {
+func (c *cleanupWorker) idle(ctx context.Context) {
 	t := time.NewTimer(c.opts.Interval)
 	defer t.Stop()
 	select {
@@ -269,7 +228,7 @@ func (c *Cleanup) idle(ctx context.Context) {
 
 // pass makes one cleanup pass if it can take the lease. It reports whether it
 // held the lease when it ended.
-func (c *Cleanup) pass(ctx context.Context, conn *workerConn) (held bool, err error) {
+func (c *cleanupWorker) pass(ctx context.Context, conn *workerConn) (held bool, err error) {
 	st, err := conn.store(ctx)
 	if err != nil {
 		return false, err
@@ -335,4 +294,4 @@ func (c *Cleanup) pass(ctx context.Context, conn *workerConn) (held bool, err er
 }
 
 // pinned is how many connections cleanup pins: one.
-func (c *Cleanup) pinned() int { return 1 }
+func (c *cleanupWorker) pinned() int { return 1 }

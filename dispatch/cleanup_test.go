@@ -134,7 +134,7 @@ func TestCleanupDeletesInBoundedBatches(t *testing.T) {
 func (b *bundle) cleanupLeaseOwner(t *testing.T) string {
 	t.Helper()
 	var owner string
-	err := b.db.QueryRow(`SELECT owner FROM "`+b.schema+`".ob_relayer_leases WHERE name = $1 AND expires_at > now()`, dispatch.CleanupLeaseName).Scan(&owner)
+	err := b.db.QueryRow(`SELECT owner FROM "`+b.schema+`".ob_relayer_leases WHERE name = $1 AND expires_at > now()`, store.CleanupLeaseName).Scan(&owner)
 	if err != nil {
 		return ""
 	}
@@ -146,7 +146,7 @@ func TestOneCleanupAtATime(t *testing.T) {
 	b := setup(t, dispatch.DirectOptions{})
 	ctx := context.Background()
 	// A crashed holder: its lease is live for a while and nobody renews it.
-	crashed := store.Lease{Name: dispatch.CleanupLeaseName, Owner: "crashed", Token: uuid.New()}
+	crashed := store.Lease{Name: store.CleanupLeaseName, Owner: "crashed", Token: uuid.New()}
 	start := time.Now()
 	held, _, err := b.store.AcquireLease(ctx, crashed, time.Second)
 	if err != nil || !held {

@@ -26,9 +26,10 @@ func MapSource(m map[string]string) Source {
 	}
 }
 
-// EnvSource reads keys from environment variables named prefix plus the field
-// name in upper snake case: with prefix "RELAYER_DIRECT_", BatchSize is read
-// from RELAYER_DIRECT_BATCH_SIZE.
+// EnvSource reads keys from environment variables named prefix plus the key
+// in upper snake case, a dot becoming an underscore: with prefix "RELAYER_",
+// Direct.BatchSize is read from RELAYER_DIRECT_BATCH_SIZE and OrderedWorkers
+// from RELAYER_ORDERED_WORKERS.
 func EnvSource(prefix string) Source {
 	return func(key string) (string, bool) {
 		return os.LookupEnv(prefix + snake(key))
@@ -38,27 +39,110 @@ func EnvSource(prefix string) Source {
 func snake(key string) string {
 	var b strings.Builder
 	for i, r := range key {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
+		switch {
+		case r == '.':
+			b.WriteByte('_')
+		case r >= 'A' && r <= 'Z':
+			if i > 0 && key[i-1] != '.' {
 				b.WriteByte('_')
 			}
 			b.WriteRune(r)
-		} else {
+		default:
 			b.WriteRune(r - 'a' + 'A')
 		}
 	}
 	return b.String()
 }
 
+// LoadRunnerOptions reads a runner's options from a configuration source.
+// The runner's own keys are its field names: DisableDirect,
+// DisableRecovery, DisableOrdered, DisableCleanup, Listen and
+// RefuseNewerSchema (booleans such as "true" or "1"), OrderedWorkers and
+// PoolHeadroom. Each worker's keys are its section and field joined by a
+// dot:
+//
+//   - Direct.QueueCapacity, Direct.BatchSize, Direct.ClaimDuration,
+//     Direct.Workers
+//   - Recovery.BatchSize, Recovery.PollInterval, Recovery.ClaimDuration,
+//     Recovery.LeaseDuration, Recovery.Workers, Recovery.MinAge,
+//     Recovery.Owner
+//   - Ordered.LeaseDuration, Ordered.PollInterval, Ordered.BatchSize,
+//     Ordered.Concurrency, Ordered.Name
+//   - Cleanup.InboxRetention, Cleanup.DeadRetention, Cleanup.BatchSize,
+//     Cleanup.Interval, Cleanup.LeaseDuration
+//
+// Durations are Go durations such as "30s". Unset keys keep their
+// defaults; malformed values, nonpositive numbers and options out of range
+// are errors wrapping [ErrInvalidOptions] that name the key. The Logger is
+// not read.
+func LoadRunnerOptions(src Source) (RunnerOptions, error) {
+	var o RunnerOptions
+	l := &loader{src: src}
+	l.bool("DisableDirect", &o.DisableDirect)
+	l.bool("DisableRecovery", &o.DisableRecovery)
+	l.bool("DisableOrdered", &o.DisableOrdered)
+	l.bool("DisableCleanup", &o.DisableCleanup)
+	l.bool("Listen", &o.Listen)
+	l.bool("RefuseNewerSchema", &o.RefuseNewerSchema)
+	l.int("OrderedWorkers", &o.OrderedWorkers)
+	l.int("PoolHeadroom", &o.PoolHeadroom)
+	l.section("Direct.", o.Direct.load)
+	l.section("Recovery.", o.Recovery.load)
+	l.section("Ordered.", o.Ordered.load)
+	l.section("Cleanup.", o.Cleanup.load)
+	if l.err != nil {
+		return RunnerOptions{}, l.err
+	}
+	return o, o.Validate()
+}
+
 // loader reads typed fields from a Source, keeping the first error.
 type loader struct {
-	src Source
-	err error
+	src    Source
+	prefix string // of every key read
+	err    error
+}
+
+// section reads a section's keys, each prefixed with prefix.
+func (l *loader) section(prefix string, read func(*loader)) {
+	l.prefix = prefix
+	read(l)
+	l.prefix = ""
+}
+
+// lookup returns the value of key (prefixed) and its full name, or false
+// when it is unset or an error was met before.
+func (l *loader) lookup(key string) (v, name string, ok bool) {
+	if l.err != nil {
+		return "", "", false
+	}
+	name = l.prefix + key
+	v, ok = l.src(name)
+	return v, name, ok
+}
+
+func (l *loader) string(key string, dst *string) {
+	if v, _, ok := l.lookup(key); ok {
+		*dst = strings.TrimSpace(v)
+	}
+}
+
+func (l *loader) bool(key string, dst *bool) {
+	v, key, ok := l.lookup(key)
+	if !ok {
+		return
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		l.err = fmt.Errorf("%w: %s: %q is not a boolean such as \"true\"", ErrInvalidOptions, key, v)
+		return
+	}
+	*dst = b
 }
 
 func (l *loader) int(key string, dst *int) {
-	v, ok := l.src(key)
-	if !ok || l.err != nil {
+	v, key, ok := l.lookup(key)
+	if !ok {
 		return
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
@@ -74,8 +158,8 @@ func (l *loader) int(key string, dst *int) {
 }
 
 func (l *loader) duration(key string, dst *time.Duration) {
-	v, ok := l.src(key)
-	if !ok || l.err != nil {
+	v, key, ok := l.lookup(key)
+	if !ok {
 		return
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))

@@ -17,22 +17,22 @@ import (
 
 // Direct dispatch defaults and limits.
 const (
-	QueueCapacityDefault = 256
-	BatchSizeDefault     = 100
+	queueCapacityDefault = 256
+	batchSizeDefault     = 100
 	BatchSizeMax         = 10000
-	ClaimDurationDefault = 30 * time.Second
-	DirectWorkersDefault = 1
+	claimDurationDefault = 30 * time.Second
+	directWorkersDefault = 1
 	DirectWorkersMax     = 16
 )
 
-// Errors returned by [Direct.Committed], wrapped in a *[PendingError] that
+// Errors returned by [Runner.Committed], wrapped in a *[PendingError] that
 // says how many committed rows were left for recovery.
 var (
 	ErrQueueFull = errors.New("dispatch: direct dispatch queue full")
 	ErrStopped   = errors.New("dispatch: dispatcher stopped")
 )
 
-// DirectOptions configure a [Direct] dispatcher. The zero value of each field
+// DirectOptions configure direct dispatch ([RunnerOptions].Direct). The zero value of each field
 // means its default.
 type DirectOptions struct {
 	// QueueCapacity bounds the commit notifications waiting to be dispatched
@@ -60,28 +60,14 @@ type DirectOptions struct {
 	Workers int
 	// Logger receives the dispatcher's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// Recovery, when set, is woken whenever the dispatcher leaves committed rows
-	// behind (full queue, stopped), so that they go out without waiting for its
-	// next poll.
-	Recovery *Recovery
 }
 
-// LoadDirectOptions reads the options from a configuration source: keys
-// QueueCapacity, BatchSize, ClaimDuration (a Go duration such as "30s") and
-// Workers.
-// Unset keys keep their defaults; malformed and nonpositive values are errors
-// naming the key.
-func LoadDirectOptions(src Source) (DirectOptions, error) {
-	var o DirectOptions
-	l := loader{src: src}
+// load reads the options' keys from l (see [LoadRunnerOptions]).
+func (o *DirectOptions) load(l *loader) {
 	l.int("QueueCapacity", &o.QueueCapacity)
 	l.int("BatchSize", &o.BatchSize)
 	l.duration("ClaimDuration", &o.ClaimDuration)
 	l.int("Workers", &o.Workers)
-	if l.err != nil {
-		return DirectOptions{}, l.err
-	}
-	return o, o.Validate()
 }
 
 // Validate reports the first field out of range. Zero fields are valid: they
@@ -103,33 +89,28 @@ func (o DirectOptions) Validate() error {
 }
 
 func (o DirectOptions) withDefaults() DirectOptions {
-	setDefault(&o.QueueCapacity, QueueCapacityDefault)
-	setDefault(&o.BatchSize, BatchSizeDefault)
-	setDefault(&o.ClaimDuration, ClaimDurationDefault)
-	setDefault(&o.Workers, DirectWorkersDefault)
+	setDefault(&o.QueueCapacity, queueCapacityDefault)
+	setDefault(&o.BatchSize, batchSizeDefault)
+	setDefault(&o.ClaimDuration, claimDurationDefault)
+	setDefault(&o.Workers, directWorkersDefault)
 	setDefault(&o.Logger, slog.Default())
 	return o
 }
 
-// Direct sends unordered messages right after their transaction commits. It is
-// an enlist.CommitListener: pass it as the writer's Listener. Each commit
-// notification is grouped by (transport, destination); each group is taken in
-// a transaction with one DELETE whose row locks are the claim, sent with one
-// SendBatch (or Send for one row), and the transaction commits once the broker
-// accepted (writing back what it refused, with the failure recorded). Rows it
-// does not send (ordered rows, rows not yet due, rows locked or claimed by
-// others, notifications it could not queue) stay in the table for the ordered
-// dispatcher and recovery. See the package documentation for the protocol.
-//
-// It runs Workers goroutines between [Direct.Start] and [Direct.Stop], each on
-// one connection pinned from db.
-type Direct struct {
+// directWorker sends unordered rows right after their commit; the package
+// documentation (Direct dispatch) describes its protocol. It runs
+// Workers goroutines, each on one connection pinned from db.
+type directWorker struct {
 	db      *sql.DB
 	opts    DirectOptions
 	store   *store.Store
 	senders []*sender
 	stats   counters
 	clock   *dbClock
+	// recovery, when set, is woken whenever the dispatcher leaves committed
+	// rows behind (full queue, stopped), so that they go out without
+	// waiting for its next poll.
+	recovery *recoveryWorker
 
 	mu     sync.RWMutex
 	queue  chan []relayer.Message
@@ -137,36 +118,17 @@ type Direct struct {
 	loop   loop // its graceful stop is the drain of the closed queue
 }
 
-// NewDirect returns a direct dispatcher for the outbox, sending through
-// outbox.Transports. It validates everything up front and does not touch the
-// database.
-func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, error) {
-	if db == nil {
-		return nil, fmt.Errorf("dispatch: NewDirect: %w", store.ErrNilDB)
-	}
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	core, err := newOutboxCore(db, outbox)
-	if err != nil {
-		return nil, err
-	}
-	if opts.Recovery != nil {
-		core.aside = opts.Recovery.aside // both pass over the same slow destinations
-	}
-	return newDirect(core, opts), nil
-}
-
 // newDirect builds a direct dispatcher on core, with opts validated.
-func newDirect(core *outboxCore, opts DirectOptions) *Direct {
+func newDirect(core *outboxCore, opts DirectOptions, recovery *recoveryWorker) *directWorker {
 	opts = opts.withDefaults()
-	d := &Direct{
-		db:    core.db,
-		opts:  opts,
-		store: core.store,
-		clock: core.clock,
-		queue: make(chan []relayer.Message, opts.QueueCapacity),
-		loop:  newLoop(true),
+	d := &directWorker{
+		db:       core.db,
+		opts:     opts,
+		store:    core.store,
+		clock:    core.clock,
+		recovery: recovery,
+		queue:    make(chan []relayer.Message, opts.QueueCapacity),
+		loop:     newLoop(true),
 	}
 	for range opts.Workers {
 		d.senders = append(d.senders, &sender{
@@ -186,20 +148,20 @@ func newDirect(core *outboxCore, opts DirectOptions) *Direct {
 }
 
 // Options returns the effective options, defaults applied.
-func (d *Direct) Options() DirectOptions { return d.opts }
+func (d *directWorker) Options() DirectOptions { return d.opts }
 
 // StoreOptions returns the schema and prefix of the outbox the dispatcher
 // serves (enlist.CommitListener).
-func (d *Direct) StoreOptions() store.Options { return d.store.Options() }
+func (d *directWorker) StoreOptions() store.Options { return d.store.Options() }
 
 // Stats returns the dispatcher's counters.
-func (d *Direct) Stats() Stats { return d.stats.snapshot() }
+func (d *directWorker) Stats() Stats { return d.stats.snapshot() }
 
 // Committed queues the rows of a committed transaction (enlist.CommitListener).
 // It never blocks. Ordered rows and rows scheduled for later are left to their
 // workers. When the queue is full or the dispatcher has stopped it returns a
 // *[PendingError] wrapping [ErrQueueFull] or [ErrStopped].
-func (d *Direct) Committed(rows []relayer.Message) error {
+func (d *directWorker) Committed(rows []relayer.Message) error {
 	now := time.Now()
 	kept := rows[:0:0]
 	for i := range rows {
@@ -227,13 +189,13 @@ func (d *Direct) Committed(rows []relayer.Message) error {
 
 // SendsCommitted reports that the dispatcher sends the due unordered rows
 // it is told about. It implements [enlist.Sender].
-func (d *Direct) SendsCommitted() bool { return true }
+func (d *directWorker) SendsCommitted() bool { return true }
 
 // leave counts rows left for recovery and wakes it.
-func (d *Direct) leave(rows []relayer.Message) {
+func (d *directWorker) leave(rows []relayer.Message) {
 	d.stats.left.Add(uint64(len(rows)))
-	if d.opts.Recovery != nil {
-		d.opts.Recovery.wakeFor(rows)
+	if d.recovery != nil {
+		d.recovery.wakeFor(rows)
 	}
 }
 
@@ -254,11 +216,11 @@ func (e *PendingError) Unwrap() error { return e.Err }
 // PendingRows returns how many committed rows were left for recovery.
 func (e *PendingError) PendingRows() int { return e.Rows }
 
-// Start starts the worker. It runs until [Direct.Stop] or until ctx ends; when
+// Start starts the worker. It runs until Stop or until ctx ends; when
 // ctx ends, no further send starts, the sends under way return and are
 // recorded (for at most 10 s more), and what was not sent stays in the table
 // for recovery. Start returns an error if called twice.
-func (d *Direct) Start(ctx context.Context) error {
+func (d *directWorker) Start(ctx context.Context) error {
 	return d.loop.start(ctx, "direct dispatcher", d.run)
 }
 
@@ -269,17 +231,19 @@ func (d *Direct) Start(ctx context.Context) error {
 // rows stay in the table for recovery. No goroutine of the dispatcher outlives
 // Stop, except an abandoned transport call, which ends when the transport
 // returns. Stop is idempotent.
-func (d *Direct) Stop(ctx context.Context) error {
+func (d *directWorker) Stop(ctx context.Context) error {
 	d.closeQueue()
 	return d.loop.stop(ctx)
 }
 
 // Run starts the dispatcher and blocks until ctx ends, then stops it without
 // draining (unsent rows stay for recovery). It returns nil when the dispatcher
-// was stopped by [Direct.Stop], ctx's error otherwise.
-func (d *Direct) Run(ctx context.Context) error { return d.loop.run(ctx, "direct dispatcher", d.run) }
+// was stopped by Stop, ctx's error otherwise.
+func (d *directWorker) Run(ctx context.Context) error {
+	return d.loop.run(ctx, "direct dispatcher", d.run)
+}
 
-func (d *Direct) closeQueue() {
+func (d *directWorker) closeQueue() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.closed {
@@ -295,7 +259,7 @@ const gatherRows = 1000
 
 // run runs the workers and, once they have all returned, counts what is still
 // queued as left for recovery.
-func (d *Direct) run(ctx context.Context) {
+func (d *directWorker) run(ctx context.Context) {
 	defer d.abandonQueued()
 	var wg sync.WaitGroup
 	for _, s := range d.senders {
@@ -312,11 +276,11 @@ func (d *Direct) run(ctx context.Context) {
 
 // Paused returns the destinations this dispatcher passes over while their
 // broker is down or slow, shared with the recovery it wakes.
-func (d *Direct) Paused() []store.Pause { return d.senders[0].aside.paused() }
+func (d *directWorker) Paused() []store.Pause { return d.senders[0].aside.paused() }
 
 // syncClock measures the database clock now and every clockSyncEvery until
 // ctx ends or done is closed.
-func (d *Direct) syncClock(ctx context.Context, done <-chan struct{}) {
+func (d *directWorker) syncClock(ctx context.Context, done <-chan struct{}) {
 	t := time.NewTicker(clockSyncEvery)
 	defer t.Stop()
 	for {
@@ -338,7 +302,7 @@ func (d *Direct) syncClock(ctx context.Context, done <-chan struct{}) {
 // work is one worker: it takes notifications from the shared queue, gathering
 // what else is queued, and dispatches them with its sender on its own pinned
 // connection.
-func (d *Direct) work(ctx context.Context, s *sender) {
+func (d *directWorker) work(ctx context.Context, s *sender) {
 	conn := newTakingConn(d.db, d.store, d.opts.ClaimDuration)
 	// Chained transactions outlive each take: they begin under a context
 	// that a cancellation of ctx ends only after the take in flight has
@@ -395,7 +359,7 @@ func (d *Direct) work(ctx context.Context, s *sender) {
 	}
 }
 
-func (d *Direct) dispatch(ctx context.Context, s *sender, conn *workerConn, rows []relayer.Message) {
+func (d *directWorker) dispatch(ctx context.Context, s *sender, conn *workerConn, rows []relayer.Message) {
 	rows = lastOfEachID(rows, &s.seen)
 	for _, g := range groupRows(rows) {
 		if ctx.Err() != nil {
@@ -457,7 +421,7 @@ func lastOfEachID(rows []relayer.Message, seen *map[uuid.UUID]int) []relayer.Mes
 }
 
 // abandonQueued counts the notifications still queued at a hard stop.
-func (d *Direct) abandonQueued() {
+func (d *directWorker) abandonQueued() {
 	d.closeQueue()
 	var left []relayer.Message
 	for batch := range d.queue {
@@ -470,4 +434,4 @@ func (d *Direct) abandonQueued() {
 }
 
 // pinned is how many connections the dispatcher pins: one per worker.
-func (d *Direct) pinned() int { return d.opts.Workers }
+func (d *directWorker) pinned() int { return d.opts.Workers }

@@ -1,9 +1,15 @@
 // Package dispatch delivers outbox rows to their transports.
 //
+// A [Runner] runs an outbox's workers in one process: direct dispatch,
+// recovery, ordered workers and retention cleanup, each of which
+// [RunnerOptions] can turn off, so that a deployment may run each kind in
+// processes of its own. The sections below describe what each does.
+//
 // # Direct dispatch
 //
-// [Direct] sends unordered messages right after their transaction commits. It
-// is the writer's commit listener (enlist.Options.Listener): each committed
+// Direct dispatch sends unordered messages right after their transaction
+// commits. The Runner is the writer's commit listener
+// (enlist.Options.Listener): each committed
 // transaction's rows reach its bounded queue without the commit waiting for a
 // broker, and its worker then, per (transport, destination):
 //
@@ -88,18 +94,98 @@
 //
 // # Ordered dispatch
 //
-// [Ordered] workers deliver rows of ordered routes in per-key order. Keys map
-// to lanes (relayer.Lane); live workers on the same tables share the lanes by
-// rank and hold a lease per lane while they work it, so that a lane has at most
-// one connected owner. See [Ordered] for the batch protocol.
+// Ordered workers deliver ordered rows in per-key order through leased lanes shared by
+// every ordered worker on the same tables.
+//
+// Each instance keeps a membership lease ("member:<instance id>") alive on the
+// database clock from its own goroutine, so slow sends never delay it. Live
+// members sorted by id divide the lanes by rank. The worker finds ready lanes
+// two ways: the lanes a commit of this process touched (see
+// [Runner.Committed]), which need no query, and a read-only probe of its
+// lanes, run when it has nothing else to do, after a wake-up across
+// processes, at each poll, and at most every 20 ms while busy. It runs up to
+// Concurrency batches at once, each in a transaction on a connection of its
+// own and over up to 16 ready lanes, the ready lanes shared among the free
+// connections. Each step below is one statement for all of a batch's lanes:
+//
+//  1. take or renew the lane leases ("lane:<n>"): a conditional upsert that
+//     succeeds only for leases free, expired or already this instance's, and
+//     that keeps the lease rows locked until the transaction ends, so no
+//     second connected owner can take a lane even after expiry (locked in
+//     lane order, so that overlapping batches never deadlock);
+//  2. read the held lanes' head rows in id order and admit, per lane, the
+//     prefix before the first row that is not due or is claimed (a later row
+//     never overtakes its head);
+//  3. claim the admitted prefixes with one UPDATE;
+//  4. send each lane's rows one by one; a row that fails (or whose headers
+//     do not decode) holds its key, whose later rows wait, while the lane's
+//     other keys go on in the same batch; no new row is admitted after a
+//     quarter of the lease has passed, or once the worker's context is
+//     cancelled;
+//  5. delete the sent rows with one fenced DELETE, record the failed rows'
+//     attempts and errors (parking those out of attempts, refused for good
+//     or corrupt), release the claims of the rest, and commit. If the
+//     database cannot confirm this, the transaction rolls back and the
+//     rows are sent again.
+//
+// A lane whose send failed or took over 100 ms a row runs in batches of its
+// own until it sends cleanly, so that a slow or failing key holds up the
+// other lanes of one batch at most once. A lane whose whole head was sent
+// is batched again only when a commit wakes it or a probe finds it ready.
+//
+// The whole batch runs under a deadline of half the lease. A send still
+// running at the deadline is cancelled, and the worker waits for the
+// transport to return before it ends the transaction: the lane row stays
+// locked, so no other owner sends the lane while a stale send may still reach
+// the broker. While it waits it keeps the transaction alive with a trivial
+// statement now and then; the session's idle_in_transaction_session_timeout
+// (half the lease plus a few seconds) ends the transaction only when the
+// worker itself stops answering, such as behind a network partition. A
+// transport that ignores cancellation and never returns therefore holds its
+// lane, and Stop, until it does: give transports their own timeouts.
+//
+// Keys map to lanes (relayer.Lane); the lane count is the outbox's
+// (relayer.Outbox.Lanes), the one its writers hash keys with.
 //
 // # Recovery
 //
-// [Recovery] delivers the unordered rows direct dispatch did not: rows it could
-// not queue or take, rows whose send failed, rows of a process that died, rows
-// written without a direct dispatcher, and scheduled rows once due. One instance
-// per outbox works at a time, under a lease; it takes, sends and commits rows
-// with the same protocol as direct dispatch, thousands per statement.
+// Recovery delivers the unordered rows nobody else will: rows whose direct
+// dispatch failed, overflowed, was cancelled or died with its process, rows
+// written by processes without a direct dispatcher, and rows scheduled for
+// later, once due. It never touches ordered rows.
+//
+// One instance per outbox works at a time, holding a lease in the leases table
+// (renewed from its own goroutine); others wait and take over when it expires.
+// While it holds the lease, Workers goroutines take due rows in id order, up
+// to BatchSize per statement, each take starting after the last row the
+// previous one took (one shared cursor; the takes run one at a time while the
+// sends and commits of the others go on). They send them grouped by
+// (transport, destination) with the same protocol as direct dispatch: the take's
+// transaction deletes the rows and commits once the broker has them, and
+// writes back the ones it could not send. When a take finds nothing, the
+// drainers go back to the beginning for rows behind the cursor (written back,
+// or committed late) at most once per PollInterval, and otherwise wait
+// PollInterval, or less when [Runner.Wake] is called. Rows handed over at
+// commit (by a [Runner] without direct dispatch, or a direct dispatcher's
+// overflow) move the cursor back to the first of them if it had passed it.
+// Rows younger than MinAge are left to direct dispatch.
+//
+// # Retention
+//
+// Retention cleanup deletes what an outbox keeps only for a while: consumer inbox
+// records older than InboxRetention and dead letters older than
+// DeadRetention.
+//
+// One instance per outbox works at a time, holding a lease in the leases
+// table; others skip their pass while it is held. A pass deletes the oldest
+// expired rows of each table, at most BatchSize per statement, until a
+// statement comes back short, renewing the lease every third of
+// LeaseDuration; then the worker waits Interval. Cutoffs are taken from the
+// database's clock, which stamped the rows. The statements skip rows other
+// transactions hold locked rather than wait for them; the next pass takes them.
+//
+// The worker pins a connection from the pool for each pass, tuned like the
+// other workers' (see store.TuneWorkerConn), and returns it between passes.
 //
 // # Connections
 //
@@ -117,6 +203,6 @@
 // # Configuration
 //
 // Options structs are validated at construction; every field's zero value means
-// its default. [LoadDirectOptions] reads them from a [Source]: environment
+// its default. [LoadRunnerOptions] reads them from a [Source]: environment
 // variables ([EnvSource]) or a map ([MapSource]).
 package dispatch

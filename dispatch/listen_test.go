@@ -33,7 +33,7 @@ func listeningRunner(t *testing.T, b *bundle, opts dispatch.RunnerOptions) *disp
 		r.Stop(ctx)
 	})
 	must(t, r.Start(context.Background()))
-	waitUntil(t, "the runner listens", r.Listening)
+	waitUntil(t, "the runner listens", func() bool { return r.Stats().Listening })
 	time.Sleep(200 * time.Millisecond) // the workers' first scans are over: they wait for their poll
 	return r
 }
@@ -71,8 +71,8 @@ func TestWakeUpAcrossProcesses(t *testing.T) {
 	w := wakingWriter(t, b)
 	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Shipped{1}, relayer.Key("k")))
 	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Placed{1}))
-	if r.WakeUpsReceived() == 0 || w.WakeUps() == 0 {
-		t.Errorf("wake-ups sent %d, received %d; want some", w.WakeUps(), r.WakeUpsReceived())
+	if r.Stats().WakeUpsReceived == 0 || w.WakeUps() == 0 {
+		t.Errorf("wake-ups sent %d, received %d; want some", w.WakeUps(), r.Stats().WakeUpsReceived)
 	}
 }
 
@@ -89,8 +89,8 @@ func TestWakeUpListenerReconnects(t *testing.T) {
 	if killed != 1 {
 		t.Fatalf("terminated %d listening sessions, want 1", killed)
 	}
-	waitUntil(t, "the listener notices", func() bool { return !r.Listening() })
-	waitUntil(t, "the listener is back", r.Listening)
+	waitUntil(t, "the listener notices", func() bool { return !r.Stats().Listening })
+	waitUntil(t, "the listener is back", func() bool { return r.Stats().Listening })
 	time.Sleep(200 * time.Millisecond)
 	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Shipped{2}, relayer.Key("k")))
 	if logs := b.logs.String(); !strings.Contains(logs, "wake-up listener lost its connection") {
@@ -119,8 +119,8 @@ func TestWakeUpOnlyForRowsLeftToOthers(t *testing.T) {
 		t.Errorf("%d wake-ups for rows direct dispatch sent, want none", n)
 	}
 	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Shipped{1}, relayer.Key("k")))
-	if w.WakeUps() == 0 || r.WakeUpsReceived() == 0 {
-		t.Errorf("ordered row: wake-ups sent %d, received %d; want some", w.WakeUps(), r.WakeUpsReceived())
+	if w.WakeUps() == 0 || r.Stats().WakeUpsReceived == 0 {
+		t.Errorf("ordered row: wake-ups sent %d, received %d; want some", w.WakeUps(), r.Stats().WakeUpsReceived)
 	}
 }
 

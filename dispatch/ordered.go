@@ -19,17 +19,17 @@ import (
 
 // Ordered dispatch defaults and limits.
 const (
-	LaneLeaseDurationDefault = 30 * time.Second
+	laneLeaseDurationDefault = 30 * time.Second
 	LaneLeaseDurationMin     = time.Second
 	LaneLeaseDurationMax     = time.Hour
-	OrderedPollDefault       = time.Second
-	// OrderedConcurrencyDefault and OrderedConcurrencyMax bound
+	orderedPollDefault       = time.Second
+	// orderedConcurrencyDefault and OrderedConcurrencyMax bound
 	// OrderedOptions.Concurrency.
-	OrderedConcurrencyDefault = 2
+	orderedConcurrencyDefault = 2
 	OrderedConcurrencyMax     = 64
 )
 
-// OrderedOptions configure an [Ordered] dispatcher. The zero value of each field
+// OrderedOptions configure ordered dispatch ([RunnerOptions].Ordered). The zero value of each field
 // means its default.
 type OrderedOptions struct {
 	// LeaseDuration is how long lane and membership leases last without
@@ -56,20 +56,13 @@ type OrderedOptions struct {
 	Logger *slog.Logger
 }
 
-// LoadOrderedOptions reads LeaseDuration, PollInterval, BatchSize and
-// Concurrency from a configuration source. The lane count is the outbox's
-// (relayer.Outbox.Lanes), shared with the writers, and has no option here.
-func LoadOrderedOptions(src Source) (OrderedOptions, error) {
-	var o OrderedOptions
-	l := loader{src: src}
+// load reads the options' keys from l (see [LoadRunnerOptions]).
+func (o *OrderedOptions) load(l *loader) {
 	l.duration("LeaseDuration", &o.LeaseDuration)
 	l.duration("PollInterval", &o.PollInterval)
 	l.int("BatchSize", &o.BatchSize)
 	l.int("Concurrency", &o.Concurrency)
-	if l.err != nil {
-		return OrderedOptions{}, l.err
-	}
-	return o, o.Validate()
+	l.string("Name", &o.Name)
 }
 
 // Validate reports the first field out of range, defaults applied.
@@ -89,70 +82,23 @@ func (o OrderedOptions) Validate() error {
 }
 
 func (o OrderedOptions) withDefaults() OrderedOptions {
-	setDefault(&o.LeaseDuration, LaneLeaseDurationDefault)
+	setDefault(&o.LeaseDuration, laneLeaseDurationDefault)
 	if o.PollInterval == 0 {
-		o.PollInterval = OrderedPollDefault
+		o.PollInterval = orderedPollDefault
 		if o.PollInterval >= o.LeaseDuration/3 {
 			o.PollInterval = o.LeaseDuration / 4
 		}
 	}
-	setDefault(&o.BatchSize, BatchSizeDefault)
-	setDefault(&o.Concurrency, OrderedConcurrencyDefault)
+	setDefault(&o.BatchSize, batchSizeDefault)
+	setDefault(&o.Concurrency, orderedConcurrencyDefault)
 	o.Name = ownerOrDefault(o.Name)
 	setDefault(&o.Logger, slog.Default())
 	return o
 }
 
-// Ordered delivers ordered rows in per-key order through leased lanes shared by
-// every ordered worker on the same tables.
-//
-// Each instance keeps a membership lease ("member:<instance id>") alive on the
-// database clock from its own goroutine, so slow sends never delay it. Live
-// members sorted by id divide the lanes by rank. The worker finds ready lanes
-// two ways: the lanes a commit of this process touched (see
-// [Runner.Committed]), which need no query, and a read-only probe of its
-// lanes, run when it has nothing else to do, after a wake-up across
-// processes, at each poll, and at most every 20 ms while busy. It runs up to
-// Concurrency batches at once, each in a transaction on a connection of its
-// own and over up to 16 ready lanes, the ready lanes shared among the free
-// connections. Each step below is one statement for all of a batch's lanes:
-//
-//  1. take or renew the lane leases ("lane:<n>"): a conditional upsert that
-//     succeeds only for leases free, expired or already this instance's, and
-//     that keeps the lease rows locked until the transaction ends, so no
-//     second connected owner can take a lane even after expiry (locked in
-//     lane order, so that overlapping batches never deadlock);
-//  2. read the held lanes' head rows in id order and admit, per lane, the
-//     prefix before the first row that is not due or is claimed (a later row
-//     never overtakes its head);
-//  3. claim the admitted prefixes with one UPDATE;
-//  4. send each lane's rows one by one; a row that fails (or whose headers
-//     do not decode) holds its key, whose later rows wait, while the lane's
-//     other keys go on in the same batch; no new row is admitted after a
-//     quarter of the lease has passed, or once the worker's context is
-//     cancelled;
-//  5. delete the sent rows with one fenced DELETE, record the failed rows'
-//     attempts and errors (parking those out of attempts, refused for good
-//     or corrupt), release the claims of the rest, and commit. If the
-//     database cannot confirm this, the transaction rolls back and the
-//     rows are sent again.
-//
-// A lane whose send failed or took over 100 ms a row runs in batches of its
-// own until it sends cleanly, so that a slow or failing key holds up the
-// other lanes of one batch at most once. A lane whose whole head was sent
-// is batched again only when a commit wakes it or a probe finds it ready.
-//
-// The whole batch runs under a deadline of half the lease. A send still
-// running at the deadline is cancelled, and the worker waits for the
-// transport to return before it ends the transaction: the lane row stays
-// locked, so no other owner sends the lane while a stale send may still reach
-// the broker. While it waits it keeps the transaction alive with a trivial
-// statement now and then; the session's idle_in_transaction_session_timeout
-// (half the lease plus a few seconds) ends the transaction only when the
-// worker itself stops answering, such as behind a network partition. A
-// transport that ignores cancellation and never returns therefore holds its
-// lane, and Stop, until it does: give transports their own timeouts.
-type Ordered struct {
+// orderedWorker is one member of an outbox's lane group; the package
+// documentation (Ordered dispatch) describes its protocol.
+type orderedWorker struct {
 	name     string
 	lanes    int // the outbox's lane count
 	instance string
@@ -173,7 +119,7 @@ type Ordered struct {
 	// the worker batches next without probing for them.
 	wokenMu sync.Mutex
 	woken   []int
-	// probeNow asks the next scan to probe even while busy: [Ordered.Wake]
+	// probeNow asks the next scan to probe even while busy: Wake
 	// sets it.
 	probeNow atomic.Bool
 	loop     loop
@@ -182,39 +128,16 @@ type Ordered struct {
 	aside *setAside
 }
 
-// NewOrdered returns an ordered dispatcher for the outbox. It validates
-// everything that needs no I/O; [Ordered.Start] checks the ordered routes'
-// capabilities. Every ordered worker on the same tables, in this process or
-// another, joins one group that shares the lanes.
-func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordered, error) {
-	if db == nil {
-		return nil, fmt.Errorf("dispatch: NewOrdered: %w", store.ErrNilDB)
-	}
-	// The lane count is the outbox's, the one its writers hash keys with:
-	// there is no second setting to disagree with it.
-	if _, err := outbox.LaneCount(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-	}
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	core, err := newOutboxCore(db, outbox)
-	if err != nil {
-		return nil, err
-	}
-	return newOrdered(core, opts), nil
-}
-
 // newOrdered builds an ordered worker on core, with opts and the outbox's
 // lane count validated.
-func newOrdered(core *outboxCore, opts OrderedOptions) *Ordered {
+func newOrdered(core *outboxCore, opts OrderedOptions) *orderedWorker {
 	opts = opts.withDefaults()
 	lanes, _ := core.outbox.LaneCount()
 	routes := &relayer.Routes{}
 	if core.outbox.Routes != nil {
 		routes = core.outbox.Routes.Clone()
 	}
-	o := &Ordered{
+	o := &orderedWorker{
 		name:     opts.Name,
 		lanes:    lanes,
 		instance: uuid.NewString(),
@@ -244,29 +167,29 @@ func newOrdered(core *outboxCore, opts OrderedOptions) *Ordered {
 }
 
 // Options returns the effective options.
-func (o *Ordered) Options() OrderedOptions { return o.opts }
+func (o *orderedWorker) Options() OrderedOptions { return o.opts }
 
 // Name returns the worker's name.
-func (o *Ordered) Name() string { return o.name }
+func (o *orderedWorker) Name() string { return o.name }
 
 // Stats returns the worker's counters.
-func (o *Ordered) Stats() Stats { return o.stats.snapshot() }
+func (o *orderedWorker) Stats() Stats { return o.stats.snapshot() }
 
 // Lanes returns the lanes currently assigned to this instance.
-func (o *Ordered) Lanes() []int { return slices.Clone(*o.assigned.Load()) }
+func (o *orderedWorker) Lanes() []int { return slices.Clone(*o.assigned.Load()) }
 
 // Paused returns the destinations the worker's lanes wait for while their
 // broker is down or slow.
-func (o *Ordered) Paused() []store.Pause { return o.aside.paused() }
+func (o *orderedWorker) Paused() []store.Pause { return o.aside.paused() }
 
 // Wake makes a waiting worker scan now.
-func (o *Ordered) Wake() {
+func (o *orderedWorker) Wake() {
 	o.probeNow.Store(true)
 	o.signal()
 }
 
 // signal wakes the worker's loop without asking for a probe.
-func (o *Ordered) signal() {
+func (o *orderedWorker) signal() {
 	select {
 	case o.wake <- struct{}{}:
 	default:
@@ -276,7 +199,7 @@ func (o *Ordered) signal() {
 // wakeLanes makes the worker batch lanes next, without a probe: rows have
 // just committed in them. Lanes outside the worker's share are ignored
 // when it takes them.
-func (o *Ordered) wakeLanes(lanes []int) {
+func (o *orderedWorker) wakeLanes(lanes []int) {
 	o.wokenMu.Lock()
 	for _, l := range lanes {
 		if !slices.Contains(o.woken, l) {
@@ -288,7 +211,7 @@ func (o *Ordered) wakeLanes(lanes []int) {
 }
 
 // takeWoken returns and clears the lanes woken since the last call.
-func (o *Ordered) takeWoken() []int {
+func (o *orderedWorker) takeWoken() []int {
 	o.wokenMu.Lock()
 	defer o.wokenMu.Unlock()
 	w := o.woken
@@ -304,14 +227,14 @@ func requireOrdering(c relayer.Capabilities) error {
 }
 
 // Start checks every ordered route's endpoint for native key ordering, joins
-// the membership, and starts the worker. It runs until [Ordered.Stop] or until
+// the membership, and starts the worker. It runs until Stop or until
 // ctx ends.
-func (o *Ordered) Start(ctx context.Context) error {
+func (o *orderedWorker) Start(ctx context.Context) error {
 	return o.loop.startAfter(ctx, "ordered dispatcher", o.join, o.work)
 }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
-func (o *Ordered) Run(ctx context.Context) error {
+func (o *orderedWorker) Run(ctx context.Context) error {
 	if err := o.Start(ctx); err != nil {
 		return err
 	}
@@ -320,7 +243,7 @@ func (o *Ordered) Run(ctx context.Context) error {
 }
 
 // join checks the ordered routes' endpoints and joins the membership.
-func (o *Ordered) join(ctx context.Context) error {
+func (o *orderedWorker) join(ctx context.Context) error {
 	for typ, r := range o.routes.All() {
 		if !r.Ordered {
 			continue
@@ -340,7 +263,7 @@ func (o *Ordered) join(ctx context.Context) error {
 }
 
 // work heartbeats and dispatches until ctx ends or Stop, then leaves.
-func (o *Ordered) work(ctx context.Context) {
+func (o *orderedWorker) work(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { o.heartbeats(ctx) })
 	wg.Go(func() { o.run(ctx) })
@@ -354,10 +277,10 @@ func (o *Ordered) work(ctx context.Context) {
 // instead leaves them to expire. If ctx ends first, the batch admits no more
 // rows, records what it sent (for at most 10 s more) and ends, and Stop
 // returns ctx's error. Stop is idempotent.
-func (o *Ordered) Stop(ctx context.Context) error { return o.loop.stop(ctx) }
+func (o *orderedWorker) Stop(ctx context.Context) error { return o.loop.stop(ctx) }
 
 // leave releases every lease this instance holds.
-func (o *Ordered) leave() {
+func (o *orderedWorker) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := o.store.ReleaseLeases(ctx, o.token); err != nil {
@@ -368,7 +291,7 @@ func (o *Ordered) leave() {
 
 // heartbeat renews membership, recomputes this instance's lanes, measures the
 // database clock, and looks for rows in lanes this worker never scans.
-func (o *Ordered) heartbeat(ctx context.Context) error {
+func (o *orderedWorker) heartbeat(ctx context.Context) error {
 	member := store.Lease{Name: store.MemberLeaseName(o.instance), Owner: o.name, Token: o.token}
 	members, err := o.store.Heartbeat(ctx, member, o.opts.LeaseDuration)
 	if err != nil {
@@ -400,12 +323,12 @@ func (o *Ordered) heartbeat(ctx context.Context) error {
 // last heartbeat found in lanes numbered the outbox's lane count or more.
 // Such rows are never delivered by this worker: their writers were
 // configured with a different lane count. Anything but zero is logged as an error at each heartbeat.
-func (o *Ordered) RowsBeyondLanes() int64 { return o.beyond.Load() }
+func (o *orderedWorker) RowsBeyondLanes() int64 { return o.beyond.Load() }
 
 // heartbeats runs on its own goroutine and pooled connections, never behind a
 // slow send. When heartbeats fail for a whole lease, the instance gives up its
 // lanes, since the others may already have taken them.
-func (o *Ordered) heartbeats(ctx context.Context) {
+func (o *orderedWorker) heartbeats(ctx context.Context) {
 	every := o.opts.LeaseDuration / 3
 	last := time.Now()
 	t := time.NewTicker(every)
@@ -488,7 +411,7 @@ const lanesPerBatch = 16
 // it sends cleanly again, so that it holds up no other lane's batch.
 const slowSend = 100 * time.Millisecond
 
-func (o *Ordered) newSlot() *laneSlot {
+func (o *orderedWorker) newSlot() *laneSlot {
 	// A batch may keep its transaction open until a late send returns, which
 	// it does with keep-alive statements; the timeout ends the transaction of
 	// a worker that stopped answering. Custom plans, since statistics of a
@@ -498,7 +421,7 @@ func (o *Ordered) newSlot() *laneSlot {
 	return &laneSlot{conn: c}
 }
 
-func (o *Ordered) run(ctx context.Context) {
+func (o *orderedWorker) run(ctx context.Context) {
 	s := &laneScheduler{
 		o:       o,
 		results: make(chan laneDone, o.opts.Concurrency),
@@ -537,7 +460,7 @@ func (o *Ordered) run(ctx context.Context) {
 // Concurrency slots and the lanes it knows to be ready. Only the worker's run
 // goroutine uses it; batches report on results.
 type laneScheduler struct {
-	o       *Ordered
+	o       *orderedWorker
 	slots   []*laneSlot // every slot made so far
 	free    []*laneSlot
 	results chan laneDone
@@ -715,7 +638,7 @@ func (s *laneScheduler) close(ctx context.Context) {
 // probe releases the leases of lanes that left this instance's share and
 // returns the lanes of its share whose head is ready, on the connection of
 // slot sl. A failure drops that connection and returns no lane.
-func (o *Ordered) probe(ctx context.Context, sl *laneSlot, held, running map[int]bool) []int {
+func (o *orderedWorker) probe(ctx context.Context, sl *laneSlot, held, running map[int]bool) []int {
 	lanes := *o.assigned.Load()
 	// Bounded, so that a pool with no connection to spare stalls the scan
 	// instead of hanging it.
@@ -738,7 +661,7 @@ func (o *Ordered) probe(ctx context.Context, sl *laneSlot, held, running map[int
 
 // idle waits for wait, or until a wake-up, Stop, ctx's end, or a batch
 // that made progress; finished handles each batch that ends meanwhile.
-func (o *Ordered) idle(ctx context.Context, wait time.Duration, results <-chan laneDone, finished func(laneDone) bool) {
+func (o *orderedWorker) idle(ctx context.Context, wait time.Duration, results <-chan laneDone, finished func(laneDone) bool) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
@@ -759,12 +682,12 @@ func (o *Ordered) idle(ctx context.Context, wait time.Duration, results <-chan l
 	}
 }
 
-func (o *Ordered) quitting() bool { return o.loop.quitting() }
+func (o *orderedWorker) quitting() bool { return o.loop.quitting() }
 
 // releaseSurplus gives up the leases of lanes that left this instance's share
 // and have no batch in flight, so a lane is only released after its batch
 // committed.
-func (o *Ordered) releaseSurplus(ctx context.Context, conn *workerConn, held, running map[int]bool, share []int) {
+func (o *orderedWorker) releaseSurplus(ctx context.Context, conn *workerConn, held, running map[int]bool, share []int) {
 	for lane := range held {
 		if running[lane] || slices.Contains(share, lane) {
 			continue
@@ -782,7 +705,7 @@ func (o *Ordered) releaseSurplus(ctx context.Context, conn *workerConn, held, ru
 	}
 }
 
-func (o *Ordered) logError(msg string, err error, attrs ...any) {
+func (o *orderedWorker) logError(msg string, err error, attrs ...any) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
@@ -837,7 +760,7 @@ const (
 // return and what was sent is recorded and committed on a context of the
 // batch's own (see detach), so that a stop by cancellation sends nothing
 // twice.
-func (o *Ordered) batch(ctx context.Context, conn *workerConn, buf []store.Row, lanes []int) (_ []store.Row, res batchResult, err error) {
+func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store.Row, lanes []int) (_ []store.Row, res batchResult, err error) {
 	start := time.Now()
 	stop := ctx
 	ctx, cancel := detach(stop, start.Add(o.opts.LeaseDuration/2))
@@ -956,7 +879,7 @@ type probeClaim struct {
 // slow or unavailable: the lane waits there, its rows untouched. When that
 // destination is due for a probe and the batch claims it, the row is kept as
 // the batch's last, to be sent as the probe.
-func (o *Ordered) untilSetAside(rows []store.Row) ([]store.Row, probeClaim) {
+func (o *orderedWorker) untilSetAside(rows []store.Row) ([]store.Row, probeClaim) {
 	for i := range rows {
 		e := endpoint{rows[i].Transport, rows[i].Destination}
 		if o.aside.skipped(e) {
@@ -990,7 +913,7 @@ type laneFailure struct {
 // their rows, and rolling them back, until the deadline. A lane found slow is
 // marked so (laneBatch.slow) and runs alone afterwards. An error means the
 // batch must roll back (a send outlived the batch).
-func (o *Ordered) sendLanes(ctx, stop context.Context, conn *workerConn, parts []laneBatch, admitUntil time.Time) error {
+func (o *orderedWorker) sendLanes(ctx, stop context.Context, conn *workerConn, parts []laneBatch, admitUntil time.Time) error {
 	for i := range parts {
 		parts[i].outcomes = make([]rowOutcome, len(parts[i].rows))
 	}
@@ -1027,7 +950,7 @@ func (o *Ordered) sendLanes(ctx, stop context.Context, conn *workerConn, parts [
 // recording) or once stop is cancelled; the last row is the probe of a
 // paused destination when p.probe is set. An error means the batch must
 // roll back (a send outlived the batch).
-func (o *Ordered) sendLane(ctx, stop context.Context, watch *stragglers, conn *workerConn, p *laneBatch, admitUntil time.Time) error {
+func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, conn *workerConn, p *laneBatch, admitUntil time.Time) error {
 	sent := 0
 	began := time.Now()
 	defer func() {
@@ -1117,7 +1040,7 @@ func (o *Ordered) sendLane(ctx, stop context.Context, watch *stragglers, conn *w
 // outbox's limits cannot be parked nor wait for a retry (its key or
 // endpoint would not fit the index that records it): it leaves for the
 // dead letters instead, and its key's later rows go on.
-func (o *Ordered) recordFailure(p *laneBatch, i int, f laneFailure) {
+func (o *orderedWorker) recordFailure(p *laneBatch, i int, f laneFailure) {
 	p.outcomes[i] = rowFailed
 	if err := store.OverLimit(&p.rows[i].Message); err != nil {
 		f.row = &p.rows[i]
@@ -1130,7 +1053,7 @@ func (o *Ordered) recordFailure(p *laneBatch, i int, f laneFailure) {
 // for all its lanes: it deletes the sent rows (all of them, or the batch
 // rolls back), records the failed rows' attempts and errors, and releases
 // the claims of the rest.
-func (o *Ordered) settle(ctx context.Context, st *store.Store, parts []laneBatch, token uuid.UUID) error {
+func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []laneBatch, token uuid.UUID) error {
 	var sent, rest []uuid.UUID
 	var fails, parks []store.Failure
 	var buried []store.Row
@@ -1237,7 +1160,7 @@ var errLateSend = errors.New("send returned after the batch deadline")
 // worker stops answering (a partition), the server ends the transaction. A
 // send that returns after the deadline, with or without an error, reports
 // errLateSend; one ended as a straggler before it reports errStraggler.
-func (o *Ordered) sendHeld(ctx, sendCtx context.Context, conn *workerConn, tr relayer.Transport, m *relayer.Message) error {
+func (o *orderedWorker) sendHeld(ctx, sendCtx context.Context, conn *workerConn, tr relayer.Transport, m *relayer.Message) error {
 	done := make(chan error, 1)
 	go func() {
 		defer func() {
@@ -1282,7 +1205,7 @@ func (o *Ordered) sendHeld(ctx, sendCtx context.Context, conn *workerConn, tr re
 
 // resolve finds the transport of an ordered row and checks that its endpoint
 // keeps per-key order. Its errors are recorded on the row.
-func (o *Ordered) resolve(ctx context.Context, m *relayer.Message) (relayer.Transport, error) {
+func (o *orderedWorker) resolve(ctx context.Context, m *relayer.Message) (relayer.Transport, error) {
 	if m.Key == "" {
 		return nil, errors.New("ordered row has no ordering key")
 	}
@@ -1298,11 +1221,11 @@ func (o *Ordered) resolve(ctx context.Context, m *relayer.Message) (relayer.Tran
 
 // pinned is how many connections the worker pins: one per batch it runs
 // at once.
-func (o *Ordered) pinned() int { return o.opts.Concurrency }
+func (o *orderedWorker) pinned() int { return o.opts.Concurrency }
 
 // wakeAssigned wakes the worker for those of lanes in its share, which
 // committed rows touched; it ignores the others.
-func (o *Ordered) wakeAssigned(lanes []int) {
+func (o *orderedWorker) wakeAssigned(lanes []int) {
 	assigned := *o.assigned.Load()
 	var mine []int
 	for _, l := range lanes {

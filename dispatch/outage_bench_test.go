@@ -69,7 +69,7 @@ func benchOutage(b *testing.B, length time.Duration) {
 		pg_wal_lsn_diff(pg_current_wal_lsn(), $2::pg_lsn) FROM "`+bu.schema+`".ob_outbox`, startXID, startLSN).
 		Scan(&rewritten, &maxAttempts, &walBytes))
 	refused := tr.refused.Load()
-	probes := r.Recovery().Stats().Probes
+	probes := r.Stats().Recovery.Probes
 
 	tr.down.Store(false)
 	back := time.Now()
@@ -81,7 +81,7 @@ func benchOutage(b *testing.B, length time.Duration) {
 			for ctx.Err() == nil {
 				time.Sleep(time.Second)
 				b.Logf("%s after: placed %d shipped %d; paused %+v; recovery %+v", time.Since(back).Round(time.Second),
-					len(bu.mem.Messages("orders.placed")), len(bu.mem.Messages("orders.shipped")), r.Paused(), r.Recovery().Stats())
+					len(bu.mem.Messages("orders.placed")), len(bu.mem.Messages("orders.shipped")), r.Paused(), *r.Stats().Recovery)
 			}
 		}()
 	}

@@ -10,7 +10,7 @@ import (
 
 // outboxCore is what the workers of one outbox share: its store, its
 // transports and retry policies, one capability cache (the 256-entry FIFO
-// of CapabilityCacheSize), one view of the destinations set aside as slow
+// of capabilityCacheSize), one view of the destinations set aside as slow
 // or unavailable, and one measure of the database's clock. A [Runner] builds
 // one for all its workers; a worker built alone builds its own.
 type outboxCore struct {
@@ -41,7 +41,7 @@ func newOutboxCore(db *sql.DB, outbox relayer.Outbox) (*outboxCore, error) {
 		store:      st,
 		transports: transports,
 		retries:    retries,
-		caps:       newCapCache(CapabilityCacheSize),
+		caps:       newCapCache(capabilityCacheSize),
 		aside:      newSetAside(),
 		clock:      &dbClock{},
 	}, nil

@@ -19,21 +19,18 @@ import (
 
 // Recovery defaults and limits.
 const (
-	RecoveryBatchSizeDefault     = 1000
-	RecoveryPollIntervalDefault  = time.Second
-	RecoveryLeaseDurationDefault = 30 * time.Second
-	RecoveryWorkersDefault       = 2
-	RecoveryMinAgeDefault        = time.Second
+	recoveryBatchSizeDefault     = 1000
+	recoveryPollIntervalDefault  = time.Second
+	recoveryLeaseDurationDefault = 30 * time.Second
+	recoveryWorkersDefault       = 2
+	recoveryMinAgeDefault        = time.Second
 	RecoveryWorkersMax           = 16
-	// RecoveryLeaseName names the lease row that lets one recovery instance per
-	// outbox work at a time.
-	RecoveryLeaseName = "recovery"
 	// groupSendsMax bounds the destinations one recovery take sends to at
 	// once.
 	groupSendsMax = 8
 )
 
-// RecoveryOptions configure a [Recovery] worker. The zero value of each field
+// RecoveryOptions configure recovery ([RunnerOptions].Recovery). The zero value of each field
 // means its default.
 type RecoveryOptions struct {
 	// BatchSize is how many rows one take statement removes, 1 to 10,000;
@@ -58,7 +55,7 @@ type RecoveryOptions struct {
 	// MinAge leaves rows younger than it to direct dispatch, which sends them
 	// within milliseconds of their commit; recovery takes a row only once it is
 	// that old (rows scheduled for later are taken as soon as they are due).
-	// After [Recovery.Wake] (a direct dispatcher's overflow), the next pass
+	// After a wake-up ([Runner.Wake], a direct dispatcher's overflow), the next pass
 	// takes rows of any age, since direct dispatch dropped them. Default: 1s.
 	MinAge time.Duration
 	// Workers is how many goroutines take and send while this instance holds
@@ -74,21 +71,15 @@ type RecoveryOptions struct {
 	Logger *slog.Logger
 }
 
-// LoadRecoveryOptions reads BatchSize, PollInterval, ClaimDuration,
-// LeaseDuration, Workers and MinAge from a configuration source.
-func LoadRecoveryOptions(src Source) (RecoveryOptions, error) {
-	var o RecoveryOptions
-	l := loader{src: src}
+// load reads the options' keys from l (see [LoadRunnerOptions]).
+func (o *RecoveryOptions) load(l *loader) {
 	l.int("BatchSize", &o.BatchSize)
 	l.duration("PollInterval", &o.PollInterval)
 	l.duration("ClaimDuration", &o.ClaimDuration)
 	l.duration("LeaseDuration", &o.LeaseDuration)
 	l.int("Workers", &o.Workers)
 	l.duration("MinAge", &o.MinAge)
-	if l.err != nil {
-		return RecoveryOptions{}, l.err
-	}
-	return o, o.Validate()
+	l.string("Owner", &o.Owner)
 }
 
 // Validate reports the first field out of range.
@@ -111,38 +102,20 @@ func (o RecoveryOptions) Validate() error {
 }
 
 func (o RecoveryOptions) withDefaults() RecoveryOptions {
-	setDefault(&o.BatchSize, RecoveryBatchSizeDefault)
-	setDefault(&o.PollInterval, RecoveryPollIntervalDefault)
-	setDefault(&o.ClaimDuration, ClaimDurationDefault)
-	setDefault(&o.LeaseDuration, RecoveryLeaseDurationDefault)
-	setDefault(&o.Workers, RecoveryWorkersDefault)
-	setDefault(&o.MinAge, RecoveryMinAgeDefault)
+	setDefault(&o.BatchSize, recoveryBatchSizeDefault)
+	setDefault(&o.PollInterval, recoveryPollIntervalDefault)
+	setDefault(&o.ClaimDuration, claimDurationDefault)
+	setDefault(&o.LeaseDuration, recoveryLeaseDurationDefault)
+	setDefault(&o.Workers, recoveryWorkersDefault)
+	setDefault(&o.MinAge, recoveryMinAgeDefault)
 	o.Owner = ownerOrDefault(o.Owner)
 	setDefault(&o.Logger, slog.Default())
 	return o
 }
 
-// Recovery delivers the unordered rows nobody else will: rows whose direct
-// dispatch failed, overflowed, was cancelled or died with its process, rows
-// written by processes without a direct dispatcher, and rows scheduled for
-// later, once due. It never touches ordered rows.
-//
-// One instance per outbox works at a time, holding a lease in the leases table
-// (renewed from its own goroutine); others wait and take over when it expires.
-// While it holds the lease, Workers goroutines take due rows in id order, up
-// to BatchSize per statement, each take starting after the last row the
-// previous one took (one shared cursor; the takes run one at a time while the
-// sends and commits of the others go on). They send them grouped by
-// (transport, destination) with the same protocol as [Direct]: the take's
-// transaction deletes the rows and commits once the broker has them, and
-// writes back the ones it could not send. When a take finds nothing, the
-// drainers go back to the beginning for rows behind the cursor (written back,
-// or committed late) at most once per PollInterval, and otherwise wait
-// PollInterval, or less when [Recovery.Wake] is called. Rows handed over at
-// commit (by a [Runner] without direct dispatch, or a direct dispatcher's
-// overflow) move the cursor back to the first of them if it had passed it.
-// Rows younger than MinAge are left to direct dispatch.
-type Recovery struct {
+// recoveryWorker delivers what direct dispatch did not; the package
+// documentation (Recovery) describes its protocol.
+type recoveryWorker struct {
 	db         *sql.DB
 	opts       RecoveryOptions
 	store      *store.Store
@@ -172,33 +145,17 @@ type Recovery struct {
 	loop loop
 }
 
-// NewRecovery returns a recovery worker for the outbox. It validates
-// everything up front and does not touch the database.
-func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Recovery, error) {
-	if db == nil {
-		return nil, fmt.Errorf("dispatch: NewRecovery: %w", store.ErrNilDB)
-	}
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	core, err := newOutboxCore(db, outbox)
-	if err != nil {
-		return nil, err
-	}
-	return newRecovery(core, opts), nil
-}
-
 // newRecovery builds a recovery worker on core, with opts validated.
-func newRecovery(core *outboxCore, opts RecoveryOptions) *Recovery {
+func newRecovery(core *outboxCore, opts RecoveryOptions) *recoveryWorker {
 	opts = opts.withDefaults()
-	return &Recovery{
+	return &recoveryWorker{
 		db:         core.db,
 		opts:       opts,
 		store:      core.store,
 		transports: core.transports,
 		retries:    core.retries,
 		caps:       core.caps,
-		lease:      store.Lease{Name: RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
+		lease:      store.Lease{Name: store.RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:       newLoop(true),
 		aside:      core.aside,
 		clock:      core.clock,
@@ -207,18 +164,18 @@ func newRecovery(core *outboxCore, opts RecoveryOptions) *Recovery {
 }
 
 // Options returns the effective options, defaults applied.
-func (r *Recovery) Options() RecoveryOptions { return r.opts }
+func (r *recoveryWorker) Options() RecoveryOptions { return r.opts }
 
 // Stats returns the worker's counters.
-func (r *Recovery) Stats() Stats { return r.stats.snapshot() }
+func (r *recoveryWorker) Stats() Stats { return r.stats.snapshot() }
 
 // Paused returns the destinations recovery passes over while their broker is
 // down or slow.
-func (r *Recovery) Paused() []store.Pause { return r.aside.paused() }
+func (r *recoveryWorker) Paused() []store.Pause { return r.aside.paused() }
 
 // Wake makes a waiting worker scan now, taking rows of any age for the next
 // MinAge (after which every row is old enough anyway). It never blocks.
-func (r *Recovery) Wake() {
+func (r *recoveryWorker) Wake() {
 	r.urgentTill.Store(time.Now().Add(r.opts.MinAge).UnixNano())
 	r.wakeAll.notify()
 }
@@ -228,7 +185,7 @@ func (r *Recovery) Wake() {
 // another order than their ids, and without it a row whose transaction
 // committed after a later id was taken would wait for the next pass from the
 // beginning, up to PollInterval away.
-func (r *Recovery) wakeFor(rows []relayer.Message) {
+func (r *recoveryWorker) wakeFor(rows []relayer.Message) {
 	if len(rows) > 0 {
 		first := rows[0].ID
 		for _, row := range rows[1:] {
@@ -257,8 +214,8 @@ func idBefore(id uuid.UUID) uuid.UUID {
 	return id
 }
 
-// Start starts the worker; it runs until [Recovery.Stop] or until ctx ends.
-func (r *Recovery) Start(ctx context.Context) error {
+// Start starts the worker; it runs until Stop or until ctx ends.
+func (r *recoveryWorker) Start(ctx context.Context) error {
 	return r.loop.start(ctx, "recovery", r.run)
 }
 
@@ -267,12 +224,12 @@ func (r *Recovery) Start(ctx context.Context) error {
 // flight send nothing more: the sends under way return, and each take
 // commits what it sent and puts back what it did not (for at most 10 s
 // more), so that nothing is sent twice. Stop is idempotent.
-func (r *Recovery) Stop(ctx context.Context) error { return r.loop.stop(ctx) }
+func (r *recoveryWorker) Stop(ctx context.Context) error { return r.loop.stop(ctx) }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
-func (r *Recovery) Run(ctx context.Context) error { return r.loop.run(ctx, "recovery", r.run) }
+func (r *recoveryWorker) Run(ctx context.Context) error { return r.loop.run(ctx, "recovery", r.run) }
 
-func (r *Recovery) run(ctx context.Context) {
+func (r *recoveryWorker) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range r.opts.Workers {
 		wg.Go(func() { r.drain(ctx, r.newDrainer()) })
@@ -291,7 +248,7 @@ func (r *Recovery) run(ctx context.Context) {
 
 // holdLease takes and renews the recovery lease until ctx ends, on pooled
 // connections of its own so that slow sends never delay a renewal.
-func (r *Recovery) holdLease(ctx context.Context) {
+func (r *recoveryWorker) holdLease(ctx context.Context) {
 	var renewedAt time.Time
 	for ctx.Err() == nil && !r.loop.quitting() {
 		if r.holding.Load() && time.Since(renewedAt) < r.opts.LeaseDuration/3 {
@@ -328,7 +285,7 @@ type drainer struct {
 	buf    []store.Row
 }
 
-func (r *Recovery) newDrainer() *drainer {
+func (r *recoveryWorker) newDrainer() *drainer {
 	return &drainer{
 		conn: newTakingConn(r.db, r.store, r.opts.ClaimDuration),
 		sender: &sender{
@@ -345,7 +302,7 @@ func (r *Recovery) newDrainer() *drainer {
 	}
 }
 
-func (r *Recovery) drain(ctx context.Context, d *drainer) {
+func (r *recoveryWorker) drain(ctx context.Context, d *drainer) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		d.conn.release(cctx)
@@ -371,14 +328,14 @@ func (r *Recovery) drain(ctx context.Context, d *drainer) {
 	}
 }
 
-func (r *Recovery) logError(msg string, err error) {
+func (r *recoveryWorker) logError(msg string, err error) {
 	if !errors.Is(err, context.Canceled) {
 		r.opts.Logger.Error(msg, slog.String("error", err.Error()))
 	}
 }
 
 // sleep waits for d, ctx's end, Stop, or wake (nil: no wake-up).
-func (r *Recovery) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+func (r *recoveryWorker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -420,7 +377,7 @@ func (b *broadcast) notify() {
 // rows written back (failed sends, unroutable rows) and rows that committed
 // late; going back for them at most once per PollInterval keeps a failing row
 // from being retried in a busy loop.
-func (r *Recovery) rewind(from uuid.UUID) bool {
+func (r *recoveryWorker) rewind(from uuid.UUID) bool {
 	if from == uuid.Nil {
 		return false
 	}
@@ -446,7 +403,7 @@ func (r *Recovery) rewind(from uuid.UUID) bool {
 // A destination found without unordered rows is not probed by recovery
 // again for a PollInterval, so that a busy recovery does not look for them
 // at every take.
-func (r *Recovery) probe(ctx, stop context.Context, d *drainer) error {
+func (r *recoveryWorker) probe(ctx, stop context.Context, d *drainer) error {
 	for _, e := range r.aside.probeDue() {
 		if halted(stop) {
 			return nil
@@ -474,7 +431,7 @@ func (r *Recovery) probe(ctx, stop context.Context, d *drainer) error {
 
 // mayProbe reports whether e was not found without rows within the last
 // PollInterval.
-func (r *Recovery) mayProbe(e endpoint) bool {
+func (r *recoveryWorker) mayProbe(e endpoint) bool {
 	r.probeMu.Lock()
 	defer r.probeMu.Unlock()
 	now := time.Now()
@@ -489,7 +446,7 @@ func (r *Recovery) mayProbe(e endpoint) bool {
 
 // probeOne takes one eligible row of e and sends it alone. It reports
 // whether it found one.
-func (r *Recovery) probeOne(ctx, stop context.Context, d *drainer, e endpoint) (bool, error) {
+func (r *recoveryWorker) probeOne(ctx, stop context.Context, d *drainer, e endpoint) (bool, error) {
 	tr, _, ok := d.sender.resolve(ctx, e, 1)
 	if !ok {
 		return false, nil
@@ -518,7 +475,7 @@ func (r *Recovery) probeOne(ctx, stop context.Context, d *drainer, e endpoint) (
 // return, the rows not sent are kept, and the outcome is committed on a
 // context of the take's own (see detach), so that a stop by cancellation
 // sends nothing twice.
-func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, error) {
+func (r *recoveryWorker) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, error) {
 	stop := ctx
 	ctx, done := detach(stop, time.Now().Add(r.opts.ClaimDuration+idleTxMargin))
 	defer done()
@@ -628,7 +585,7 @@ func (r *Recovery) batch(ctx context.Context, d *drainer) (bool, uuid.UUID, erro
 // setAsideCorrupt moves the taken rows whose headers do not decode to the
 // dead letters, their stored bytes unchanged, logs them, and returns the
 // others, compacted in place.
-func (r *Recovery) setAsideCorrupt(t *take, rows []store.Row) []store.Row {
+func (r *recoveryWorker) setAsideCorrupt(t *take, rows []store.Row) []store.Row {
 	good := rows[:0]
 	for i := range rows {
 		if rows[i].Corrupt == nil {
@@ -741,4 +698,4 @@ func (w *stragglers) close() {
 }
 
 // pinned is how many connections recovery pins: one per drainer.
-func (r *Recovery) pinned() int { return r.opts.Workers }
+func (r *recoveryWorker) pinned() int { return r.opts.Workers }

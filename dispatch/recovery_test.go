@@ -52,7 +52,7 @@ func (b *bundle) enlistOnly(t testing.TB, msgs ...relayer.Outgoing) []uuid.UUID 
 func (b *bundle) leaseOwner(t *testing.T) string {
 	t.Helper()
 	var owner string
-	err := b.db.QueryRow(`SELECT owner FROM "`+b.schema+`".ob_relayer_leases WHERE name = $1 AND expires_at > now()`, dispatch.RecoveryLeaseName).Scan(&owner)
+	err := b.db.QueryRow(`SELECT owner FROM "`+b.schema+`".ob_relayer_leases WHERE name = $1 AND expires_at > now()`, store.RecoveryLeaseName).Scan(&owner)
 	if err != nil {
 		return ""
 	}
@@ -111,7 +111,7 @@ func TestOneRecoveryAtATimeAndTakeover(t *testing.T) {
 	ctx := context.Background()
 	// A crashed holder: its lease is live for a while and nobody renews it.
 	st := b.store
-	dead := store.Lease{Name: dispatch.RecoveryLeaseName, Owner: "crashed", Token: uuid.New()}
+	dead := store.Lease{Name: store.RecoveryLeaseName, Owner: "crashed", Token: uuid.New()}
 	held, _, err := st.AcquireLease(ctx, dead, 700*time.Millisecond)
 	if err != nil || !held {
 		t.Fatalf("lease for the crashed holder = %v, %v", held, err)
@@ -190,7 +190,7 @@ func TestDirectOverflowWakesRecovery(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
 	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: time.Hour})
-	d, err := dispatch.NewDirect(b.db, b.outbox, dispatch.DirectOptions{QueueCapacity: 1, Recovery: r, Logger: b.logger()})
+	d, err := dispatch.NewDirectFor(b.db, b.outbox, dispatch.DirectOptions{QueueCapacity: 1, Logger: b.logger()}, r)
 	must(t, err)
 	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: d, Logger: b.logger()})
 	must(t, err)

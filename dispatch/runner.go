@@ -16,9 +16,9 @@ import (
 
 // Runner defaults and limits.
 const (
-	// RunnerPoolHeadroomDefault is how many connections of a bounded pool
+	// runnerPoolHeadroomDefault is how many connections of a bounded pool
 	// the runner leaves to the application by default.
-	RunnerPoolHeadroomDefault = 2
+	runnerPoolHeadroomDefault = 2
 	// OrderedWorkersMax bounds RunnerOptions.OrderedWorkers.
 	OrderedWorkersMax = 16
 	// runnerBorrowed is the pooled connections the workers borrow briefly
@@ -65,7 +65,7 @@ type RunnerOptions struct {
 	// (writers send it: enlist.Options.Wake): one connection of the pool,
 	// pinned while the runner runs, LISTENs on the outbox's channel, and
 	// each notification makes recovery (taking rows of any age, as after
-	// [Recovery.Wake]) and the ordered workers scan at once instead of at
+	// [Runner.Wake]) and the ordered workers scan at once instead of at
 	// their poll. While that connection is down the workers poll as
 	// always, and it reconnects after 1 s, doubling up to 30 s. It needs
 	// pgx's database/sql driver; NewRunner refuses a *sql.DB of another.
@@ -123,9 +123,11 @@ func (o RunnerOptions) Validate() error {
 //	defer runner.Stop(shutdownCtx)
 //
 // Every worker takes the outbox's schema, prefix and lane count from the
-// outbox value, so writers and workers built from it cannot disagree. The
-// workers stay usable on their own ([NewDirect], [NewRecovery], [NewOrdered],
-// [NewCleanup]) for those who run them in different processes.
+// outbox value, so writers and workers built from it cannot disagree. To run
+// each kind of worker in processes of its own, turn the others off with
+// RunnerOptions (DisableDirect, DisableRecovery, DisableOrdered,
+// DisableCleanup), or read the options from the environment with
+// [LoadRunnerOptions].
 type Runner struct {
 	db     *sql.DB
 	outbox relayer.Outbox
@@ -143,10 +145,10 @@ type Runner struct {
 
 // crew is a runner's workers.
 type crew struct {
-	direct   *Direct
-	recovery *Recovery
-	ordered  []*Ordered
-	cleanup  *Cleanup
+	direct   *directWorker
+	recovery *recoveryWorker
+	ordered  []*orderedWorker
+	cleanup  *cleanupWorker
 	listener *listener // nil unless RunnerOptions.Listen
 }
 
@@ -160,7 +162,7 @@ func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, 
 		return nil, err
 	}
 	setDefault(&opts.Logger, slog.Default())
-	setDefault(&opts.PoolHeadroom, RunnerPoolHeadroomDefault)
+	setDefault(&opts.PoolHeadroom, runnerPoolHeadroomDefault)
 	core, err := newOutboxCore(db, outbox)
 	if err != nil {
 		return nil, err
@@ -187,8 +189,7 @@ func (r *Runner) build() (*crew, error) {
 	if !opts.DisableDirect {
 		o := opts.Direct
 		setDefault(&o.Logger, opts.Logger)
-		o.Recovery = c.recovery
-		c.direct = newDirect(core, o)
+		c.direct = newDirect(core, o, c.recovery)
 	}
 	workers := opts.OrderedWorkers
 	if workers == 0 && hasOrderedRoute(outbox) {
@@ -252,17 +253,78 @@ func (r *Runner) Paused() []store.Pause {
 	return nil
 }
 
-// Direct returns the direct dispatcher, or nil when it is turned off.
-func (r *Runner) Direct() *Direct { return r.crew.Load().direct }
+// RunnerStats is a snapshot of a [Runner]'s counters, per worker.
+type RunnerStats struct {
+	// Direct is direct dispatch's counters; nil when it is turned off.
+	Direct *Stats
+	// Recovery is recovery's counters; nil when it is turned off.
+	Recovery *Stats
+	// Ordered holds each ordered worker's counters and lanes, in the order
+	// the runner made them; empty when it runs none.
+	Ordered []OrderedStats
+	// Cleanup is retention cleanup's counters; nil when it is turned off.
+	Cleanup *CleanupStats
+	// Listening reports whether the wake-up listener (RunnerOptions.Listen)
+	// is subscribed now; false without one.
+	Listening bool
+	// WakeUpsReceived counts the wake-up notifications the listener has
+	// received.
+	WakeUpsReceived uint64
+}
 
-// Recovery returns the recovery worker, or nil when it is turned off.
-func (r *Runner) Recovery() *Recovery { return r.crew.Load().recovery }
+// OrderedStats are one ordered worker's counters and the lanes it holds.
+type OrderedStats struct {
+	// Name is the worker's name in the lane group: OrderedOptions.Name (the
+	// host name by default) followed by "ordered-" and its number.
+	Name string
+	// Lanes are the lanes the worker holds now, ascending.
+	Lanes []int
+	// Stats are the worker's counters.
+	Stats Stats
+}
 
-// Ordered returns the ordered workers.
-func (r *Runner) Ordered() []*Ordered { return r.crew.Load().ordered }
+// Stats returns the counters of the runner's workers. After a Start that
+// failed, they are the new workers' (from zero).
+func (r *Runner) Stats() RunnerStats {
+	c := r.crew.Load()
+	var s RunnerStats
+	if c.direct != nil {
+		s.Direct = ptr(c.direct.Stats())
+	}
+	if c.recovery != nil {
+		s.Recovery = ptr(c.recovery.Stats())
+	}
+	for _, o := range c.ordered {
+		s.Ordered = append(s.Ordered, OrderedStats{Name: o.Name(), Lanes: o.Lanes(), Stats: o.Stats()})
+	}
+	if c.cleanup != nil {
+		s.Cleanup = ptr(c.cleanup.Stats())
+	}
+	if c.listener != nil {
+		s.Listening = c.listener.isListening()
+		s.WakeUpsReceived = c.listener.receivedCount()
+	}
+	return s
+}
 
-// Cleanup returns the cleanup worker, or nil when it is turned off.
-func (r *Runner) Cleanup() *Cleanup { return r.crew.Load().cleanup }
+func ptr[T any](v T) *T { return &v }
+
+// Lanes returns the lanes the runner's ordered workers hold now, ascending.
+func (r *Runner) Lanes() []int {
+	var lanes []int
+	for _, o := range r.crew.Load().ordered {
+		lanes = append(lanes, o.Lanes()...)
+	}
+	slices.Sort(lanes)
+	return lanes
+}
+
+// Wake makes recovery and every ordered worker scan now instead of at their
+// next poll; recovery then takes rows of any age (RecoveryOptions.MinAge
+// leaves the youngest to direct dispatch otherwise). Call it when rows were
+// committed that no commit listener saw: by another process without
+// wake-ups, or before the runner started.
+func (r *Runner) Wake() { r.wakeAll() }
 
 // StoreOptions returns the outbox's schema and prefix, for
 // [enlist.CommitListener].
@@ -288,23 +350,6 @@ func (r *Runner) Committed(rows []relayer.Message) error {
 // it is told about itself: it does when direct dispatch is on. It
 // implements [enlist.Sender].
 func (r *Runner) SendsCommitted() bool { return r.crew.Load().direct != nil }
-
-// Listening reports whether the wake-up listener (RunnerOptions.Listen) is
-// subscribed now; false without one.
-func (r *Runner) Listening() bool {
-	l := r.crew.Load().listener
-	return l != nil && l.isListening()
-}
-
-// WakeUpsReceived returns how many wake-up notifications the runner's
-// listener has received.
-func (r *Runner) WakeUpsReceived() uint64 {
-	c := r.crew.Load()
-	if c.listener == nil {
-		return 0
-	}
-	return c.listener.receivedCount()
-}
 
 // wakeAll makes recovery and every ordered worker scan now: rows committed
 // in another process may be waiting.
@@ -366,8 +411,7 @@ func (r *Runner) checkPool() error {
 // ctx ends. If one fails to start (the database was not reachable, a
 // session was killed while a worker joined), those already started are
 // stopped, the runner makes its workers anew, and the error is returned: Start
-// may then be called again. [Runner.Direct], Recovery, Ordered and Cleanup
-// return the new workers. A Start after one that succeeded fails.
+// may then be called again; [Runner.Stats] then reports the new workers. A Start after one that succeeded fails.
 func (r *Runner) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

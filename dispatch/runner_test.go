@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,9 +48,9 @@ func TestRunnerDeliversEveryKind(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
 	r, w := runnerFor(t, b, dispatch.RunnerOptions{})
-	if len(r.Ordered()) != 1 || r.Direct() == nil || r.Recovery() == nil || r.Cleanup() == nil {
+	if s := r.Stats(); len(s.Ordered) != 1 || s.Direct == nil || s.Recovery == nil || s.Cleanup == nil {
 		t.Fatalf("runner workers: direct %v, recovery %v, %d ordered, cleanup %v; want all, one ordered",
-			r.Direct() != nil, r.Recovery() != nil, len(r.Ordered()), r.Cleanup() != nil)
+			s.Direct != nil, s.Recovery != nil, len(s.Ordered), s.Cleanup != nil)
 	}
 	must(t, r.Start(context.Background()))
 	if err := r.Start(context.Background()); err == nil {
@@ -63,9 +64,9 @@ func TestRunnerDeliversEveryKind(t *testing.T) {
 	b.waitSent(t, 4)
 	b.waitRows(t, 0)
 	checkOrder(t, b.mem.Messages("orders.shipped"), []string{"k"}, 2, false)
-	if r.Direct().Stats().Sent != 1 || r.Recovery().Stats().Sent != 1 || r.Ordered()[0].Stats().Sent != 2 {
+	if s := r.Stats(); s.Direct.Sent != 1 || s.Recovery.Sent != 1 || s.Ordered[0].Stats.Sent != 2 {
 		t.Errorf("sent by direct %d, recovery %d, ordered %d; want 1, 1, 2",
-			r.Direct().Stats().Sent, r.Recovery().Stats().Sent, r.Ordered()[0].Stats().Sent)
+			s.Direct.Sent, s.Recovery.Sent, s.Ordered[0].Stats.Sent)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -83,7 +84,7 @@ func TestRunnerWithoutDirectDispatch(t *testing.T) {
 	b := setup(t, dispatch.DirectOptions{})
 	r, w := runnerFor(t, b, dispatch.RunnerOptions{DisableDirect: true, DisableOrdered: true, DisableCleanup: true,
 		Recovery: dispatch.RecoveryOptions{MinAge: time.Hour}})
-	if r.Direct() != nil || len(r.Ordered()) != 0 || r.Cleanup() != nil || r.Recovery() == nil {
+	if s := r.Stats(); s.Direct != nil || len(s.Ordered) != 0 || s.Cleanup != nil || s.Recovery == nil {
 		t.Fatal("workers turned off are still there")
 	}
 	if pinned, _ := r.Connections(); pinned != dispatch.RecoveryWorkersDefault {
@@ -137,7 +138,7 @@ func TestRunnerWakesOrderedWorkersAtCommit(t *testing.T) {
 	must(t, err)
 	must(t, r.Start(context.Background()))
 	deadline := time.Now().Add(10 * time.Second)
-	for len(r.Ordered()[0].Lanes()) == 0 && time.Now().Before(deadline) {
+	for len(r.Lanes()) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // until the worker has joined
 	}
 	time.Sleep(200 * time.Millisecond) // and finished its first, empty scan
@@ -258,17 +259,58 @@ func TestRunnerStartsAgainAfterAFailedStart(t *testing.T) {
 	t.Cleanup(func() { r.Stop(context.Background()) })
 	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: r})
 	must(t, err)
-	first := r.Recovery()
+	first := r.RecoveryWorker()
 	if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "not reachable") {
 		t.Fatalf("first Start = %v, want the transport's error", err)
 	}
 	must(t, r.Start(context.Background()))
-	if r.Recovery() == first {
+	if r.RecoveryWorker() == first {
 		t.Error("the runner kept the recovery worker its failed Start had stopped")
 	}
 	publishWith(t, b, w, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Shipped{1}, relayer.Key("k")))
 	b.waitSent(t, 2)
 	if err := r.Start(context.Background()); err == nil {
 		t.Error("a Start after one that succeeded succeeded")
+	}
+}
+
+// LoadRunnerOptions reads the runner's own keys and each worker's section,
+// and names the key of a bad value.
+func TestLoadRunnerOptions(t *testing.T) {
+	t.Parallel()
+	o, err := dispatch.LoadRunnerOptions(dispatch.MapSource(map[string]string{
+		"DisableRecovery": "true", "Listen": "1", "OrderedWorkers": "3", "PoolHeadroom": "4",
+		"Direct.BatchSize": "50", "Recovery.MinAge": "2s", "Recovery.Owner": "node-a",
+		"Ordered.Concurrency": "4", "Ordered.Name": "node-a", "Cleanup.Interval": "1m",
+	}))
+	must(t, err)
+	want := dispatch.RunnerOptions{DisableRecovery: true, Listen: true, OrderedWorkers: 3, PoolHeadroom: 4,
+		Direct: dispatch.DirectOptions{BatchSize: 50}, Recovery: dispatch.RecoveryOptions{MinAge: 2 * time.Second, Owner: "node-a"},
+		Ordered: dispatch.OrderedOptions{Concurrency: 4, Name: "node-a"}, Cleanup: dispatch.CleanupOptions{Interval: time.Minute}}
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("LoadRunnerOptions = %+v,\nwant %+v", o, want)
+	}
+	for key, value := range map[string]string{
+		"DisableOrdered": "maybe", "OrderedWorkers": "17", "Direct.BatchSize": "0",
+		"Recovery.PollInterval": "soon", "Ordered.LeaseDuration": "1ms", "Cleanup.DeadRetention": "1s",
+	} {
+		_, err := dispatch.LoadRunnerOptions(dispatch.MapSource(map[string]string{key: value}))
+		field := key[strings.LastIndex(key, ".")+1:]
+		if !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), field) {
+			t.Errorf("LoadRunnerOptions(%s=%q) = %v, want an invalid-options error naming %s", key, value, err, field)
+		}
+	}
+}
+
+// From the environment, a section's key is the section and field in upper
+// snake case.
+func TestLoadRunnerOptionsFromEnvironment(t *testing.T) {
+	t.Setenv("ORDERS_DISABLE_CLEANUP", "true")
+	t.Setenv("ORDERS_DIRECT_QUEUE_CAPACITY", "64")
+	t.Setenv("ORDERS_ORDERED_POLL_INTERVAL", "250ms")
+	o, err := dispatch.LoadRunnerOptions(dispatch.EnvSource("ORDERS_"))
+	must(t, err)
+	if !o.DisableCleanup || o.Direct.QueueCapacity != 64 || o.Ordered.PollInterval != 250*time.Millisecond {
+		t.Errorf("LoadRunnerOptions(env) = %+v", o)
 	}
 }

@@ -43,11 +43,11 @@
 // has waited, and the scheduled, claimed, parked and dead rows, including the
 // number of parked ordering keys.
 //
-// [ObserveWorker] and [ObserveCleanup] register counters that read the Stats
-// of the dispatch workers: sends, failures, expired claims, rows left for
-// recovery, retention passes and the rows they deleted. They accept the small
-// interfaces [Worker] and [CleanupWorker], which *dispatch.Direct,
-// *dispatch.Ordered, *dispatch.Recovery and *dispatch.Cleanup satisfy.
+// [ObserveRunner] registers counters that read a dispatch.Runner's Stats:
+// sends, failures, expired claims, rows left for recovery, retention passes
+// and the rows they deleted, per kind of worker. [ObserveWorker] and
+// [ObserveCleanup] register the same counters for anything that reports
+// them through the small interfaces [Worker] and [CleanupWorker].
 //
 // # Providers
 //
@@ -68,6 +68,5 @@
 //	}
 //	meter := otel.Meter("orders")
 //	relayerotel.ObserveStore(meter, st, "orders")
-//	relayerotel.ObserveWorker(meter, direct, "direct")
-//	relayerotel.ObserveWorker(meter, recovery, "recovery")
+//	relayerotel.ObserveRunner(meter, runner)
 package relayerotel

@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/embedded"
 	semconv "go.opentelemetry.io/otel/semconv/v1.30.0"
 
 	"github.com/relayer-go/relayer/dispatch"
@@ -161,15 +162,103 @@ func waited(now, since time.Time) time.Duration {
 	return now.Sub(since)
 }
 
-// Worker is a dispatch worker with counters: *dispatch.Direct,
-// *dispatch.Ordered and *dispatch.Recovery.
+// Worker is anything with dispatch counters, such as an adapter over one
+// kind of a runner's workers ([ObserveRunner] registers them all).
 type Worker interface {
 	Stats() dispatch.Stats
 }
 
-// CleanupWorker is a retention worker with counters: *dispatch.Cleanup.
+// CleanupWorker is anything with retention counters.
 type CleanupWorker interface {
 	Stats() dispatch.CleanupStats
+}
+
+// ObserveRunner registers the counters of [ObserveWorker] for each kind of
+// worker the runner runs, with relayer.worker = "direct", "recovery" or
+// "ordered" (the sum of its ordered workers), and those of
+// [ObserveCleanup] with relayer.worker = "cleanup". The kinds are those the
+// runner was made with (RunnerOptions turns kinds off); the counters are
+// read from [dispatch.Runner.Stats] at each collection.
+func ObserveRunner(meter metric.Meter, r *dispatch.Runner) (metric.Registration, error) {
+	if r == nil {
+		return nil, errors.New("relayerotel: ObserveRunner needs a runner")
+	}
+	s := r.Stats()
+	regs := &registrations{}
+	add := func(reg metric.Registration, err error) error {
+		if err != nil {
+			return errors.Join(err, regs.Unregister())
+		}
+		regs.regs = append(regs.regs, reg)
+		return nil
+	}
+	kinds := []struct {
+		name string
+		on   bool
+		read func(dispatch.RunnerStats) dispatch.Stats
+	}{
+		{"direct", s.Direct != nil, func(s dispatch.RunnerStats) dispatch.Stats { return deref(s.Direct) }},
+		{"recovery", s.Recovery != nil, func(s dispatch.RunnerStats) dispatch.Stats { return deref(s.Recovery) }},
+		{"ordered", len(s.Ordered) > 0, sumOrdered},
+	}
+	for _, k := range kinds {
+		if !k.on {
+			continue
+		}
+		if err := add(observeCounters(meter, k.name, func() dispatch.Stats { return k.read(r.Stats()) }, workerCounters)); err != nil {
+			return nil, err
+		}
+	}
+	if s.Cleanup != nil {
+		cleanup := func() dispatch.CleanupStats { return deref(r.Stats().Cleanup) }
+		if err := add(observeCounters(meter, "cleanup", cleanup, cleanupCounters)); err != nil {
+			return nil, err
+		}
+	}
+	return regs, nil
+}
+
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// sumOrdered adds up the counters of a runner's ordered workers.
+func sumOrdered(s dispatch.RunnerStats) dispatch.Stats {
+	var t dispatch.Stats
+	for _, o := range s.Ordered {
+		w := o.Stats
+		t.Sent += w.Sent
+		t.Deleted += w.Deleted
+		t.Failed += w.Failed
+		t.Expired += w.Expired
+		t.SkippedGroups += w.SkippedGroups
+		t.CompletionFailures += w.CompletionFailures
+		t.LeftForRecovery += w.LeftForRecovery
+		t.Scans += w.Scans
+		t.CorruptRows += w.CorruptRows
+		t.DeadLettered += w.DeadLettered
+		t.Parked += w.Parked
+		t.Probes += w.Probes
+	}
+	return t
+}
+
+// registrations unregisters several callbacks as one.
+type registrations struct {
+	embedded.Registration
+	regs []metric.Registration
+}
+
+func (rs *registrations) Unregister() error {
+	var errs []error
+	for _, r := range rs.regs {
+		errs = append(errs, r.Unregister())
+	}
+	return errors.Join(errs...)
 }
 
 // counter is one observable counter read from a worker's stats.

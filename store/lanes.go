@@ -17,6 +17,13 @@ import (
 // leases live in the leases table under the names "lane:<n>" and
 // "member:<instance>".
 
+// The names of the singleton workers' leases, which let one recovery and
+// one cleanup instance per outbox work at a time.
+const (
+	RecoveryLeaseName = "recovery"
+	CleanupLeaseName  = "cleanup"
+)
+
 // The prefixes of lane and member lease names; the statements that build or
 // match such names in SQL use them too.
 const (

@@ -11,7 +11,7 @@ import (
 // a hot path.
 
 // LeaseRow is one live lease: a worker's membership ("member:<instance>"), a
-// lane ("lane:<n>"), or a singleton worker's ("recovery", "cleanup").
+// lane ("lane:<n>"), or a singleton worker's ([RecoveryLeaseName], [CleanupLeaseName]).
 type LeaseRow struct {
 	Name      string
 	Owner     string

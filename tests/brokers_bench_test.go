@@ -88,7 +88,8 @@ func runBroker(b *testing.B, tr relayer.Transport) {
 	}
 	ct := &counting{Transport: tr}
 	outbox := relayer.Outbox{Schema: schema, Routes: &routes, Transports: map[string]relayer.Transport{"broker": ct}}
-	d, err := dispatch.NewDirect(db, outbox, dispatch.DirectOptions{QueueCapacity: 4096})
+	d, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{Direct: dispatch.DirectOptions{QueueCapacity: 4096},
+		DisableRecovery: true, DisableOrdered: true, DisableCleanup: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -215,9 +215,10 @@ func (d *demo) run(ctx context.Context) error {
 	time.Sleep(100 * time.Millisecond) // let a late duplicate show up before counting
 	stopWorkers()
 
-	by := deliveredBy{direct: runner.Direct().Stats().Sent, recovery: runner.Recovery().Stats().Sent}
-	for _, o := range runner.Ordered() {
-		by.ordered += o.Stats().Sent
+	stats := runner.Stats()
+	by := deliveredBy{direct: stats.Direct.Sent, recovery: stats.Recovery.Sent}
+	for _, o := range stats.Ordered {
+		by.ordered += o.Stats.Sent
 	}
 	sum := d.track.summarize(start, elapsed)
 	d.printSummary(sum, by, runErr)

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
-	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -247,7 +246,7 @@ func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []
 			members = append(members, member{ID: id, Owner: l.Owner, ExpiresAt: l.ExpiresAt, Lanes: []int{}, token: token})
 		case isLane:
 			lanes = append(lanes, laneLease{lane, token})
-		case l.Name == dispatch.RecoveryLeaseName:
+		case l.Name == store.RecoveryLeaseName:
 			recovery = &holder{Owner: l.Owner, ExpiresAt: l.ExpiresAt}
 		}
 	}

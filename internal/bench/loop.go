@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
-	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/store"
 )
@@ -62,8 +61,13 @@ func (Loop) New(ctx context.Context, env Env) (Instance, error) {
 	}
 	table := quoteTable(env.Schema, env.Prefix+"outbox")
 	return &loopInstance{env: env, table: table, hdrs: hdrs,
-		drainer: newLoopDrainer(env.DB, table, env.Sink, dispatch.RecoveryWorkersDefault, 1000, 10*time.Millisecond)}, nil
+		drainer: newLoopDrainer(env.DB, table, env.Sink, loopDrainers, 1000, 10*time.Millisecond)}, nil
 }
+
+// loopDrainers is how many goroutines drain the loop's table: as many as
+// recovery runs by default (RecoveryOptions.Workers), for a like-for-like
+// comparison.
+const loopDrainers = 2
 
 type loopInstance struct {
 	env     Env

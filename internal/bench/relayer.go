@@ -227,9 +227,7 @@ func (in *relayerInstance) Start(ctx context.Context) error {
 	if err := in.runner.Start(ctx); err != nil {
 		return err
 	}
-	if rec := in.runner.Recovery(); rec != nil {
-		rec.Wake()
-	}
+	in.runner.Wake()
 	return nil
 }
 

@@ -18,18 +18,11 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	relayerenlist "github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	relayerotel "github.com/relayer-go/relayer/otel"
 	"github.com/relayer-go/relayer/store"
 	"github.com/relayer-go/relayer/transport/memory"
-)
-
-// The dispatch workers satisfy the interfaces the Observe functions take.
-var (
-	_ relayerotel.Worker        = (*dispatch.Direct)(nil)
-	_ relayerotel.Worker        = (*dispatch.Ordered)(nil)
-	_ relayerotel.Worker        = (*dispatch.Recovery)(nil)
-	_ relayerotel.CleanupWorker = (*dispatch.Cleanup)(nil)
 )
 
 // meterBundle is a meter provider read on demand.
@@ -275,6 +268,79 @@ func TestObserveWorker(t *testing.T) {
 	}
 	if _, err := relayerotel.ObserveWorker(meter, nil, "x"); err == nil {
 		t.Error("ObserveWorker accepted a nil worker")
+	}
+}
+
+type runnerPlaced struct{ N int }
+
+type runnerShipped struct{ N int }
+
+// ObserveRunner counts per kind of worker, from the runner's own counters,
+// and only the kinds the runner runs.
+func TestObserveRunner(t *testing.T) {
+	t.Parallel()
+	db, _, _ := storeOutbox(t)
+	schema := testdb.NewSchema(t)
+	if _, err := store.Migrate(context.Background(), db, store.Options{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	var routes relayer.Routes
+	if err := errors.Join(
+		relayer.AddType[runnerPlaced](&routes, relayer.Route{Transport: "mem", Destination: "placed"}),
+		relayer.AddType[runnerShipped](&routes, relayer.Route{Transport: "mem", Destination: "shipped", Ordered: true}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.New()
+	outbox := relayer.Outbox{Schema: schema, Routes: &routes, Transports: map[string]relayer.Transport{"mem": mem}}
+	r, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{DisableRecovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := relayerenlist.NewWriter(outbox, relayerenlist.Options{Listener: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	mb := setupMeter(t)
+	reg, err := relayerotel.ObserveRunner(mb.mp.Meter("test"), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.RunInTx(context.Background(), db, nil, func(tx *relayerenlist.Tx) error {
+		return tx.PublishAll(context.Background(), relayer.NewOutgoing(runnerPlaced{1}),
+			relayer.NewOutgoing(runnerShipped{1}, relayer.Key("k")), relayer.NewOutgoing(runnerShipped{2}, relayer.Key("k")))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(mem.Messages("placed"))+len(mem.Messages("shipped")) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	rm := mb.mustCollect(t)
+	for worker, want := range map[string]int64{"direct": 1, "ordered": 2} {
+		if got, _ := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": worker}); got != want {
+			t.Errorf("sent{%s} = %d, want %d", worker, got, want)
+		}
+	}
+	if _, ok := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": "recovery"}); ok {
+		t.Error("recovery is turned off, yet observed")
+	}
+	if _, ok := total(t, rm, "relayer.cleanup.runs", map[string]string{"relayer.worker": "cleanup"}); !ok {
+		t.Error("cleanup is not observed")
+	}
+	if err := reg.Unregister(); err != nil {
+		t.Fatal(err)
+	}
+	rm = mb.mustCollect(t)
+	if _, ok := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": "direct"}); ok {
+		t.Error("an unregistered runner is still observed")
+	}
+	if _, err := relayerotel.ObserveRunner(mb.mp.Meter("test"), nil); err == nil {
+		t.Error("ObserveRunner accepted a nil runner")
 	}
 }
 
