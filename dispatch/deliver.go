@@ -276,6 +276,16 @@ type take struct {
 	recorded bool
 }
 
+// merge adds the outcome of part, a take's group sent on its own, to t.
+func (t *take) merge(part *take) {
+	t.sent += part.sent
+	t.nfailed += part.nfailed
+	t.restore = append(t.restore, part.restore...)
+	t.dead = append(t.dead, part.dead...)
+	t.reasons = append(t.reasons, part.reasons...)
+	t.recorded = t.recorded || part.recorded
+}
+
 // failed notes the failed send of m, which had failed prior.Attempts times
 // before, as the retry policy judges it: written back to wait for its retry
 // (or at once, unchanged, when its destination was unavailable), or moved to

@@ -485,38 +485,56 @@ func (r *recoveryWorker) batch(ctx context.Context, d *drainer) (bool, uuid.UUID
 	if halted(stop) {
 		return false, uuid.Nil, nil
 	}
-	now := r.clock.now()
 	t, err := d.sender.begin(ctx, d.conn, time.Now())
 	if err != nil {
 		return false, uuid.Nil, err
 	}
 	t.stop = stop
+	from, err := r.takeNext(ctx, d, t)
+	if err != nil || len(d.buf) == 0 {
+		t.tx.Rollback()
+		return false, from, err
+	}
+	if !r.sendGroups(ctx, d, t, r.setAsideCorrupt(t, d.buf)) {
+		d.buf = nil // an abandoned send may still read them
+	}
+	if err := d.sender.finish(ctx, t); err != nil {
+		d.buf = nil
+		return true, from, err
+	}
+	return true, from, nil
+}
+
+// takeNext takes the next rows after the shared cursor into d.buf, in t,
+// and moves the cursor past them. It returns the cursor it took from.
+func (r *recoveryWorker) takeNext(ctx context.Context, d *drainer, t *take) (uuid.UUID, error) {
+	now := r.clock.now()
 	r.stats.scans.Add(1)
 	createdBefore := now.Add(-r.opts.MinAge)
 	if time.Now().UnixNano() < r.urgentTill.Load() {
 		createdBefore = now
 	}
 	r.scanMu.Lock()
+	defer r.scanMu.Unlock()
 	from := r.cursor
 	if from == uuid.Nil {
 		r.passStart = time.Now()
 	}
+	var err error
 	d.buf, err = t.st.TakeNextUnorderedExcept(ctx, d.buf, from, r.opts.BatchSize, now, createdBefore, r.aside.list())
 	if err == nil && len(d.buf) > 0 {
 		r.cursor = d.buf[len(d.buf)-1].ID
 	}
-	r.scanMu.Unlock()
-	if err != nil || len(d.buf) == 0 {
-		t.tx.Rollback()
-		return false, from, err
-	}
-	reuse := true
-	rows := r.setAsideCorrupt(t, d.buf)
-	// Each destination's group is sent on its own goroutine (at most
-	// groupSendsMax at once) with the whole claim as its budget, so that a
-	// destination that times out holds up only its own rows; the take
-	// commits once every group is done, or once the groups still sending
-	// are stragglers (see stragglers).
+	return from, err
+}
+
+// sendGroups sends a take's rows, each destination's group on its own
+// goroutine (at most groupSendsMax at once) with the whole claim as its
+// budget, so that a destination that times out holds up only its own rows;
+// it returns once every group is done, or once the groups still sending are
+// stragglers (see stragglers). It reports whether the rows' memory may be
+// reused: not when a send was abandoned and may still read them.
+func (r *recoveryWorker) sendGroups(ctx context.Context, d *drainer, t *take, rows []store.Row) (reuse bool) {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex // guards t's outcome and reuse
@@ -524,6 +542,7 @@ func (r *recoveryWorker) batch(ctx context.Context, d *drainer) (bool, uuid.UUID
 		watch = newStragglers(r.opts.ClaimDuration / slowSendDivisor)
 	)
 	defer watch.close()
+	reuse = true
 	for e, idx := range groupByEndpoint(rows, func(r *store.Row) endpoint { return endpoint{r.Transport, r.Destination} }) {
 		msgs := make([]*relayer.Message, len(idx))
 		prior := make([]store.Taken, len(idx))
@@ -545,41 +564,34 @@ func (r *recoveryWorker) batch(ctx context.Context, d *drainer) (bool, uuid.UUID
 			defer func() { <-slots }()
 			defer watch.finish()
 			defer done()
-			ctx := gctx
-			part := &take{until: t.until, stop: stop}
-			abandoned := false
-			for start := 0; start < len(msgs); start += size {
-				end := min(start+size, len(msgs))
-				if start > 0 && (r.aside.skipped(e) || halted(stop)) {
-					// Paused or slow since the first chunk, or stopping: the
-					// rest waits, attempts untouched.
-					part.keep(msgs[start:], prior[start:])
-					break
-				}
-				if d.sender.sendTaken(ctx, part, e, tr, msgs[start:end], prior[start:end]) {
-					abandoned = true
-				}
-			}
+			part := &take{until: t.until, stop: t.stop}
+			abandoned := r.sendGroup(gctx, d, part, e, tr, size, msgs, prior)
 			mu.Lock()
 			defer mu.Unlock()
-			t.sent += part.sent
-			t.nfailed += part.nfailed
-			t.restore = append(t.restore, part.restore...)
-			t.dead = append(t.dead, part.dead...)
-			t.reasons = append(t.reasons, part.reasons...)
-			t.recorded = t.recorded || part.recorded
+			t.merge(part)
 			reuse = reuse && !abandoned
 		})
 	}
 	wg.Wait()
-	if !reuse {
-		d.buf = nil // an abandoned send may still read them
+	return reuse
+}
+
+// sendGroup sends one destination's rows of a take in chunks of size,
+// recording the outcome in part. It reports whether a send was abandoned.
+func (r *recoveryWorker) sendGroup(ctx context.Context, d *drainer, part *take, e endpoint, tr relayer.Transport, size int, msgs []*relayer.Message, prior []store.Taken) (abandoned bool) {
+	for start := 0; start < len(msgs); start += size {
+		end := min(start+size, len(msgs))
+		if start > 0 && (r.aside.skipped(e) || halted(part.stop)) {
+			// Paused or slow since the first chunk, or stopping: the rest
+			// waits, attempts untouched.
+			part.keep(msgs[start:], prior[start:])
+			break
+		}
+		if d.sender.sendTaken(ctx, part, e, tr, msgs[start:end], prior[start:end]) {
+			abandoned = true
+		}
 	}
-	if err := d.sender.finish(ctx, t); err != nil {
-		d.buf = nil
-		return true, from, err
-	}
-	return true, from, nil
+	return abandoned
 }
 
 // setAsideCorrupt moves the taken rows whose headers do not decode to the
@@ -610,92 +622,6 @@ func (r *recoveryWorker) setAsideCorrupt(t *take, rows []store.Row) []store.Row 
 // ordered batch records the send as failed and holds its key. Either way
 // the rest commits at once instead of waiting for the slow send.
 var errStraggler = fmt.Errorf("send slower than a sixth of its deadline while the other sends of its take or batch were done: %w", context.DeadlineExceeded)
-
-// stragglers watches the sends of one take or batch: once at least one part
-// of the work is done (see finish), a send still running slowAfter after it
-// began is ended with errStraggler.
-type stragglers struct {
-	slowAfter time.Duration
-	mu        sync.Mutex
-	running   map[*straggler]bool
-	finished  int
-	timer     *time.Timer
-	armed     time.Time // when the timer fires; zero when it is idle
-}
-
-type straggler struct {
-	cancel  context.CancelCauseFunc
-	started time.Time
-}
-
-func newStragglers(slowAfter time.Duration) *stragglers {
-	w := &stragglers{slowAfter: slowAfter, running: map[*straggler]bool{}}
-	w.timer = time.AfterFunc(time.Hour, w.check)
-	w.timer.Stop()
-	return w
-}
-
-// start returns the context of a send (or of a group of sends timed as one)
-// that begins now, and the function to call when it returns.
-func (w *stragglers) start(ctx context.Context) (context.Context, func()) {
-	gctx, cancel := context.WithCancelCause(ctx)
-	g := &straggler{cancel: cancel, started: time.Now()}
-	w.mu.Lock()
-	w.running[g] = true
-	if due := g.started.Add(w.slowAfter); w.timer != nil && (w.armed.IsZero() || due.Before(w.armed)) {
-		w.armed = due
-		w.timer.Reset(w.slowAfter)
-	}
-	w.mu.Unlock()
-	return gctx, func() {
-		w.mu.Lock()
-		delete(w.running, g)
-		w.mu.Unlock()
-		cancel(nil)
-	}
-}
-
-// finish records that one part of the work (a recovery group, an ordered
-// lane) is done: from then on, sends older than slowAfter are stragglers.
-func (w *stragglers) finish() {
-	w.mu.Lock()
-	w.finished++
-	w.mu.Unlock()
-	w.check()
-}
-
-// check ends the stragglers, once a part is done, and sets the timer for
-// the next send to become one.
-func (w *stragglers) check() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var next time.Duration
-	for g := range w.running {
-		age := time.Since(g.started)
-		switch {
-		case age < w.slowAfter:
-			if wait := w.slowAfter - age; next == 0 || wait < next {
-				next = wait
-			}
-		case w.finished > 0:
-			g.cancel(errStraggler)
-			delete(w.running, g)
-		}
-	}
-	w.armed = time.Time{}
-	if next > 0 && w.timer != nil {
-		w.armed = time.Now().Add(next)
-		w.timer.Reset(next)
-	}
-}
-
-// close stops the watch.
-func (w *stragglers) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.timer.Stop()
-	w.timer = nil
-}
 
 // pinned is how many connections recovery pins: one per drainer.
 func (r *recoveryWorker) pinned() int { return r.opts.Workers }

@@ -1,0 +1,612 @@
+package dispatch
+
+// One ordered batch, as named steps: lease the lanes, read their heads,
+// claim the admitted rows, send them lane by lane, and settle the outcome.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// laneBatch is one lane's part of a batch: its admitted head rows, the
+// probe it claimed, and what became of each row.
+type laneBatch struct {
+	lane  int
+	read  int // head rows read, admitted or not
+	rows  []store.Row
+	probe probeClaim
+	// outcomes[i] is what became of rows[i]; failures holds the failures
+	// recorded, in row order.
+	outcomes []rowOutcome
+	failures []laneFailure
+	sent     int
+	// slow is set when the lane's sends failed or were slow (see slowSend).
+	slow bool
+	// cut is set when rows were left unsent for want of time or because the
+	// worker is stopping, rather than because their key or destination had
+	// to wait: the lane may have more to send at once.
+	cut bool
+}
+
+// rowOutcome is what a batch did with one admitted row.
+type rowOutcome uint8
+
+const (
+	// rowReleased: not sent; its claim is released, the row untouched.
+	rowReleased rowOutcome = iota
+	// rowSent: the broker accepted it; the batch deletes it.
+	rowSent
+	// rowFailed: its failure is recorded; its key is held from then on.
+	rowFailed
+)
+
+// batch runs one batch over lanes in a transaction (see the package
+// documentation), in named steps: lease the lanes, read their heads and
+// admit what may go, claim it, send it, and settle the outcome. The lanes'
+// leases, heads, claims and deletes take one statement each whatever the
+// number of lanes. It returns the lanes that sent and deleted at least one
+// row, so that a head that keeps failing backs off by PollInterval instead
+// of spinning. Any error leaves the transaction open: the caller drops the
+// connection, which rolls it back.
+//
+// The transaction is run with BEGIN and COMMIT statements on the pinned
+// connection rather than a *sql.Tx, whose context would roll it back the
+// moment the batch's deadline passes, releasing the lane rows while a late
+// send may still reach the broker.
+//
+// Cancelling ctx stops the batch from sending more rows; the sends under way
+// return and what was sent is recorded and committed on a context of the
+// batch's own (see detach), so that a stop by cancellation sends nothing
+// twice.
+func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store.Row, lanes []int) (_ []store.Row, res batchResult, err error) {
+	start := time.Now()
+	stop := ctx
+	ctx, cancel := detach(stop, start.Add(o.opts.LeaseDuration/2))
+	defer cancel()
+	st, err := conn.store(ctx)
+	if err != nil {
+		return buf, res, err
+	}
+	end := func(stmt string) error {
+		_, err := conn.conn.ExecContext(ctx, stmt)
+		return err
+	}
+	if err := end("BEGIN"); err != nil {
+		return buf, res, err
+	}
+	held, err := st.AcquireLaneLeases(ctx, lanes, o.name, o.token, o.opts.LeaseDuration)
+	if err != nil {
+		return buf, res, err
+	}
+	if len(held) == 0 {
+		return buf, res, end("ROLLBACK")
+	}
+	now := o.clock.now()
+	buf, err = st.ReadLaneHeads(ctx, buf, held, o.opts.BatchSize)
+	if err != nil {
+		return buf, res, err
+	}
+	parts := o.admitHeads(buf, now)
+	defer o.releaseProbes(parts)
+	if len(parts) == 0 {
+		return buf, res, end("ROLLBACK")
+	}
+	claim, err := o.claimHeads(ctx, st, parts, held, now)
+	if err != nil {
+		return buf, res, err
+	}
+	if err := o.sendLanes(ctx, stop, conn, parts, start.Add(o.opts.LeaseDuration/4)); err != nil {
+		return buf, res, err
+	}
+	done := o.result(parts, held)
+	res.slow = done.slow // reported whatever the end
+	if !settles(parts) {
+		// Nothing sent and nothing to record (the destinations are set
+		// aside): the claims go with the rollback, no row is rewritten.
+		return buf, res, end("ROLLBACK")
+	}
+	if err := o.settle(ctx, st, parts, claim.Token); err != nil {
+		return buf, res, err
+	}
+	if err := end("COMMIT"); err != nil {
+		return buf, res, err
+	}
+	o.stats.deleted.Add(uint64(sentIn(parts)))
+	return buf, done, nil
+}
+
+// admitHeads splits the held lanes' head rows, read in lane and id order,
+// into one laneBatch per lane that has rows to send now: the prefix
+// [admit] lets through, cut at a set-aside destination (see untilSetAside).
+func (o *orderedWorker) admitHeads(heads []store.Row, now time.Time) []laneBatch {
+	var parts []laneBatch
+	for rest := heads; len(rest) > 0; {
+		n := 1
+		for n < len(rest) && rest[n].Lane == rest[0].Lane {
+			n++
+		}
+		rows, probe := o.untilSetAside(admit(rest[:n], now))
+		if len(rows) > 0 {
+			parts = append(parts, laneBatch{lane: rest[0].Lane, read: n, rows: rows, probe: probe})
+		}
+		rest = rest[n:]
+	}
+	return parts
+}
+
+// releaseProbes gives back the probes of paused destinations the batch
+// claimed, whatever became of them.
+func (o *orderedWorker) releaseProbes(parts []laneBatch) {
+	for _, p := range parts {
+		if p.probe.gen != 0 {
+			o.aside.release(p.probe.e, p.probe.gen)
+		}
+	}
+}
+
+// claimHeads claims every admitted row of the batch with one statement. The
+// lane locks are held, so each must be claimed; anything else is an error.
+func (o *orderedWorker) claimHeads(ctx context.Context, st *store.Store, parts []laneBatch, held []int, now time.Time) (store.Claim, error) {
+	var ids []uuid.UUID
+	for _, p := range parts {
+		for i := range p.rows {
+			ids = append(ids, p.rows[i].ID)
+		}
+	}
+	claim := store.NewClaim(now, o.opts.LeaseDuration/2)
+	n, err := st.ClaimLaneRows(ctx, ids, claim, now)
+	if err == nil && n != int64(len(ids)) {
+		err = fmt.Errorf("lanes %v: claimed %d of %d head rows under the lane locks", held, n, len(ids))
+	}
+	return claim, err
+}
+
+// settles reports whether a batch has anything to record: a row sent or a
+// failure.
+func settles(parts []laneBatch) bool {
+	for _, p := range parts {
+		if p.sent > 0 || len(p.failures) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sentIn counts the rows a batch sent.
+func sentIn(parts []laneBatch) int {
+	n := 0
+	for _, p := range parts {
+		n += p.sent
+	}
+	return n
+}
+
+// result is what a batch that commits did with the held lanes.
+func (o *orderedWorker) result(parts []laneBatch, held []int) batchResult {
+	res := batchResult{held: held, progressed: sentIn(parts) > 0}
+	for _, p := range parts {
+		if p.slow {
+			res.slow = append(res.slow, p.lane)
+		}
+		// A lane whose whole head was sent, or whose keys that could not be
+		// sent are now held, is empty up to the rows committed since, which
+		// wake it: it is batched again at once only when it may hold more
+		// (its read was full, or rows were left for want of time).
+		if (p.sent > 0 || len(p.failures) > 0) && (p.read >= o.opts.BatchSize || p.cut) {
+			res.more = append(res.more, p.lane)
+		}
+	}
+	return res
+}
+
+// admit returns the prefix of a lane's head rows that may be sent at now: up
+// to the first row that is scheduled for later or claimed, since a scheduled
+// or claimed head stalls its lane and nothing overtakes it.
+func admit(rows []store.Row, now time.Time) []store.Row {
+	for i := range rows {
+		if rows[i].DeliverAt.After(now) || rows[i].ClaimedUntil.After(now) {
+			return rows[:i]
+		}
+	}
+	return rows
+}
+
+// probeClaim is a probe of a paused destination that a batch claimed.
+type probeClaim struct {
+	e   endpoint
+	gen uint64 // 0: none
+}
+
+// untilSetAside cuts rows before the first whose destination is set aside as
+// slow or unavailable: the lane waits there, its rows untouched. When that
+// destination is due for a probe and the batch claims it, the row is kept as
+// the batch's last, to be sent as the probe.
+func (o *orderedWorker) untilSetAside(rows []store.Row) ([]store.Row, probeClaim) {
+	for i := range rows {
+		e := endpoint{rows[i].Transport, rows[i].Destination}
+		if o.aside.skipped(e) {
+			if gen := o.aside.claimProbe(e); gen != 0 {
+				return rows[:i+1], probeClaim{e: e, gen: gen}
+			}
+			return rows[:i], probeClaim{}
+		}
+	}
+	return rows, probeClaim{}
+}
+
+// laneFailure is a failed send (or a row that cannot be sent), as the
+// retry policy judged it.
+type laneFailure struct {
+	store.Failure
+	// park: the row leaves delivery and holds its key.
+	park bool
+	// corrupt: the row's stored headers do not decode.
+	corrupt bool
+	// row is set for a row over the outbox's limits (see store.OverLimit),
+	// whose failure cannot be recorded: it moves to the dead letters.
+	row *store.Row
+}
+
+// sendLanes sends the lanes of a batch, each on a goroutine of its own, so
+// that a lane whose destination is slow holds up none of the others. Once a
+// lane is done, a send of another lane still running after a sixth of the
+// batch's deadline is a straggler (see stragglers): it ends, recorded as
+// failed, so that the batch commits what the others sent instead of holding
+// their rows, and rolling them back, until the deadline. A lane found slow is
+// marked so (laneBatch.slow) and runs alone afterwards. An error means the
+// batch must roll back (a send outlived the batch).
+func (o *orderedWorker) sendLanes(ctx, stop context.Context, conn *workerConn, parts []laneBatch, admitUntil time.Time) error {
+	for i := range parts {
+		parts[i].outcomes = make([]rowOutcome, len(parts[i].rows))
+	}
+	if len(parts) == 1 {
+		return o.sendLane(ctx, stop, nil, conn, &parts[0], admitUntil)
+	}
+	watch := newStragglers(o.opts.LeaseDuration / 2 / slowSendDivisor)
+	defer watch.close()
+	var wg sync.WaitGroup
+	errs := make([]error, len(parts))
+	for i := range parts {
+		p := &parts[i]
+		if i > 0 && (time.Now().After(admitUntil) || halted(stop)) {
+			p.cut = true
+			continue // the later lanes' claims are released, their rows untouched
+		}
+		wg.Go(func() {
+			defer watch.finish()
+			errs[i] = o.sendLane(ctx, stop, watch, conn, p, admitUntil)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// sendLane sends a lane's admitted rows one by one, in id order. A row that
+// fails holds its key: the key's later rows in the batch are not sent (they
+// wait, released, for the failed row's retry or redrive), and the lane's
+// other keys go on in the same batch, so that a failing key costs the others
+// nothing. A row whose headers do not decode is parked with its key without
+// a send. A destination that is unavailable or set aside holds the rows
+// bound for it, and their keys, the same way, attempts untouched. No row is
+// admitted after admitUntil has passed (keeping the rest of the deadline for
+// recording) or once stop is cancelled; the last row is the probe of a
+// paused destination when p.probe is set. An error means the batch must
+// roll back (a send outlived the batch).
+func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, conn *workerConn, p *laneBatch, admitUntil time.Time) error {
+	ls := laneSend{o: o, watch: watch, conn: conn, p: p}
+	began := time.Now()
+	defer func() {
+		o.stats.sent.Add(uint64(p.sent))
+		p.slow = len(p.failures) > 0 || time.Since(began) > slowSend*time.Duration(p.sent+1)
+	}()
+	for i := range p.rows {
+		if i > 0 && (time.Now().After(admitUntil) || halted(stop)) {
+			p.cut = true
+			break
+		}
+		if err := ls.row(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// laneSend is the state of one lane's sends in a batch.
+type laneSend struct {
+	o     *orderedWorker
+	watch *stragglers // nil when the lane is the batch's only one
+	conn  *workerConn
+	p     *laneBatch
+	// waiting holds the keys whose rows wait from here on; down, the
+	// destinations found unavailable in this batch.
+	waiting map[string]bool
+	down    map[endpoint]bool
+}
+
+// hold makes key's later rows in the batch wait.
+func (ls *laneSend) hold(key string) {
+	if ls.waiting == nil {
+		ls.waiting = map[string]bool{}
+	}
+	ls.waiting[key] = true
+}
+
+// row sends row i of the lane, or holds it with its key, and notes its
+// outcome. An error means the batch must roll back.
+func (ls *laneSend) row(ctx context.Context, i int) error {
+	o, p := ls.o, ls.p
+	r := &p.rows[i]
+	m := &r.Message
+	if ls.waiting[m.Key] {
+		return nil
+	}
+	if r.Corrupt != nil {
+		o.stats.corrupt.Add(1)
+		o.recordFailure(p, i, laneFailure{Failure: store.Failure{ID: r.ID, Error: r.Corrupt.Error()}, park: true, corrupt: true})
+		ls.hold(m.Key)
+		return nil
+	}
+	e := endpoint{m.Transport, m.Destination}
+	isProbe := p.probe.gen != 0 && i == len(p.rows)-1
+	if ls.down[e] || (!isProbe && o.aside.skipped(e)) {
+		ls.hold(m.Key) // the destination is down or set aside: the key waits, untouched
+		return nil
+	}
+	err := ls.send(ctx, e, m)
+	attrs := func() []any {
+		return []any{slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", r.ID.String()), slog.String("error", err.Error())}
+	}
+	switch {
+	case errors.Is(err, errLateSend):
+		// Whether the broker has the row is unknown, and the deadline for
+		// recording anything has passed: roll back, attempts untouched; the
+		// lane row was held until the transport returned, so nothing of
+		// this lane was sent meanwhile.
+		o.stats.expired.Add(1)
+		o.opts.Logger.Warn("dispatch: ordered send returned after the batch deadline; the lane was held until then and its rows will be sent again", attrs()...)
+		return err
+	case errors.Is(err, relayer.ErrUnavailable):
+		// The destination is down: the row keeps its attempts and waits,
+		// with its key, until the destination is back.
+		o.opts.Logger.Warn("dispatch: ordered destination unavailable; the key waits at this row, attempts untouched", attrs()...)
+		if ls.down == nil {
+			ls.down = map[endpoint]bool{}
+		}
+		ls.down[e] = true
+		ls.hold(m.Key)
+	case err != nil:
+		v := o.sender.retries.judge(m, r.Attempts, err, o.clock.now())
+		o.recordFailure(p, i, laneFailure{Failure: store.Failure{ID: r.ID, Error: err.Error(), RetryAt: v.retryAt}, park: v.reason != ""})
+		ls.hold(m.Key)
+	default:
+		p.outcomes[i] = rowSent
+		p.sent++
+	}
+	return nil
+}
+
+// send resolves m's transport and sends m, watched as a possible straggler
+// when the lane shares its batch, and records the outcome for the
+// destination.
+func (ls *laneSend) send(ctx context.Context, e endpoint, m *relayer.Message) error {
+	tr, err := ls.o.resolve(ctx, m)
+	if err != nil {
+		return err
+	}
+	sctx, done := ctx, func() {}
+	if ls.watch != nil {
+		sctx, done = ls.watch.start(ctx)
+	}
+	err = ls.o.sendHeld(ctx, sctx, ls.conn, tr, m)
+	done()
+	ls.o.aside.record(e, outcomeOf(err, false), err)
+	return err
+}
+
+// recordFailure notes that row i of p failed with f. A row over the
+// outbox's limits cannot be parked nor wait for a retry (its key or
+// endpoint would not fit the index that records it): it leaves for the
+// dead letters instead, and its key's later rows go on.
+func (o *orderedWorker) recordFailure(p *laneBatch, i int, f laneFailure) {
+	p.outcomes[i] = rowFailed
+	if err := store.OverLimit(&p.rows[i].Message); err != nil {
+		f.row = &p.rows[i]
+		f.Error = fmt.Sprintf("%s (and %v: moved to the dead letters, since its failure cannot be recorded)", f.Error, err)
+	}
+	p.failures = append(p.failures, f)
+}
+
+// settle records a batch's outcome under its claim, each in one statement
+// for all its lanes: it deletes the sent rows (all of them, or the batch
+// rolls back), records the failed rows' attempts and errors, and releases
+// the claims of the rest.
+func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []laneBatch, token uuid.UUID) error {
+	out := sortOutcomes(parts)
+	if len(out.buried) > 0 {
+		// Written to the dead letters, then deleted with the sent rows in
+		// the same transaction: a row is in exactly one of the two tables.
+		if err := st.Bury(ctx, out.buried, out.reasons); err != nil {
+			return err
+		}
+	}
+	if gone := len(out.sent) + len(out.buried); gone > 0 {
+		ids := out.sent
+		for i := range out.buried {
+			ids = append(ids, out.buried[i].ID)
+		}
+		n, err := st.CompleteBatch(ctx, ids, token, o.clock.now())
+		if err != nil {
+			return err
+		}
+		if n != int64(gone) {
+			return fmt.Errorf("deleted %d of %d sent or dead-lettered rows; rolling back, they will be sent again", n, gone)
+		}
+	}
+	for _, f := range []struct {
+		failures []store.Failure
+		record   func(context.Context, []store.Failure, uuid.UUID, time.Time) (int64, error)
+	}{{out.fails, st.FailBatch}, {out.parks, st.Park}} {
+		if len(f.failures) == 0 {
+			continue
+		}
+		n, err := f.record(ctx, f.failures, token, o.clock.now())
+		if err != nil {
+			return err
+		}
+		if n != int64(len(f.failures)) {
+			return fmt.Errorf("recorded %d of %d failures; rolling back", n, len(f.failures))
+		}
+	}
+	o.logFailures(parts)
+	if len(out.rest) > 0 {
+		if _, err := st.ReleaseBatch(ctx, out.rest, token, o.clock.now()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchOutcomes are a batch's rows sorted by what settles them.
+type batchOutcomes struct {
+	sent, rest []uuid.UUID     // deleted; released untouched
+	fails      []store.Failure // wait for their retry
+	parks      []store.Failure // parked with their key
+	buried     []store.Row     // over the limits: to the dead letters
+	reasons    []string        // of buried
+}
+
+func sortOutcomes(parts []laneBatch) batchOutcomes {
+	var out batchOutcomes
+	for _, p := range parts {
+		for i := range p.rows {
+			switch p.outcomes[i] {
+			case rowSent:
+				out.sent = append(out.sent, p.rows[i].ID)
+			case rowReleased:
+				out.rest = append(out.rest, p.rows[i].ID)
+			}
+		}
+		for _, f := range p.failures {
+			switch {
+			case f.row != nil:
+				row := *f.row
+				row.Attempts++
+				row.LastError = f.Error
+				out.buried, out.reasons = append(out.buried, row), append(out.reasons, store.ReasonOverLimit)
+			case f.park:
+				out.parks = append(out.parks, f.Failure)
+			default:
+				out.fails = append(out.fails, f.Failure)
+			}
+		}
+	}
+	return out
+}
+
+// logFailures logs and counts the failures a batch recorded.
+func (o *orderedWorker) logFailures(parts []laneBatch) {
+	for _, p := range parts {
+		for _, f := range p.failures {
+			attrs := []any{slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", f.ID.String()), slog.String("error", f.Error)}
+			switch {
+			case f.row != nil:
+				o.stats.buried.Add(1)
+				o.opts.Logger.Error("dispatch: ordered row over the outbox's limits failed; moved to the dead letters, its key's later rows go on", attrs...)
+				continue
+			case f.corrupt:
+				o.stats.parked.Add(1)
+				o.opts.Logger.Error("dispatch: ordered row with corrupt headers cannot be sent; parked with its key, bytes unchanged, until an operator redrives or skips it; the lane's other keys go on", attrs...)
+				continue
+			case f.park:
+				o.stats.parked.Add(1)
+				o.opts.Logger.Warn("dispatch: ordered send failed for good or out of attempts; the row is parked and holds its key until redriven", attrs...)
+			default:
+				if !f.RetryAt.IsZero() {
+					attrs = append(attrs, slog.Time("retry_at", f.RetryAt))
+				}
+				o.opts.Logger.Warn("dispatch: ordered send failed; its key waits for the retry, the lane's other keys go on", attrs...)
+			}
+			o.stats.failed.Add(1)
+		}
+	}
+}
+
+// errLateSend reports a send that returned after its batch's deadline.
+var errLateSend = errors.New("send returned after the batch deadline")
+
+// sendHeld sends m on sendCtx (ctx, or a child that ends a straggler) and
+// waits for the transport to return, however long past ctx's deadline, the
+// batch's, that takes: the caller's transaction holds the lane row
+// until then, so that no other owner sends this lane while the send may
+// still reach the broker. Past the deadline it keeps that transaction alive
+// with a trivial statement every third of the session's idle timeout; if the
+// worker stops answering (a partition), the server ends the transaction. A
+// send that returns after the deadline, with or without an error, reports
+// errLateSend; one ended as a straggler before it reports errStraggler.
+func (o *orderedWorker) sendHeld(ctx, sendCtx context.Context, conn *workerConn, tr relayer.Transport, m *relayer.Message) error {
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("transport panicked: %v", r)
+			}
+		}()
+		done <- tr.Send(sendCtx, m)
+	}()
+	select {
+	case err := <-done:
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("%w: %w", errLateSend, err)
+		case err != nil && sendCtx.Err() != nil:
+			// Ended as a straggler, in time to record it.
+			return fmt.Errorf("%w: %w", context.Cause(sendCtx), err)
+		}
+		return err
+	case <-ctx.Done():
+	}
+	tick := time.NewTicker(conn.idleTx / 3)
+	defer tick.Stop()
+	alive := true
+	for {
+		select {
+		case err := <-done:
+			return fmt.Errorf("%w (%w): transport returned %v", errLateSend, ctx.Err(), err)
+		case <-tick.C:
+			if !alive {
+				continue
+			}
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), conn.idleTx/3)
+			_, err := conn.conn.ExecContext(kctx, "SELECT 1")
+			cancel()
+			if err != nil {
+				alive = false // the transaction is lost; still wait for the transport
+			}
+		}
+	}
+}
+
+// resolve finds the transport of an ordered row and checks that its endpoint
+// keeps per-key order. Its errors are recorded on the row.
+func (o *orderedWorker) resolve(ctx context.Context, m *relayer.Message) (relayer.Transport, error) {
+	if m.Key == "" {
+		return nil, errors.New("ordered row has no ordering key")
+	}
+	tr, ok := o.sender.transports[m.Transport]
+	if !ok {
+		return nil, fmt.Errorf("transport %q is not registered with this worker", m.Transport)
+	}
+	if _, err := o.sender.caps.getChecked(ctx, endpoint{m.Transport, m.Destination}, tr, requireOrdering); err != nil {
+		return nil, err
+	}
+	return tr, nil
+}

@@ -1,0 +1,353 @@
+package dispatch
+
+// The lane scheduler of an ordered worker: which lanes it batches, on which
+// of its connections, and when it probes, waits or releases lanes.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/relayer-go/relayer/store"
+)
+
+// laneSlot is one of the worker's Concurrency batch runners: the connection
+// its batches use and its row buffer.
+type laneSlot struct {
+	conn *workerConn
+	buf  []store.Row
+}
+
+// laneDone is what a batch goroutine reports.
+type laneDone struct {
+	slot  *laneSlot
+	lanes []int // the batch's lanes
+	batchResult
+	err error
+}
+
+// batchResult is what a committed batch did.
+type batchResult struct {
+	// held holds the lanes whose leases the batch committed.
+	held []int
+	// progressed is set when the batch sent and deleted a row.
+	progressed bool
+	// more holds the lanes that sent rows and may hold more: they are
+	// batched again at once.
+	more []int
+	// slow holds the lanes whose sends failed or were slow.
+	slow []int
+}
+
+// lanesPerBatch bounds the lanes one batch takes: their leases, heads,
+// claims and deletes share one statement each, so a batch of many ready
+// lanes costs the database about what one lane's does.
+const lanesPerBatch = 16
+
+// slowSend is the time per row beyond which a lane's sends count as slow:
+// such a lane, or one whose send failed, runs in batches of its own until
+// it sends cleanly again, so that it holds up no other lane's batch.
+const slowSend = 100 * time.Millisecond
+
+func (o *orderedWorker) newSlot() *laneSlot {
+	// A batch may keep its transaction open until a late send returns, which
+	// it does with keep-alive statements; the timeout ends the transaction of
+	// a worker that stopped answering. Custom plans, since statistics of a
+	// queue table are often stale.
+	c := newWorkerConn(o.db, o.store)
+	c.idleTx = o.opts.LeaseDuration/2 + idleTxMargin
+	return &laneSlot{conn: c}
+}
+
+func (o *orderedWorker) run(ctx context.Context) {
+	s := &laneScheduler{
+		o:       o,
+		results: make(chan laneDone, o.opts.Concurrency),
+		running: map[int]bool{},
+		held:    map[int]bool{},
+		solo:    map[int]bool{},
+	}
+	defer s.close(ctx)
+	for ctx.Err() == nil && !o.quitting() {
+		s.addWoken()
+		if len(s.pending) == 0 && !s.refill(ctx) {
+			wait := o.opts.PollInterval
+			if !s.nextProbe.IsZero() {
+				wait = time.Until(s.nextProbe)
+			}
+			o.idle(ctx, wait, s.results, s.finished)
+			s.fruitless = false
+			continue
+		}
+		s.startPending(ctx)
+		if len(s.running) == 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-o.loop.quit:
+		case <-o.wake:
+			s.fruitless = false
+		case r := <-s.results:
+			s.finished(r)
+		}
+	}
+}
+
+// laneScheduler is the state of an ordered worker's dispatch loop: its
+// Concurrency slots and the lanes it knows to be ready. Only the worker's run
+// goroutine uses it; batches report on results.
+type laneScheduler struct {
+	o       *orderedWorker
+	slots   []*laneSlot // every slot made so far
+	free    []*laneSlot
+	results chan laneDone
+	running map[int]bool // lanes with a batch in flight
+	held    map[int]bool // lanes whose lease this instance took
+	// solo holds the lanes whose last sends failed or were slow: each runs
+	// in a batch of its own until it sends cleanly.
+	solo map[int]bool
+	// pending holds the ready lanes not started yet, in the order found: a
+	// probe fills it, and a lane whose batch made progress goes back to its
+	// end, since it may hold more. Lanes are probed again once it is empty,
+	// so that one probe serves many batches.
+	pending []int
+	// probedAt is when the last probe ran, progressAt when a batch last
+	// made progress, and nextProbe, when set, when refill probes again.
+	probedAt, progressAt, nextProbe time.Time
+	// fruitless is set by a probe and cleared by any progress: when every
+	// lane the last probe found ended without progress (failing or stalled
+	// heads), the next probe waits for the poll, even while other lanes are
+	// busy, so that a failing head is not retried in a loop.
+	fruitless bool
+}
+
+// addWoken adds the lanes commits woke to the pending ones.
+func (s *laneScheduler) addWoken() {
+	for _, lane := range s.o.takeWoken() {
+		if !slices.Contains(s.pending, lane) {
+			s.pending = append(s.pending, lane)
+			s.fruitless = false
+		}
+	}
+}
+
+// slot returns a free slot, making one when fewer than Concurrency exist, or
+// nil when every slot is busy.
+func (s *laneScheduler) slot() *laneSlot {
+	if n := len(s.free); n > 0 {
+		sl := s.free[n-1]
+		s.free = s.free[:n-1]
+		return sl
+	}
+	if len(s.slots) < s.o.opts.Concurrency {
+		sl := s.o.newSlot()
+		s.slots = append(s.slots, sl)
+		return sl
+	}
+	return nil
+}
+
+// refill probes for ready lanes, on a free slot's connection. It reports
+// false when the worker should wait for the poll instead: every lane the last
+// probe found ended without progress, or the probe found nothing while no
+// batch runs. With every slot busy it probes nothing: the next batch to end
+// says what to do.
+func (s *laneScheduler) refill(ctx context.Context) bool {
+	s.nextProbe = time.Time{}
+	if s.fruitless {
+		return false
+	}
+	if next := s.probedAt.Add(busyProbeGap); !s.o.probeNow.Swap(false) && s.progressAt.After(s.probedAt) && time.Now().Before(next) {
+		// Busy with the lanes commits woke, which need no probe: probe for
+		// the others (rows of other processes, retries come due) at most
+		// once per busyProbeGap.
+		s.nextProbe = next
+		return len(s.running) > 0
+	}
+	sl := s.slot()
+	if sl == nil {
+		return true
+	}
+	s.pending = s.o.probe(ctx, sl, s.held, s.running)
+	s.probedAt = time.Now()
+	s.free = append(s.free, sl)
+	s.fruitless = true
+	return len(s.pending) > 0 || len(s.running) > 0
+}
+
+// busyProbeGap is the least time between two probes while batches make
+// progress on woken lanes.
+const busyProbeGap = 20 * time.Millisecond
+
+// startPending starts batches for the pending lanes while slots are free,
+// sharing the lanes among the free slots (at most lanesPerBatch each), so
+// that ready lanes go out together instead of waiting for a slot each.
+func (s *laneScheduler) startPending(ctx context.Context) {
+	assigned := *s.o.assigned.Load()
+	for len(s.pending) > 0 {
+		ready := s.pending[:0:0]
+		for _, lane := range s.pending {
+			if !s.running[lane] && slices.Contains(assigned, lane) { // else in flight, or the share changed
+				ready = append(ready, lane)
+			}
+		}
+		s.pending = ready
+		if len(ready) == 0 {
+			return
+		}
+		free := len(s.free) + s.o.opts.Concurrency - len(s.slots)
+		sl := s.slot()
+		if sl == nil {
+			return
+		}
+		n := min(lanesPerBatch, (len(ready)+free-1)/free)
+		var lanes, rest []int
+		for _, lane := range ready {
+			switch {
+			case len(lanes) == 0 && s.solo[lane]:
+				lanes, n = append(lanes, lane), 1 // alone
+			case len(lanes) < n && !s.solo[lane]:
+				lanes = append(lanes, lane)
+			default:
+				rest = append(rest, lane)
+			}
+		}
+		s.pending = rest
+		for _, lane := range lanes {
+			s.running[lane] = true
+		}
+		go func() {
+			r := laneDone{slot: sl, lanes: lanes}
+			sl.buf, r.batchResult, r.err = s.o.batch(ctx, sl.conn, sl.buf, lanes)
+			s.results <- r
+		}()
+	}
+}
+
+// finished records a batch's end and reports whether it made progress.
+func (s *laneScheduler) finished(r laneDone) bool {
+	for _, lane := range r.lanes {
+		delete(s.running, lane)
+	}
+	s.free = append(s.free, r.slot)
+	if r.err != nil {
+		r.slot.conn.broken()
+		s.o.logError("dispatch: ordered batch", r.err, slog.Any("lanes", r.lanes))
+		for _, lane := range r.lanes {
+			s.solo[lane] = true // which one failed is unknown
+		}
+		return false
+	}
+	for _, lane := range r.held {
+		s.held[lane] = true
+		if !slices.Contains(r.slow, lane) {
+			delete(s.solo, lane)
+		}
+	}
+	for _, lane := range r.slow {
+		s.solo[lane] = true
+	}
+	if r.progressed {
+		s.fruitless = false
+		s.progressAt = time.Now()
+	}
+	for _, lane := range r.more {
+		if !slices.Contains(s.pending, lane) {
+			s.pending = append(s.pending, lane)
+		}
+	}
+	return r.progressed
+}
+
+// close waits for the batches in flight and returns the slots' connections
+// to the pool.
+func (s *laneScheduler) close(ctx context.Context) {
+	for len(s.running) > 0 {
+		s.finished(<-s.results)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, sl := range s.slots {
+		sl.conn.release(cctx)
+	}
+}
+
+// probe releases the leases of lanes that left this instance's share and
+// returns the lanes of its share whose head is ready, on the connection of
+// slot sl. A failure drops that connection and returns no lane.
+func (o *orderedWorker) probe(ctx context.Context, sl *laneSlot, held, running map[int]bool) []int {
+	lanes := *o.assigned.Load()
+	// Bounded, so that a pool with no connection to spare stalls the scan
+	// instead of hanging it.
+	ctx, cancel := context.WithTimeout(ctx, o.opts.LeaseDuration/2)
+	defer cancel()
+	o.releaseSurplus(ctx, sl.conn, held, running, lanes)
+	st, err := sl.conn.store(ctx)
+	var ready []int
+	if err == nil {
+		o.stats.scans.Add(1)
+		ready, err = st.ProbeLanes(ctx, lanes, o.token)
+	}
+	if err != nil {
+		sl.conn.broken()
+		o.logError("dispatch: ordered probe", err)
+		return nil
+	}
+	return ready
+}
+
+// idle waits for wait, or until a wake-up, Stop, ctx's end, or a batch
+// that made progress; finished handles each batch that ends meanwhile.
+func (o *orderedWorker) idle(ctx context.Context, wait time.Duration, results <-chan laneDone, finished func(laneDone) bool) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.loop.quit:
+			return
+		case <-t.C:
+			return
+		case <-o.wake:
+			return
+		case r := <-results:
+			if finished(r) {
+				return
+			}
+		}
+	}
+}
+
+func (o *orderedWorker) quitting() bool { return o.loop.quitting() }
+
+// releaseSurplus gives up the leases of lanes that left this instance's share
+// and have no batch in flight, so a lane is only released after its batch
+// committed.
+func (o *orderedWorker) releaseSurplus(ctx context.Context, conn *workerConn, held, running map[int]bool, share []int) {
+	for lane := range held {
+		if running[lane] || slices.Contains(share, lane) {
+			continue
+		}
+		st, err := conn.store(ctx)
+		if err == nil {
+			err = st.ReleaseLease(ctx, store.Lease{Name: store.LaneLeaseName(lane), Token: o.token})
+		}
+		if err != nil {
+			conn.broken()
+			o.logError("dispatch: release lane", err, slog.Int("lane", lane))
+			return
+		}
+		delete(held, lane)
+	}
+}
+
+func (o *orderedWorker) logError(msg string, err error, attrs ...any) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	o.opts.Logger.Error(msg, append([]any{slog.String("worker", o.name), slog.String("error", err.Error())}, attrs...)...)
+}
