@@ -214,12 +214,33 @@ func (t *Transport) publishAsync(ctx context.Context, m *nats.Msg) (jetstream.Pu
 	for {
 		f, err := t.js.PublishMsgAsync(m, t.asyncOpts...)
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			if err != nil && classify(err) == nil {
+				err = withConnState(t.js.Conn(), err)
+			}
 			return f, err
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
 	}
+}
+
+// withConnState adds to err, a failed asynchronous publish, the error of
+// nc's state when nc is closed or draining. The first asynchronous publish
+// of a JetStream context subscribes for the acknowledgements, and nats.go
+// reports that subscription's failure as text only ("error creating async
+// reply handler"), losing nats.ErrConnectionClosed or
+// nats.ErrConnectionDraining, which classify marks relayer.ErrUnavailable.
+func withConnState(nc *nats.Conn, err error) error {
+	switch {
+	case nc == nil:
+		return err
+	case nc.IsClosed():
+		return fmt.Errorf("%w (%w)", err, nats.ErrConnectionClosed)
+	case nc.IsDraining():
+		return fmt.Errorf("%w (%w)", err, nats.ErrConnectionDraining)
+	}
+	return err
 }
 
 // natsMsg builds the NATS message for msg, or refuses msg with an error
