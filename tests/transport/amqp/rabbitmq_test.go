@@ -29,14 +29,8 @@ const defaultURL = "amqp://guest:guest@127.0.0.1:5672/"
 // never pass by skipping.
 func connect(t testing.TB) *amqp.Connection {
 	t.Helper()
-	url := os.Getenv(envURL)
-	if url == "" {
-		url = defaultURL
-	}
-	conn, err := amqp.DialConfig(url, amqp.Config{
-		Dial:       amqp.DefaultDial(5 * time.Second),
-		Properties: amqp.Table{"connection_name": "relayeramqp test " + t.Name()},
-	})
+	url := brokerURL()
+	conn, err := dial(t, url)
 	if err != nil {
 		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
 			t.Fatalf("RabbitMQ is required when CI=true (CI starts it on its machine), but %s is not reachable: %v", redact(url), err)
@@ -45,6 +39,23 @@ func connect(t testing.TB) *amqp.Connection {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// brokerURL is the URL of the test broker.
+func brokerURL() string {
+	if url := os.Getenv(envURL); url != "" {
+		return url
+	}
+	return defaultURL
+}
+
+// dial opens a connection to url named after the test, for the broker's
+// list of connections.
+func dial(t testing.TB, url string) (*amqp.Connection, error) {
+	return amqp.DialConfig(url, amqp.Config{
+		Dial:       amqp.DefaultDial(5 * time.Second),
+		Properties: amqp.Table{"connection_name": "relayeramqp test " + t.Name()},
+	})
 }
 
 func redact(url string) string {

@@ -1,11 +1,14 @@
 package relayerkafka_test
 
 import (
+	"bytes"
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
@@ -18,7 +21,7 @@ import (
 // in the order the transport sent.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	const topics = 16
+	const topics = 32
 	var seeds []kfake.Opt
 	for i := range topics {
 		seeds = append(seeds, kfake.SeedTopics(1, fmt.Sprintf("conformance-%d", i)))
@@ -54,5 +57,36 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
+		IDHeaders:   []string{relayer.HeaderMessageID},
+		TypeHeaders: []string{relayer.HeaderMessageType},
+		// A record larger than the client's ProducerBatchMaxBytes (1 MB by
+		// default) is refused by the client, alone. The broker's own limit
+		// (max.message.bytes) would refuse every record of the partition's
+		// produce request with it, so it cannot refuse one message alone;
+		// TestSendBatchReportsBrokerRejection covers it on a partition of
+		// its own.
+		Unsendable: func(t *testing.T, msg *relayer.Message) {
+			msg.Body = bytes.Repeat([]byte("x"), 1_100_000)
+		},
+		Unreachable: downTransport,
 	})
+}
+
+// downTransport returns a transport on a client whose cluster has closed.
+// The client gives up on a record after kgo.RecordDeliveryTimeout; without
+// one it would keep trying until the send's context ends, and the transport
+// would report the context's error, as it documents.
+func downTransport(t *testing.T) relayer.Transport {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := newClient(t, cluster, kgo.RecordDeliveryTimeout(time.Second))
+	cluster.Close()
+	tr, err := relayerkafka.New(client, relayerkafka.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }
