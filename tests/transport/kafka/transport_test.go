@@ -296,23 +296,6 @@ func checkStored(t *testing.T, b *testBundle, msgs []*relayer.Message, failed ma
 	}
 }
 
-// TestSendBatchReportsTooLargeRecord makes one record larger than the
-// client's kgo.ProducerBatchMaxBytes; the client fails that record alone.
-func TestSendBatchReportsTooLargeRecord(t *testing.T) {
-	t.Parallel()
-	b := setup(t, setupOpts{partitions: 1})
-	msgs := make([]*relayer.Message, 5)
-	for i := range msgs {
-		msgs[i] = newMessage(t, testTopic, "same-key", fmt.Sprint("small ", i))
-	}
-	msgs[2].Body = bytes.Repeat([]byte("x"), 1_100_000)
-	failed := map[int]bool{2: true}
-
-	err := b.tr.SendBatch(context.Background(), msgs)
-	checkBatchError(t, err, len(msgs), failed, relayer.ErrPermanent, kerr.MessageTooLarge)
-	checkStored(t, b, msgs, failed)
-}
-
 // TestSendBatchReportsBrokerRejection makes the broker reject one partition's
 // produce. The test client routes the key "poison" alone to partition 1, so
 // exactly one record is in the rejected batch.

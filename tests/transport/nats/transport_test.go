@@ -114,24 +114,6 @@ func TestSendRoundTrip(t *testing.T) {
 	}
 }
 
-func TestSendKeepsForwardedIdentityHeaders(t *testing.T) {
-	t.Parallel()
-	b := setup(t, setupOpts{})
-	upstream := newMessage(t, b.subject("x"), "Upstream", nil)
-	msg := newMessage(t, b.subject("forwarded"), "Forwarded", []byte("x"),
-		relayer.HeaderMessageID, upstream.ID.String(),
-		relayer.HeaderMessageType, upstream.Type,
-	)
-	if err := b.tr.Send(testContext(t), msg); err != nil {
-		t.Fatalf("Send: %v", err)
-	}
-	got := b.fetch(t, 1)[0]
-	checkDelivered(t, got, msg) // MessageID and MessageType read the transport's values
-	if vs := got.Headers()[relayer.HeaderMessageID]; !slices.Equal(vs, []string{upstream.ID.String(), msg.ID.String()}) {
-		t.Errorf("%s = %q, want the forwarded id, then the message's", relayer.HeaderMessageID, vs)
-	}
-}
-
 func TestSendReplayIsStoredOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
