@@ -3,13 +3,10 @@ package dispatch
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/relayer-go/relayer/store"
 )
@@ -18,12 +15,24 @@ import (
 const (
 	listenRetryMin = time.Second
 	listenRetryMax = 30 * time.Second
-	listenCloseMax = 5 * time.Second
 )
 
-// errNotPgx is returned by NewRunner for RunnerOptions.Listen on a *sql.DB
-// of another driver.
-var errNotPgx = errors.New("RunnerOptions.Listen needs pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib: sql.Open(\"pgx\", …) or stdlib.OpenDBFromPool), whose connections can wait for notifications")
+// NotificationWaiter waits for PostgreSQL notifications on the connections
+// of one database/sql driver, for RunnerOptions.Listen. Package
+// dispatch/pgxlisten provides the one for pgx's driver, so that dispatch
+// itself depends on none.
+type NotificationWaiter interface {
+	// Check returns an error when db's driver is not one the waiter can
+	// wait on. NewRunner calls it.
+	Check(db *sql.DB) error
+	// Wait runs statement (a LISTEN) on driverConn, the driver's
+	// connection as sql.Conn.Raw hands it out, calls listening once the
+	// LISTEN is in force, then notified for each notification, until ctx
+	// ends or the connection fails, and returns the error that ended it.
+	// It closes the connection before returning: it must never go back to
+	// the pool subscribed.
+	Wait(ctx context.Context, driverConn any, statement string, listening, notified func()) error
+}
 
 // listener holds one connection that LISTENs on the outbox's wake-up
 // channel and calls wake for each notification, and once each time it
@@ -32,6 +41,7 @@ var errNotPgx = errors.New("RunnerOptions.Listen needs pgx's database/sql driver
 // poll as they always do.
 type listener struct {
 	db        *sql.DB
+	waiter    NotificationWaiter
 	listenSQL string
 	wake      func()
 	logger    *slog.Logger
@@ -42,11 +52,14 @@ type listener struct {
 	received  atomic.Uint64
 }
 
-func newListener(db *sql.DB, opts store.Options, wake func(), logger *slog.Logger) (*listener, error) {
-	if _, ok := db.Driver().(*stdlib.Driver); !ok {
-		return nil, fmt.Errorf("%w: %w, not %T", ErrInvalidOptions, errNotPgx, db.Driver())
+func newListener(db *sql.DB, waiter NotificationWaiter, opts store.Options, wake func(), logger *slog.Logger) (*listener, error) {
+	if waiter == nil {
+		return nil, fmt.Errorf("%w: RunnerOptions.Listen needs RunnerOptions.Notifications, the way to wait for notifications on the pool's driver (pgxlisten.Waiter{} for pgx's)", ErrInvalidOptions)
 	}
-	return &listener{db: db, listenSQL: opts.ListenSQL(), wake: wake, logger: logger, loop: newLoop(false)}, nil
+	if err := waiter.Check(db); err != nil {
+		return nil, fmt.Errorf("%w: RunnerOptions.Notifications: %w", ErrInvalidOptions, err)
+	}
+	return &listener{db: db, waiter: waiter, listenSQL: opts.ListenSQL(), wake: wake, logger: logger, loop: newLoop(false)}, nil
 }
 
 func (l *listener) Start(ctx context.Context) error {
@@ -92,30 +105,15 @@ func (l *listener) listen(ctx context.Context) (listened bool, err error) {
 	}
 	defer conn.Close()
 	err = conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("dispatch: wake-up listener: connection of type %T: %w", dc, errNotPgx)
-		}
-		pc := sc.Conn()
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listenCloseMax)
-			defer cancel()
-			pc.Close(cctx)
-		}()
-		if _, err := pc.Exec(ctx, l.listenSQL); err != nil {
-			return err
-		}
-		listened = true
-		l.listening.Store(true)
-		l.logger.Debug("dispatch: wake-up listener listening", slog.String("statement", l.listenSQL))
-		l.wake()
-		for {
-			if _, err := pc.WaitForNotification(ctx); err != nil {
-				return err
-			}
+		return l.waiter.Wait(ctx, dc, l.listenSQL, func() {
+			listened = true
+			l.listening.Store(true)
+			l.logger.Debug("dispatch: wake-up listener listening", slog.String("statement", l.listenSQL))
+			l.wake()
+		}, func() {
 			l.received.Add(1)
 			l.wake()
-		}
+		})
 	})
 	return listened, err
 }

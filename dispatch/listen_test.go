@@ -11,6 +11,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/dispatch/pgxlisten"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
@@ -21,6 +22,7 @@ import (
 func listeningRunner(t *testing.T, b *bundle, opts dispatch.RunnerOptions) *dispatch.Runner {
 	t.Helper()
 	opts.Listen = true
+	opts.Notifications = pgxlisten.Waiter{}
 	opts.Logger = b.logger()
 	opts.DisableCleanup = true
 	opts.Recovery.PollInterval = 20 * time.Second
@@ -137,8 +139,12 @@ func TestListenNeedsPgx(t *testing.T) {
 	db, err := sql.Open("relayer-test-other", "")
 	must(t, err)
 	t.Cleanup(func() { db.Close() })
-	_, err = dispatch.NewRunner(db, b.outbox, dispatch.RunnerOptions{Listen: true})
-	if !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), "pgx") {
-		t.Errorf("NewRunner with Listen on another driver = %v, want ErrInvalidOptions naming pgx", err)
+	_, err = dispatch.NewRunner(db, b.outbox, dispatch.RunnerOptions{Listen: true, Notifications: pgxlisten.Waiter{}})
+	if !errors.Is(err, dispatch.ErrInvalidOptions) || !errors.Is(err, pgxlisten.ErrNotPgx) {
+		t.Errorf("NewRunner with Listen on another driver = %v, want ErrInvalidOptions and pgxlisten.ErrNotPgx", err)
+	}
+	_, err = dispatch.NewRunner(b.db, b.outbox, dispatch.RunnerOptions{Listen: true})
+	if !errors.Is(err, dispatch.ErrInvalidOptions) || !strings.Contains(err.Error(), "Notifications") {
+		t.Errorf("NewRunner with Listen and no Notifications = %v, want ErrInvalidOptions naming Notifications", err)
 	}
 }

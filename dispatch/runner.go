@@ -68,9 +68,14 @@ type RunnerOptions struct {
 	// [Runner.Wake]) and the ordered workers scan at once instead of at
 	// their poll. While that connection is down the workers poll as
 	// always, and it reconnects after 1 s, doubling up to 30 s. It needs
-	// pgx's database/sql driver; NewRunner refuses a *sql.DB of another.
-	// Default: false.
+	// Notifications. Default: false.
 	Listen bool
+	// Notifications waits for the notifications Listen subscribes to, on
+	// connections of the pool's driver: pgxlisten.Waiter{} (package
+	// github.com/relayer-go/relayer/dispatch/pgxlisten) for pgx's
+	// database/sql driver. NewRunner refuses Listen without it, or with a
+	// pool of a driver it cannot wait on. Default: nil.
+	Notifications NotificationWaiter
 	// PoolHeadroom is how many connections of a bounded pool (a *sql.DB with
 	// MaxOpenConns set) must remain for the application besides the
 	// workers' own; 0 to MaxOpenConns. Start refuses a smaller pool. A pool
@@ -216,7 +221,7 @@ func (r *Runner) build() (*crew, error) {
 	}
 	if opts.Listen {
 		var err error
-		if c.listener, err = newListener(core.db, core.store.Options(), r.wakeAll, opts.Logger); err != nil {
+		if c.listener, err = newListener(core.db, opts.Notifications, core.store.Options(), r.wakeAll, opts.Logger); err != nil {
 			return nil, err
 		}
 	}

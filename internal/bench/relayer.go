@@ -10,6 +10,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/dispatch/pgxlisten"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/store"
 )
@@ -108,7 +109,9 @@ func (c relayerPath) New(ctx context.Context, env Env) (Instance, error) {
 		opts.DisableDirect, opts.OrderedWorkers = true, c.workers
 	case PathOrderedRemote, PathOrderedWoken:
 		opts.DisableDirect, opts.OrderedWorkers = true, c.workers
-		opts.Listen = c.path == PathOrderedWoken
+		if c.path == PathOrderedWoken {
+			opts.Listen, opts.Notifications = true, pgxlisten.Waiter{}
+		}
 	}
 	runner, err := dispatch.NewRunner(env.DB, outbox, opts)
 	if err != nil {
