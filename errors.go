@@ -10,6 +10,10 @@ import (
 var (
 	// ErrInvalidLanes is returned for a lane count outside [LanesMin, LanesMax].
 	ErrInvalidLanes = errors.New("relayer: invalid lane count")
+	// ErrInvalidOutbox is returned by [Outbox.Validate], and by the writers
+	// and workers built from an outbox, for a field they cannot use; the
+	// message names it.
+	ErrInvalidOutbox = errors.New("relayer: invalid outbox")
 	// ErrNoRoute is returned when no route is registered for a message type.
 	ErrNoRoute = errors.New("relayer: no route for message type")
 	// ErrInvalidRoute is returned when a route is registered with a missing or

@@ -2,6 +2,7 @@ package relayer_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +59,39 @@ func TestRetryValidate(t *testing.T) {
 	}
 	if err := (relayer.Retry{}).Validate(); err != nil {
 		t.Errorf("zero policy: %v", err)
+	}
+}
+
+// Outbox.Validate names what writers and workers cannot use, under one
+// sentinel and the field's own.
+func TestOutboxValidate(t *testing.T) {
+	if err := (relayer.Outbox{}).Validate(); err != nil {
+		t.Errorf("the zero outbox: %v, want valid", err)
+	}
+	for _, c := range []struct {
+		name   string
+		outbox relayer.Outbox
+		also   error
+		field  string
+	}{
+		{"lanes", relayer.Outbox{Lanes: relayer.LanesMax + 1}, relayer.ErrInvalidLanes, "Lanes"},
+		{"nil transport", relayer.Outbox{Transports: map[string]relayer.Transport{"nats": nil}}, relayer.ErrInvalidOutbox, `Transports["nats"]`},
+		{"retry", relayer.Outbox{Retry: relayer.Retry{MaxAttempts: -1}}, relayer.ErrInvalidRetry, "MaxAttempts"},
+	} {
+		err := c.outbox.Validate()
+		if !errors.Is(err, relayer.ErrInvalidOutbox) || !errors.Is(err, c.also) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: Validate = %v, want ErrInvalidOutbox and %v naming %s", c.name, err, c.also, c.field)
+		}
+	}
+}
+
+// WithDefaults fills the zero fields that have defaults and keeps the others.
+func TestOutboxWithDefaults(t *testing.T) {
+	d := relayer.Outbox{Schema: "s"}.WithDefaults()
+	if d.Schema != "s" || d.Lanes != relayer.LanesDefault || d.Serializer == nil || d.Retry != (relayer.Retry{}).WithDefaults() {
+		t.Errorf("WithDefaults = %+v", d)
+	}
+	if d := (relayer.Outbox{Lanes: 8, Retry: relayer.Retry{MaxAttempts: 3}}).WithDefaults(); d.Lanes != 8 || d.Retry.MaxAttempts != 3 {
+		t.Errorf("WithDefaults changed set fields: %+v", d)
 	}
 }

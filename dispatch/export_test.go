@@ -57,11 +57,6 @@ func NewRecovery(db *sql.DB, outbox relayer.Outbox, opts RecoveryOptions) (*Reco
 
 // NewOrdered builds an ordered worker alone.
 func NewOrdered(db *sql.DB, outbox relayer.Outbox, opts OrderedOptions) (*Ordered, error) {
-	if db != nil {
-		if _, err := outbox.LaneCount(); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-		}
-	}
 	core, err := testCore(db, outbox, opts)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"database/sql"
 	"fmt"
+	"maps"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
@@ -31,37 +32,17 @@ func newOutboxCore(db *sql.DB, outbox relayer.Outbox) (*outboxCore, error) {
 	if err != nil {
 		return nil, err
 	}
-	transports, retries, err := checkOutbox(outbox)
-	if err != nil {
-		return nil, err
+	if err := outbox.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return &outboxCore{
 		db:         db,
 		outbox:     outbox,
 		store:      st,
-		transports: transports,
-		retries:    retries,
+		transports: maps.Clone(outbox.Transports),
+		retries:    newRetries(outbox),
 		caps:       newCapCache(capabilityCacheSize),
 		aside:      newSetAside(),
 		clock:      &dbClock{},
 	}, nil
-}
-
-// checkOutbox snapshots the named transports, refusing nil ones, and the
-// retry policies, refusing one out of range. A route naming an unregistered
-// transport is not an error here: its rows are skipped and logged, and
-// recovery sends them once the transport is registered.
-func checkOutbox(outbox relayer.Outbox) (map[string]relayer.Transport, *retries, error) {
-	transports := make(map[string]relayer.Transport, len(outbox.Transports))
-	for name, tr := range outbox.Transports {
-		if tr == nil {
-			return nil, nil, fmt.Errorf("%w: Outbox.Transports[%q] is nil", ErrInvalidOptions, name)
-		}
-		transports[name] = tr
-	}
-	retries, err := newRetries(outbox)
-	if err != nil {
-		return nil, nil, err
-	}
-	return transports, retries, nil
 }

@@ -18,17 +18,15 @@ type retries struct {
 	def    relayer.Retry
 }
 
-func newRetries(outbox relayer.Outbox) (*retries, error) {
-	if err := outbox.Retry.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: Outbox.Retry: %w", ErrInvalidOptions, err)
-	}
+// newRetries builds the retry policies of a validated outbox.
+func newRetries(outbox relayer.Outbox) *retries {
 	r := &retries{byType: map[string]relayer.Retry{}, def: outbox.Retry.WithDefaults()}
 	if outbox.Routes != nil {
 		for typ, route := range outbox.Routes.All() {
 			r.byType[typ] = route.Retry.Or(outbox.Retry).WithDefaults()
 		}
 	}
-	return r, nil
+	return r
 }
 
 func (r *retries) of(msgType string) relayer.Retry {

@@ -203,11 +203,6 @@ func (r *Runner) build() (*crew, error) {
 	if opts.DisableOrdered {
 		workers = 0
 	}
-	if workers > 0 {
-		if _, err := outbox.LaneCount(); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-		}
-	}
 	for i := range workers {
 		o := opts.Ordered
 		setDefault(&o.Logger, opts.Logger)

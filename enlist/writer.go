@@ -119,9 +119,13 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := outbox.Validate(); err != nil {
+		return nil, fmt.Errorf("enlist: %w", err)
+	}
 	if outbox.Routes == nil || outbox.Routes.Len() == 0 {
 		return nil, fmt.Errorf("%w: Outbox.Routes is empty", relayer.ErrInvalidRoute)
 	}
+	outbox = outbox.WithDefaults()
 	w := &Writer{
 		store:       st,
 		routes:      outbox.Routes.Clone(),
@@ -132,14 +136,6 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 		logger:      opts.Logger,
 		refuseNewer: opts.RefuseNewerSchema,
 	}
-	if w.serializer == nil {
-		w.serializer = relayer.JSON{}
-	}
-	lanes, err := outbox.LaneCount()
-	if err != nil {
-		return nil, fmt.Errorf("enlist: %w", err)
-	}
-	w.lanes = lanes
 	if w.logger == nil {
 		w.logger = slog.Default()
 	}

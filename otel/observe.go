@@ -84,8 +84,7 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		return nil, errors.New("relayerotel: ObserveStore needs a meter and a store")
 	}
 	if name == "" {
-		o := st.Options()
-		name = o.Schema + "." + o.TablePrefix + "outbox"
+		name = st.Options().Label()
 	}
 	attrs := metric.WithAttributeSet(attribute.NewSet(OutboxKey.String(name)))
 
