@@ -521,7 +521,7 @@ func (r *recoveryWorker) takeNext(ctx context.Context, d *drainer, t *take) (uui
 		r.passStart = time.Now()
 	}
 	var err error
-	d.buf, err = t.st.TakeNextUnorderedExcept(ctx, d.buf, from, r.opts.BatchSize, now, createdBefore, r.aside.list())
+	d.buf, err = t.st.TakeNextUnordered(ctx, d.buf, from, r.opts.BatchSize, now, createdBefore, r.aside.list())
 	if err == nil && len(d.buf) > 0 {
 		r.cursor = d.buf[len(d.buf)-1].ID
 	}

@@ -41,8 +41,9 @@
 //
 //   - Takes, for unordered rows (direct dispatch and recovery): a transaction
 //     deletes the rows it will send ([Store.TakeIDs] by id,
-//     [Store.TakeNextUnorderedExcept] after a cursor, passing over set-aside
-//     destinations), holds them locked while the broker is called, writes back
+//     [Store.TakeNextUnordered] after a cursor, passing over set-aside
+//     destinations, [Store.TakeNextUnorderedTo] one destination's, for a
+//     probe), holds them locked while the broker is called, writes back
 //     the rows it did not send with [Store.Restore], and commits. A crash or a
 //     lost connection rolls the take back and every row is there again.
 //   - Lanes, for ordered rows: a transaction takes or renews the leases of
@@ -52,6 +53,36 @@
 //     [Store.FailBatch], [Store.Park], [Store.Bury] and [Store.ReleaseBatch]
 //     before committing; [Store.ProbeLanes] finds the lanes worth that, and
 //     [Store.Heartbeat] keeps the workers' membership.
+//
+// # Which methods are stable
+//
+// The store has two surfaces, and each method's place is stated here:
+//
+//   - The stable surface, for operators and integrators, kept without
+//     breaking changes from v1.0: the schema ([Migrate], [Migrations],
+//     [SchemaSQL], [SchemaVersion], [Store.CheckSchema],
+//     [Store.CheckSchemaWith]); [Options], [New], [Store.With] and the
+//     stored [Row]; the writes of enlistment ([Store.Insert],
+//     [Store.InsertWith]); the claim protocol above, which is the store
+//     contract integrations build on (reads [Store.ReadLane] and
+//     [Store.ReadUnordered]; counts [Store.CountEligible] and
+//     [Store.CountDead]; [Store.Claim], [Store.ClaimBatch], [Store.Renew],
+//     [Store.Complete], [Store.CompleteBatch], [Store.Fail],
+//     [Store.FailBatch]); the redrive methods ([Store.DeadLetters],
+//     [Store.RequeueDead], [Store.PurgeDead], [Store.ParkedKeys],
+//     [Store.ParkedHeads], [Store.RetryParked], [Store.SkipParkedHead]); the
+//     operator reads ([Store.Stats], [Store.DeadByReason], [Store.Backlog],
+//     [Store.Lanes], [Store.Message], [Store.Activity], [Store.Pauses],
+//     [Store.LiveLeases]); and the inbox ([Store.RecordInbox]).
+//   - The project's own, exported so that the worker packages can share
+//     them and free to change in any release: the takes and lane
+//     statements of the next section, leases and membership
+//     ([Store.AcquireLease], [Store.ReleaseLease], [Store.ReleaseLeases],
+//     [Store.Heartbeat], [LaneLeaseName], [MemberLeaseName]), pauses
+//     ([Store.PublishPauses], [Store.ClearPauses]), worker sessions
+//     ([TuneWorkerConn], [TuneTakingConn], [UntuneWorkerConn]),
+//     [Store.ServerTime], [Store.Notify], [Store.RowsBeyondLanes] and the
+//     retention deletes ([Store.DeleteInboxBefore], [Store.DeleteDeadBefore]).
 //
 // # Drivers
 //

@@ -84,27 +84,14 @@ func (s *Store) ProbeLanes(ctx context.Context, lanes []int, token uuid.UUID) ([
 	return ready, nil
 }
 
-// ReadLaneHead appends to dst[:0] the first limit rows of a lane in id order
-// that are not parked and whose key has no parked row, whether due and
-// unclaimed or not: the caller sends only the prefix before the first row it
-// may not send yet, so that no row overtakes its head. A row whose stored
-// headers do not decode is returned with [Row.Corrupt] set rather than
-// failing the read: one bad row must not stop its lane's other keys.
-func (s *Store) ReadLaneHead(ctx context.Context, dst []Row, lane, limit int) ([]Row, error) {
-	if limit <= 0 {
-		return dst[:0], fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
-	}
-	rows, err := s.db.QueryContext(ctx, s.q.laneHead, lane, limit)
-	if err != nil {
-		return dst[:0], wrap(ctx, "read lane head", err)
-	}
-	return scanRowsKeepingCorrupt(ctx, "read lane head", rows, dst[:0], true)
-}
-
-// ReadLaneHeads is [Store.ReadLaneHead] for several lanes in one statement:
-// it appends to dst[:0] the first limit rows of each lane, lane after lane
-// in ascending order, each lane's in id order. Corrupt rows are returned
-// marked, as by ReadLaneHead.
+// ReadLaneHeads appends to dst[:0], in one statement, the first limit rows
+// of each of lanes, lane after lane in ascending order, each lane's in id
+// order: rows that are not parked and whose key has no parked row, whether
+// due and unclaimed or not. The caller sends only the prefix before the
+// first row it may not send yet, so that no row overtakes its head. A row
+// whose stored headers do not decode is returned with [Row.Corrupt] set
+// rather than failing the read: one bad row must not stop its lane's other
+// keys.
 func (s *Store) ReadLaneHeads(ctx context.Context, dst []Row, lanes []int, limit int) ([]Row, error) {
 	if limit <= 0 {
 		return dst[:0], fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)

@@ -37,11 +37,3 @@ func (s *Store) LiveLeases(ctx context.Context) ([]LeaseRow, error) {
 	}
 	return out, wrap(ctx, "live leases", rows.Err())
 }
-
-// Reset empties the outbox, its dead letters, leases and published pauses (the inbox stays):
-// every pending message is lost. It is for demos and test environments that
-// start each run from nothing, never for a live outbox.
-func (s *Store) Reset(ctx context.Context) error {
-	_, err := s.db.ExecContext(ctx, s.q.reset)
-	return wrap(ctx, "reset", err)
-}

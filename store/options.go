@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/relayer-go/relayer/internal/tables"
+
 	"github.com/relayer-go/relayer"
 )
 
@@ -82,32 +84,6 @@ func (o Options) withDefaults() Options {
 
 // names are the quoted, schema-qualified names of one outbox's tables. They are
 // built only from validated options.
-type names struct {
-	schema     string // quoted schema
-	outbox     string // qualified, quoted tables
-	dead       string
-	leases     string
-	pauses     string
-	inbox      string
-	migrations string
-	prefix     string // raw prefix, for index names
-}
+type names = tables.Names
 
-func newNames(o Options) names {
-	q := func(s string) string { return `"` + s + `"` }
-	t := func(name string) string { return q(o.Schema) + "." + q(o.TablePrefix+name) }
-	return names{
-		schema:     q(o.Schema),
-		outbox:     t("outbox"),
-		dead:       t("dead"),
-		leases:     t("relayer_leases"),
-		pauses:     t("relayer_pauses"),
-		inbox:      t("inbox"),
-		migrations: t("relayer_migrations"),
-		prefix:     o.TablePrefix,
-	}
-}
-
-// index returns the quoted name of an index; PostgreSQL puts indexes in their
-// table's schema, so the name is not qualified.
-func (n names) index(name string) string { return `"` + n.prefix + name + `"` }
+func newNames(o Options) names { return tables.Of(o.Schema, o.TablePrefix) }

@@ -75,9 +75,9 @@ func buildOverviewQueries(n names) *overviewQueries {
 	// lanes walks the distinct lanes of the pending ordered rows, one
 	// probe of the lane index each, however many rows they hold.
 	lanes := `WITH RECURSIVE lanes(l) AS (
-    SELECT min(lane) FROM ` + n.outbox + ` WHERE lane IS NOT NULL AND parked_at IS NULL
+    SELECT min(lane) FROM ` + n.Outbox + ` WHERE lane IS NOT NULL AND parked_at IS NULL
     UNION ALL
-    SELECT (SELECT min(lane) FROM ` + n.outbox + `
+    SELECT (SELECT min(lane) FROM ` + n.Outbox + `
         WHERE lane > lanes.l AND lane IS NOT NULL AND parked_at IS NULL)
     FROM lanes WHERE lanes.l IS NOT NULL)
 `
@@ -95,10 +95,10 @@ FROM (
         round(count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
             AND claimed_until > $1) * 100 / $2::float8)::bigint AS claimed,
         min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + `) AS oldest_due
-    FROM ` + n.outbox + ` TABLESAMPLE SYSTEM ($2) GROUP BY transport, destination) AS o
+    FROM ` + n.Outbox + ` TABLESAMPLE SYSTEM ($2) GROUP BY transport, destination) AS o
 FULL JOIN (
     SELECT transport, destination, round(count(*) * 100 / $3::float8)::bigint AS dead
-    FROM ` + n.dead + ` TABLESAMPLE SYSTEM ($3) GROUP BY transport, destination) AS d
+    FROM ` + n.Dead + ` TABLESAMPLE SYSTEM ($3) GROUP BY transport, destination) AS d
   ON d.transport = o.transport AND d.destination = o.destination
 ORDER BY 1, 2`,
 		// The rows that failed, exactly, through the failed-row index.
@@ -106,26 +106,26 @@ ORDER BY 1, 2`,
     count(*) FILTER (WHERE parked_at IS NOT NULL),
     count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
         AND (claimed_until IS NULL OR claimed_until <= $1) AND retry_at > $1),
-    (SELECT count(DISTINCT (lane, ordering_key)) FROM ` + n.outbox + `
+    (SELECT count(DISTINCT (lane, ordering_key)) FROM ` + n.Outbox + `
         WHERE lane IS NOT NULL AND parked_at IS NOT NULL)
-FROM ` + n.outbox + ` WHERE parked_at IS NOT NULL OR retry_at IS NOT NULL
+FROM ` + n.Outbox + ` WHERE parked_at IS NOT NULL OR retry_at IS NOT NULL
 GROUP BY transport, destination`,
 		oldest: lanes + `SELECT min(t) FROM (
-    SELECT (SELECT GREATEST(created_at, deliver_at) FROM ` + n.outbox + `
+    SELECT (SELECT GREATEST(created_at, deliver_at) FROM ` + n.Outbox + `
         WHERE lane IS NULL AND ` + elig + ` ORDER BY id LIMIT 1) AS t
     UNION ALL
-    SELECT (SELECT GREATEST(o.created_at, o.deliver_at) FROM ` + n.outbox + ` AS o
+    SELECT (SELECT GREATEST(o.created_at, o.deliver_at) FROM ` + n.Outbox + ` AS o
         WHERE o.lane = lanes.l AND o.lane IS NOT NULL AND ` + eligO + ` ORDER BY o.id LIMIT 1)
     FROM lanes WHERE lanes.l IS NOT NULL) AS firsts`,
 		lanePending: `SELECT lane, round(count(*) * 100 / $1::float8)::bigint
-FROM ` + n.outbox + ` TABLESAMPLE SYSTEM ($1)
+FROM ` + n.Outbox + ` TABLESAMPLE SYSTEM ($1)
 WHERE lane IS NOT NULL AND parked_at IS NULL GROUP BY lane`,
-		laneParked: `SELECT lane, count(DISTINCT ordering_key) FROM ` + n.outbox + `
+		laneParked: `SELECT lane, count(DISTINCT ordering_key) FROM ` + n.Outbox + `
 WHERE lane IS NOT NULL AND parked_at IS NOT NULL GROUP BY lane`,
-		laneHeads: lanes + `SELECT lanes.l, (SELECT o.created_at FROM ` + n.outbox + ` AS o
+		laneHeads: lanes + `SELECT lanes.l, (SELECT o.created_at FROM ` + n.Outbox + ` AS o
     WHERE o.lane = lanes.l AND o.lane IS NOT NULL AND o.parked_at IS NULL ORDER BY o.id LIMIT 1)
 FROM lanes WHERE lanes.l IS NOT NULL`,
-		message: `SELECT ` + rowColumns + `, parked_at FROM ` + n.outbox + ` WHERE id = $1::text::uuid`,
+		message: `SELECT ` + rowColumns + `, parked_at FROM ` + n.Outbox + ` WHERE id = $1::text::uuid`,
 		activity: `SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables
 WHERE schemaname = $1 AND relname = $2`,
 	}
@@ -156,7 +156,7 @@ func (s *Store) Backlog(ctx context.Context, now time.Time, exactUpTo int64) (Ba
 	now = pgTime(now)
 	n := newNames(s.opts)
 	var outboxRows, deadRows float64
-	if err := s.scanOne(ctx, op, s.oq.sizes, []any{n.outbox, n.dead}, &outboxRows, &deadRows); err != nil {
+	if err := s.scanOne(ctx, op, s.oq.sizes, []any{n.Outbox, n.Dead}, &outboxRows, &deadRows); err != nil {
 		return Backlog{}, err
 	}
 	pct, deadPct := samplePercent(outboxRows, exactUpTo, exactUpTo), samplePercent(deadRows, exactUpTo, exactUpTo)
@@ -239,7 +239,7 @@ func (s *Store) Lanes(ctx context.Context, exactUpTo int64) ([]LaneSummary, floa
 	}
 	n := newNames(s.opts)
 	var outboxRows, deadRows float64
-	if err := s.scanOne(ctx, op, s.oq.sizes, []any{n.outbox, n.dead}, &outboxRows, &deadRows); err != nil {
+	if err := s.scanOne(ctx, op, s.oq.sizes, []any{n.Outbox, n.Dead}, &outboxRows, &deadRows); err != nil {
 		return nil, 0, err
 	}
 	pct := samplePercent(outboxRows, exactUpTo, exactUpTo)

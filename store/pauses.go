@@ -40,12 +40,12 @@ type pauseQueries struct {
 
 func buildPauseQueries(n names) *pauseQueries {
 	return &pauseQueries{
-		clear: `DELETE FROM ` + n.pauses + ` WHERE owner_token = $1`,
-		insert: `INSERT INTO ` + n.pauses + ` (owner_token, owner, transport, destination, since, next_probe, last_error)
+		clear: `DELETE FROM ` + n.Pauses + ` WHERE owner_token = $1`,
+		insert: `INSERT INTO ` + n.Pauses + ` (owner_token, owner, transport, destination, since, next_probe, last_error)
 SELECT $1, $2, * FROM unnest($3::text::text[], $4::text::text[], $5::text::timestamptz[], $6::text::timestamptz[], $7::text::text[])`,
-		list: `SELECT transport, destination, owner, since, next_probe, coalesce(last_error, '') FROM ` + n.pauses + `
+		list: `SELECT transport, destination, owner, since, next_probe, coalesce(last_error, '') FROM ` + n.Pauses + `
 WHERE updated_at > now() - $1 * interval '1 microsecond' ORDER BY transport, destination, owner`,
-		prune: `DELETE FROM ` + n.pauses + ` WHERE updated_at < now() - $1 * interval '1 microsecond'`,
+		prune: `DELETE FROM ` + n.Pauses + ` WHERE updated_at < now() - $1 * interval '1 microsecond'`,
 	}
 }
 

@@ -121,7 +121,7 @@ func emptyAnalyzedOutbox(t *testing.T) (*sql.DB, *Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `ANALYZE `+newNames(s.opts).outbox); err != nil {
+	if _, err := db.ExecContext(ctx, `ANALYZE `+newNames(s.opts).Outbox); err != nil {
 		t.Fatal(err)
 	}
 	return db, s
@@ -240,7 +240,7 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db, s := emptyAnalyzedOutbox(t)
-			outbox := newNames(s.opts).outbox
+			outbox := newNames(s.opts).Outbox
 			exec(t, pinnedConn(t, db), `ALTER TABLE `+outbox+` SET (autovacuum_enabled = false)`)
 			if stats == "unordered only" {
 				insertPlanRows(t, s, 20000, false)
@@ -274,7 +274,7 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				{"fail", s.q.fail, id + ", " + id + ", 'e', " + now, pkey},
 				{"claimBatch", s.q.claimBatch, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
 				{"takeIDs", s.q.takeIDs, ids.String() + ", " + now, pkey},
-				{"laneHead", s.q.laneHead, "3, 100", laneIdx},
+				{"laneHeads", s.q.laneHeads, `'{3}', 100`, laneIdx},
 				{"readLane", s.q.readLane, "3, " + id + ", " + now + ", 100", laneIdx},
 				{"laneProbe", s.q.laneProbe, `'{0,1,2,3}', ` + id, laneIdx},
 			}

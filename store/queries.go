@@ -39,8 +39,6 @@ type queries struct {
 	serverTime  string
 
 	listLeases   string
-	reset        string
-	laneHead     string
 	laneHeads    string
 	laneLeases   string
 	laneClaim    string
@@ -90,7 +88,7 @@ func buildQueries(n names) *queries {
       AND (transport, destination) NOT IN (SELECT * FROM unnest(` + skipTransports + `::text::text[], ` + skipDestinations + `::text::text[]))`
 		}
 		return `
-    SELECT id FROM ` + n.outbox + `
+    SELECT id FROM ` + n.Outbox + `
     WHERE lane IS NULL AND id > $1 AND ` + elig(now) + `
       AND (created_at <= ` + createdBefore + ` OR deliver_at > created_at OR retry_at IS NOT NULL
            OR created_at > ` + now + ` + (` + now + ` - ` + createdBefore + `))` + skip + `
@@ -100,46 +98,46 @@ func buildQueries(n names) *queries {
 	return &queries{
 		// lane IS NOT NULL is implied by lane = $1; it is spelled out so that the
 		// partial index's predicate matches in every plan, generic ones included.
-		readLane: `SELECT ` + rowColumns + ` FROM ` + n.outbox + `
+		readLane: `SELECT ` + rowColumns + ` FROM ` + n.Outbox + `
 WHERE lane = $1 AND lane IS NOT NULL AND id > $2 AND ` + elig("$3") + `
 ORDER BY id LIMIT $4`,
-		readUnordered: `SELECT ` + rowColumns + ` FROM ` + n.outbox + `
+		readUnordered: `SELECT ` + rowColumns + ` FROM ` + n.Outbox + `
 WHERE lane IS NULL AND id > $1 AND ` + elig("$2") + `
 ORDER BY id LIMIT $3`,
-		countEligible: `SELECT count(*) FROM ` + n.outbox + ` WHERE ` + elig("$1"),
-		countDead:     `SELECT count(*) FROM ` + n.dead,
-		claim: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
+		countEligible: `SELECT count(*) FROM ` + n.Outbox + ` WHERE ` + elig("$1"),
+		countDead:     `SELECT count(*) FROM ` + n.Dead,
+		claim: `UPDATE ` + n.Outbox + ` SET claim_token = $2, claimed_until = $3
 WHERE id = $1 AND ` + elig("$4"),
 		// The inner SELECT locks the candidates and skips rows another claimer is
 		// locking right now; ANY(ARRAY(...)) keeps the outer UPDATE a primary-key
 		// probe in every plan, where an IN (SELECT ...) join can settle on a generic
 		// plan that scans the whole table.
-		claimBatch: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
+		claimBatch: `UPDATE ` + n.Outbox + ` SET claim_token = $2, claimed_until = $3
 WHERE id = ANY(ARRAY(
-    SELECT id FROM ` + n.outbox + `
+    SELECT id FROM ` + n.Outbox + `
     WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4") + `
     FOR UPDATE SKIP LOCKED))
 RETURNING ` + rowColumns,
 		// Takes delete inside the caller's transaction (see take.go). The inner
 		// SELECT skips rows other transactions lock; ANY(ARRAY(...)) keeps the
 		// DELETE a primary-key probe in every plan.
-		takeIDs: `DELETE FROM ` + n.outbox + `
+		takeIDs: `DELETE FROM ` + n.Outbox + `
 WHERE id = ANY(ARRAY(
-    SELECT id FROM ` + n.outbox + `
+    SELECT id FROM ` + n.Outbox + `
     WHERE id = ANY($1::text::uuid[]) AND lane IS NULL AND ` + elig("$2") + `
     FOR UPDATE SKIP LOCKED))
 RETURNING id, attempts, last_error`,
-		takeNext: `DELETE FROM ` + n.outbox + `
+		takeNext: `DELETE FROM ` + n.Outbox + `
 WHERE id = ANY(ARRAY(` + nextUnordered("$3", "$4", "$5", "$6") + `))
 RETURNING ` + rowColumns,
-		takeNextTo: `DELETE FROM ` + n.outbox + `
+		takeNextTo: `DELETE FROM ` + n.Outbox + `
 WHERE id = ANY(ARRAY(
-    SELECT id FROM ` + n.outbox + `
+    SELECT id FROM ` + n.Outbox + `
     WHERE lane IS NULL AND transport = $1 AND destination = $2 AND ` + elig("$4") + `
     ORDER BY id LIMIT $3
     FOR UPDATE SKIP LOCKED))
 RETURNING ` + rowColumns,
-		restore: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
+		restore: `INSERT INTO ` + n.Outbox + ` (id, message_type, transport, destination, body, headers,
     ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error, retry_at)
 SELECT * FROM unnest($1::text::uuid[], $2::text::text[], $3::text::text[], $4::text::text[], $5::text::bytea[],
     $6::text::bytea[], $7::text::text[], $8::text::integer[], $9::text::timestamptz[], $10::text::timestamptz[],
@@ -147,7 +145,7 @@ SELECT * FROM unnest($1::text::uuid[], $2::text::text[], $3::text::text[], $4::t
 		// Dead letters are written by the transaction that took their rows
 		// out of the outbox. A dead letter with the same id (one requeued
 		// and dead again) is replaced, never lost.
-		bury: `INSERT INTO ` + n.dead + ` AS d (id, message_type, transport, destination, body, headers,
+		bury: `INSERT INTO ` + n.Dead + ` AS d (id, message_type, transport, destination, body, headers,
     ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error, reason)
 SELECT * FROM unnest($1::text::uuid[], $2::text::text[], $3::text::text[], $4::text::text[], $5::text::bytea[],
     $6::text::bytea[], $7::text::text[], $8::text::integer[], $9::text::timestamptz[], $10::text::timestamptz[],
@@ -157,12 +155,12 @@ ON CONFLICT (id) DO UPDATE SET message_type = EXCLUDED.message_type, transport =
     ordering_key = EXCLUDED.ordering_key, lane = EXCLUDED.lane, created_at = EXCLUDED.created_at,
     deliver_at = EXCLUDED.deliver_at, trace_parent = EXCLUDED.trace_parent, trace_state = EXCLUDED.trace_state,
     attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, reason = EXCLUDED.reason, dead_at = now()`,
-		releaseBatch: `UPDATE ` + n.outbox + ` SET claim_token = NULL, claimed_until = NULL
+		releaseBatch: `UPDATE ` + n.Outbox + ` SET claim_token = NULL, claimed_until = NULL
 WHERE id = ANY($1::text::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
 		// Leases run on the database clock, so that workers with skewed clocks
 		// agree on expiry. A lease is taken when free or expired, and renewed by
 		// its owner token.
-		acquireLease: `INSERT INTO ` + n.leases + ` AS l (name, owner, owner_token, acquired_at, expires_at)
+		acquireLease: `INSERT INTO ` + n.Leases + ` AS l (name, owner, owner_token, acquired_at, expires_at)
 VALUES ($1, $2, $3, now(), now() + $4 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE
 SET owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
@@ -170,7 +168,7 @@ SET owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
     expires_at = EXCLUDED.expires_at
 WHERE l.owner_token = EXCLUDED.owner_token OR l.expires_at <= now()
 RETURNING expires_at`,
-		releaseLease: `DELETE FROM ` + n.leases + ` WHERE name = $1 AND owner_token = $2`,
+		releaseLease: `DELETE FROM ` + n.Leases + ` WHERE name = $1 AND owner_token = $2`,
 
 		// Ordered lanes. The probe is read-only: for each lane it finds the
 		// first row that is not parked and whose key has no parked row (the
@@ -179,11 +177,11 @@ RETURNING expires_at`,
 		// stalled lanes therefore cost no lease writes.
 		laneProbe: `SELECT l.lane FROM unnest($1::integer[]) AS l(lane)
 CROSS JOIN LATERAL (
-    SELECT o.deliver_at, o.claimed_until FROM ` + n.outbox + ` AS o
+    SELECT o.deliver_at, o.claimed_until FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
-      AND ` + unheld(n.outbox) + `
+      AND ` + unheld(n.Outbox) + `
     ORDER BY o.id LIMIT 1) AS h
-LEFT JOIN ` + n.leases + ` AS ls ON ls.name = '` + laneLeasePrefix + `' || l.lane
+LEFT JOIN ` + n.Leases + ` AS ls ON ls.name = '` + laneLeasePrefix + `' || l.lane
 WHERE (h.deliver_at IS NULL OR h.deliver_at <= now())
   AND (h.claimed_until IS NULL OR h.claimed_until <= now())
   AND (ls.name IS NULL OR ls.owner_token = $2 OR ls.expires_at <= now())
@@ -191,23 +189,19 @@ ORDER BY l.lane`,
 		// The head rows of one lane in id order, due or not, claimed or not: the
 		// caller admits the prefix before the first row it may not send yet, so
 		// no row ever overtakes its head.
-		laneHead: `SELECT ` + rowColumns + ` FROM ` + n.outbox + ` AS o
-WHERE o.lane = $1 AND o.lane IS NOT NULL AND o.parked_at IS NULL
-  AND ` + unheld(n.outbox) + `
-ORDER BY o.id LIMIT $2`,
-		// laneHead for several lanes at once: each lane's head rows in id
+		// the head rows of several lanes at once: each lane's head rows in id
 		// order, lane after lane.
 		laneHeads: `SELECT h.* FROM unnest($1::integer[]) AS l(lane)
 CROSS JOIN LATERAL (
-    SELECT ` + rowColumns + ` FROM ` + n.outbox + ` AS o
+    SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
-      AND ` + unheld(n.outbox) + `
+      AND ` + unheld(n.Outbox) + `
     ORDER BY o.id LIMIT $2) AS h
 ORDER BY h.lane, h.id`,
 		// acquireLease for several lanes at once, in lane order, so that two
 		// callers whose lanes overlap lock the lease rows in the same order
 		// and never deadlock. It returns the lanes now held.
-		laneLeases: `INSERT INTO ` + n.leases + ` AS l (name, owner, owner_token, acquired_at, expires_at)
+		laneLeases: `INSERT INTO ` + n.Leases + ` AS l (name, owner, owner_token, acquired_at, expires_at)
 SELECT '` + laneLeasePrefix + `' || x.lane, $2, $3, now(), now() + $4 * interval '1 microsecond'
 FROM unnest($1::integer[]) AS x(lane) ORDER BY x.lane
 ON CONFLICT (name) DO UPDATE
@@ -220,45 +214,44 @@ RETURNING substr(l.name, 6)::integer`,
 		// lock, and spelling out lane IS NOT NULL lets the planner pick the
 		// partial lane index with the ids as a filter whenever its statistics
 		// saw few ordered rows, walking every pending ordered row per claim.
-		laneClaim: `UPDATE ` + n.outbox + ` SET claim_token = $2, claimed_until = $3
+		laneClaim: `UPDATE ` + n.Outbox + ` SET claim_token = $2, claimed_until = $3
 WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
 		// Rows whose lane is at or past a worker's lane count: written by
 		// writers configured with more lanes than the worker, they are never
 		// scanned. Bounded, so that a large mismatch costs little to report.
-		beyondLanes: `SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + `
+		beyondLanes: `SELECT count(*) FROM (SELECT 1 FROM ` + n.Outbox + `
     WHERE lane >= $1 AND parked_at IS NULL LIMIT 10000) AS b`,
 		serverTime: `SELECT clock_timestamp()`,
 		// Operator reads (see ops.go).
-		listLeases: `SELECT name, owner, owner_token, expires_at FROM ` + n.leases + `
+		listLeases: `SELECT name, owner, owner_token, expires_at FROM ` + n.Leases + `
 WHERE expires_at > now() ORDER BY name`,
-		reset:        `TRUNCATE ` + n.outbox + `, ` + n.dead + `, ` + n.leases + `, ` + n.pauses,
-		releaseOwner: `DELETE FROM ` + n.leases + ` WHERE owner_token = $1`,
-		pruneMembers: `DELETE FROM ` + n.leases + ` WHERE name LIKE '` + memberLeasePrefix + `%' AND expires_at <= now()`,
-		liveMembers:  `SELECT name FROM ` + n.leases + ` WHERE name LIKE '` + memberLeasePrefix + `%' AND expires_at > now() ORDER BY name`,
-		renew: `UPDATE ` + n.outbox + ` SET claimed_until = GREATEST(claimed_until, $3)
+		releaseOwner: `DELETE FROM ` + n.Leases + ` WHERE owner_token = $1`,
+		pruneMembers: `DELETE FROM ` + n.Leases + ` WHERE name LIKE '` + memberLeasePrefix + `%' AND expires_at <= now()`,
+		liveMembers:  `SELECT name FROM ` + n.Leases + ` WHERE name LIKE '` + memberLeasePrefix + `%' AND expires_at > now() ORDER BY name`,
+		renew: `UPDATE ` + n.Outbox + ` SET claimed_until = GREATEST(claimed_until, $3)
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
-		complete: `DELETE FROM ` + n.outbox + `
+		complete: `DELETE FROM ` + n.Outbox + `
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $3`,
-		completeBatch: `DELETE FROM ` + n.outbox + `
+		completeBatch: `DELETE FROM ` + n.Outbox + `
 WHERE id = ANY($1::text::uuid[]) AND claim_token = $2 AND claimed_until > $3`,
-		fail: `UPDATE ` + n.outbox + `
+		fail: `UPDATE ` + n.Outbox + `
 SET attempts = attempts + 1, last_error = $3, claim_token = NULL, claimed_until = NULL
 WHERE id = $1 AND claim_token = $2 AND claimed_until > $4`,
-		failBatch: `UPDATE ` + n.outbox + ` AS o
+		failBatch: `UPDATE ` + n.Outbox + ` AS o
 SET attempts = o.attempts + 1, last_error = f.error, retry_at = f.retry_at, claim_token = NULL, claimed_until = NULL
 FROM unnest($1::text::uuid[], $2::text::text[], $5::text::timestamptz[]) AS f(id, error, retry_at)
 WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
 		// Parking stamps the row on the database clock; its key is held
 		// from then on (see unheld).
-		park: `UPDATE ` + n.outbox + ` AS o
+		park: `UPDATE ` + n.Outbox + ` AS o
 SET attempts = o.attempts + 1, last_error = f.error, parked_at = now(), claim_token = NULL, claimed_until = NULL
 FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error)
 WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
 		// Up to insertValuesMax rows as plain parameters, one statement per
 		// row count: cheaper for the server than unnesting twelve arrays
 		// (and, for one row, twelve one-element arrays).
-		insertValues: insertValues(n.outbox),
-		insert: `INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers,
+		insertValues: insertValues(n.Outbox),
+		insert: `INSERT INTO ` + n.Outbox + ` (id, message_type, transport, destination, body, headers,
     ordering_key, lane, created_at, deliver_at, trace_parent, trace_state)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[],
     $7::text[], $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[])`,

@@ -89,10 +89,10 @@ const (
 )
 
 func buildRedriveQueries(n names) *redriveQueries {
-	insertDead := `INSERT INTO ` + n.dead + ` AS d (id, message_type, transport, destination, body, headers,
+	insertDead := `INSERT INTO ` + n.Dead + ` AS d (id, message_type, transport, destination, body, headers,
     ordering_key, lane, created_at, deliver_at, trace_parent, trace_state, attempts, last_error, reason)`
 	return &redriveQueries{
-		listDead: `SELECT ` + deadColumns + `, reason, dead_at FROM ` + n.dead + `
+		listDead: `SELECT ` + deadColumns + `, reason, dead_at FROM ` + n.Dead + `
 WHERE ` + deadMatch + `
 ORDER BY dead_at DESC, id LIMIT $7`,
 		// Requeued messages keep their ids and content; their attempts start
@@ -101,35 +101,35 @@ ORDER BY dead_at DESC, id LIMIT $7`,
 		// place in id order. An id already in the outbox fails the statement,
 		// which changes nothing.
 		requeueDead: `WITH moved AS (
-    DELETE FROM ` + n.dead + ` WHERE id = ANY(ARRAY(
-        SELECT id FROM ` + n.dead + ` WHERE ` + deadMatch + ` FOR UPDATE SKIP LOCKED))
+    DELETE FROM ` + n.Dead + ` WHERE id = ANY(ARRAY(
+        SELECT id FROM ` + n.Dead + ` WHERE ` + deadMatch + ` FOR UPDATE SKIP LOCKED))
     RETURNING *)
-INSERT INTO ` + n.outbox + ` (id, message_type, transport, destination, body, headers, ordering_key, lane,
+INSERT INTO ` + n.Outbox + ` (id, message_type, transport, destination, body, headers, ordering_key, lane,
     created_at, deliver_at, trace_parent, trace_state, attempts, last_error)
 SELECT id, message_type, transport, destination, body, headers, ordering_key, lane,
     created_at, deliver_at, trace_parent, trace_state, 0, last_error FROM moved`,
-		purgeDead: `DELETE FROM ` + n.dead + ` WHERE id = ANY(ARRAY(
-    SELECT id FROM ` + n.dead + ` WHERE ` + deadMatch + ` FOR UPDATE SKIP LOCKED))`,
+		purgeDead: `DELETE FROM ` + n.Dead + ` WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + n.Dead + ` WHERE ` + deadMatch + ` FOR UPDATE SKIP LOCKED))`,
 		listParked: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at,
-    (SELECT count(*) FROM ` + n.outbox + ` AS w
+    (SELECT count(*) FROM ` + n.Outbox + ` AS w
         WHERE w.lane = o.lane AND w.ordering_key = o.ordering_key AND w.id <> o.id)
-FROM ` + n.outbox + ` AS o
+FROM ` + n.Outbox + ` AS o
 WHERE ` + parkedMatch + `
 ORDER BY o.parked_at, o.id LIMIT $5`,
 		// listParked without the count of the rows behind each key.
 		listParkedHeads: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at, -1
-FROM ` + n.outbox + ` AS o
+FROM ` + n.Outbox + ` AS o
 WHERE ` + parkedMatch + `
 ORDER BY o.parked_at, o.id LIMIT $5`,
 		// The key's head becomes eligible again with its attempts from zero;
 		// its later rows follow it in order.
-		retryParked: `UPDATE ` + n.outbox + ` AS o SET parked_at = NULL, attempts = 0, retry_at = NULL
+		retryParked: `UPDATE ` + n.Outbox + ` AS o SET parked_at = NULL, attempts = 0, retry_at = NULL
 WHERE ` + parkedMatch,
 		// The parked head moves to the dead letters; the key's later rows,
 		// never parked themselves, are released by its absence.
 		skipHead: `WITH head AS (
-    DELETE FROM ` + n.outbox + ` WHERE id = (
-        SELECT o.id FROM ` + n.outbox + ` AS o WHERE ` + parkedMatch + `
+    DELETE FROM ` + n.Outbox + ` WHERE id = (
+        SELECT o.id FROM ` + n.Outbox + ` AS o WHERE ` + parkedMatch + `
         ORDER BY o.id LIMIT 1 FOR UPDATE)
     RETURNING *)
 ` + insertDead + `

@@ -36,10 +36,10 @@ WHERE ctid = ANY(ARRAY(
 		// A concurrent insert of the same pair waits on the primary key until the
 		// first inserter's transaction ends, then inserts (it rolled back) or does
 		// nothing (it committed): exactly one transaction ever commits the row.
-		recordInbox: `INSERT INTO ` + n.inbox + ` (consumer, message_id) VALUES ($1, $2)
+		recordInbox: `INSERT INTO ` + n.Inbox + ` (consumer, message_id) VALUES ($1, $2)
 ON CONFLICT (consumer, message_id) DO NOTHING`,
-		deleteInbox: deleteOlder(n.inbox, "received_at"),
-		deleteDead:  deleteOlder(n.dead, "dead_at"),
+		deleteInbox: deleteOlder(n.Inbox, "received_at"),
+		deleteDead:  deleteOlder(n.Dead, "dead_at"),
 	}
 }
 

@@ -55,7 +55,7 @@ func (fx *retentionFixture) addInbox(t testing.TB, consumer string, at ...time.T
 		ids[i] = uuid.New()
 		stamps.time(at[i], false)
 	}
-	_, err := fx.db.Exec(`INSERT INTO `+fx.n.inbox+` (consumer, message_id, received_at)
+	_, err := fx.db.Exec(`INSERT INTO `+fx.n.Inbox+` (consumer, message_id, received_at)
 SELECT $1, id, at FROM unnest($2::uuid[], $3::timestamptz[]) AS r(id, at)`, consumer, uuidArray(ids), stamps.String())
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func (fx *retentionFixture) addDead(t testing.TB, at ...time.Time) []uuid.UUID {
 		ids[i] = uuid.New()
 		stamps.time(at[i], false)
 	}
-	_, err := fx.db.Exec(`INSERT INTO `+fx.n.dead+` (id, message_type, transport, destination, body, headers,
+	_, err := fx.db.Exec(`INSERT INTO `+fx.n.Dead+` (id, message_type, transport, destination, body, headers,
     created_at, attempts, reason, dead_at)
 SELECT id, 't', 'x', 'd', '\x'::bytea, '\x0100000000000000'::bytea, at, 5, 'retries exhausted', at
 FROM unnest($1::uuid[], $2::timestamptz[]) AS r(id, at)`, uuidArray(ids), stamps.String())
@@ -122,7 +122,7 @@ func TestDeleteBeforeKeepsTheBoundaryAndGoesOldestFirst(t *testing.T) {
 			delete: func(fx *retentionFixture, before time.Time, limit int) (int64, error) {
 				return fx.s.DeleteInboxBefore(context.Background(), before, limit)
 			},
-			table: func(fx *retentionFixture) (string, string) { return fx.n.inbox, "message_id" },
+			table: func(fx *retentionFixture) (string, string) { return fx.n.Inbox, "message_id" },
 		},
 		{
 			name: "dead",
@@ -132,7 +132,7 @@ func TestDeleteBeforeKeepsTheBoundaryAndGoesOldestFirst(t *testing.T) {
 			delete: func(fx *retentionFixture, before time.Time, limit int) (int64, error) {
 				return fx.s.DeleteDeadBefore(context.Background(), before, limit)
 			},
-			table: func(fx *retentionFixture) (string, string) { return fx.n.dead, "id" },
+			table: func(fx *retentionFixture) (string, string) { return fx.n.Dead, "id" },
 		},
 	} {
 		t.Run(tb.name, func(t *testing.T) {
@@ -190,7 +190,7 @@ func TestDeleteBeforeSkipsLockedRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		if _, err := tx.ExecContext(ctx, `SELECT 1 FROM `+fx.n.inbox+` WHERE message_id = $1 FOR UPDATE`, ids[0]); err != nil {
+		if _, err := tx.ExecContext(ctx, `SELECT 1 FROM `+fx.n.Inbox+` WHERE message_id = $1 FOR UPDATE`, ids[0]); err != nil {
 			t.Fatal(err)
 		}
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -240,7 +240,7 @@ func TestRetentionPlansUseTheTimestampIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	fx := newRetentionFixture(t, "pgx", "plan_")
-	for _, table := range []string{fx.n.inbox, fx.n.dead} {
+	for _, table := range []string{fx.n.Inbox, fx.n.Dead} {
 		if _, err := fx.db.ExecContext(ctx, `ANALYZE `+table); err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +291,7 @@ func TestRetentionPlansUseTheTimestampIndexes(t *testing.T) {
 		}
 	}
 	check("statistics of the empty table", cutoff+", 100")
-	for _, table := range []string{fx.n.inbox, fx.n.dead} {
+	for _, table := range []string{fx.n.Inbox, fx.n.Dead} {
 		if _, err := fx.db.ExecContext(ctx, `ANALYZE `+table); err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ func migrationSteps(n names) []Migration {
 	return []Migration{{
 		Version: 1,
 		Name:    "create outbox, dead-letter, lease and inbox tables",
-		SQL: `CREATE TABLE IF NOT EXISTS ` + n.outbox + ` (
+		SQL: `CREATE TABLE IF NOT EXISTS ` + n.Outbox + ` (
     id            uuid        PRIMARY KEY,
     message_type  text        NOT NULL,
     transport     text        NOT NULL,
@@ -44,19 +44,19 @@ func migrationSteps(n names) []Migration {
     trace_state   text,
     CHECK (lane IS NULL OR ordering_key IS NOT NULL)
 ) WITH (fillfactor = 50);
-CREATE INDEX IF NOT EXISTS ` + n.index("outbox_lane_pending_idx") + ` ON ` + n.outbox + ` (lane, id)
+CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_pending_idx") + ` ON ` + n.Outbox + ` (lane, id)
     WHERE lane IS NOT NULL AND parked_at IS NULL;
-CREATE INDEX IF NOT EXISTS ` + n.index("outbox_unordered_pending_idx") + ` ON ` + n.outbox + ` (id)
+CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_unordered_pending_idx") + ` ON ` + n.Outbox + ` (id)
     WHERE lane IS NULL AND parked_at IS NULL;
-CREATE INDEX IF NOT EXISTS ` + n.index("outbox_parked_idx") + ` ON ` + n.outbox + ` (lane, ordering_key)
+CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_parked_idx") + ` ON ` + n.Outbox + ` (lane, ordering_key)
     WHERE parked_at IS NOT NULL;
-ALTER TABLE ` + n.outbox + ` SET (
+ALTER TABLE ` + n.Outbox + ` SET (
     autovacuum_vacuum_scale_factor = 0.0,
     autovacuum_vacuum_threshold = 5000,
     autovacuum_analyze_scale_factor = 0.0,
     autovacuum_analyze_threshold = 5000
 );
-CREATE TABLE IF NOT EXISTS ` + n.dead + ` (
+CREATE TABLE IF NOT EXISTS ` + n.Dead + ` (
     id            uuid        PRIMARY KEY,
     message_type  text        NOT NULL,
     transport     text        NOT NULL,
@@ -74,21 +74,21 @@ CREATE TABLE IF NOT EXISTS ` + n.dead + ` (
     dead_at       timestamptz NOT NULL DEFAULT now(),
     reason        text        NOT NULL
 );
-CREATE INDEX IF NOT EXISTS ` + n.index("dead_dead_at_idx") + ` ON ` + n.dead + ` (dead_at);
-CREATE TABLE IF NOT EXISTS ` + n.leases + ` (
+CREATE INDEX IF NOT EXISTS ` + n.Index("dead_dead_at_idx") + ` ON ` + n.Dead + ` (dead_at);
+CREATE TABLE IF NOT EXISTS ` + n.Leases + ` (
     name        text        PRIMARY KEY,
     owner       text        NOT NULL,
     owner_token uuid        NOT NULL,
     acquired_at timestamptz NOT NULL DEFAULT now(),
     expires_at  timestamptz NOT NULL
 );
-CREATE TABLE IF NOT EXISTS ` + n.inbox + ` (
+CREATE TABLE IF NOT EXISTS ` + n.Inbox + ` (
     consumer    text        NOT NULL,
     message_id  uuid        NOT NULL,
     received_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, message_id)
 );
-CREATE INDEX IF NOT EXISTS ` + n.index("inbox_received_idx") + ` ON ` + n.inbox + ` (received_at);
+CREATE INDEX IF NOT EXISTS ` + n.Index("inbox_received_idx") + ` ON ` + n.Inbox + ` (received_at);
 `,
 	}, {
 		Version: 2,
@@ -99,11 +99,11 @@ CREATE INDEX IF NOT EXISTS ` + n.index("inbox_received_idx") + ` ON ` + n.inbox 
 		// holds the ordered rows that ever failed, so that lane reads test
 		// a key with one probe of a small index. Workers publish the
 		// destinations they have paused, for operators (see pauses.go).
-		SQL: `ALTER TABLE ` + n.outbox + ` ADD COLUMN IF NOT EXISTS retry_at timestamptz;
-CREATE INDEX IF NOT EXISTS ` + n.index("outbox_held_keys_idx") + ` ON ` + n.outbox + ` (lane, ordering_key)
+		SQL: `ALTER TABLE ` + n.Outbox + ` ADD COLUMN IF NOT EXISTS retry_at timestamptz;
+CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_held_keys_idx") + ` ON ` + n.Outbox + ` (lane, ordering_key)
     WHERE lane IS NOT NULL AND (parked_at IS NOT NULL OR retry_at IS NOT NULL);
-DROP INDEX IF EXISTS ` + n.schema + `.` + n.index("outbox_parked_idx") + `;
-CREATE TABLE IF NOT EXISTS ` + n.pauses + ` (
+DROP INDEX IF EXISTS ` + n.Schema + `.` + n.Index("outbox_parked_idx") + `;
+CREATE TABLE IF NOT EXISTS ` + n.Pauses + ` (
     owner_token uuid        NOT NULL,
     transport   text        NOT NULL,
     destination text        NOT NULL,
@@ -122,15 +122,15 @@ CREATE TABLE IF NOT EXISTS ` + n.pauses + ` (
 		// destination, so that consoles count them exactly on an outbox of
 		// any size. Rows that never failed are not in it: writes and claims
 		// do not touch it.
-		SQL: `CREATE INDEX IF NOT EXISTS ` + n.index("outbox_failed_idx") + ` ON ` + n.outbox + ` (transport, destination)
+		SQL: `CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_failed_idx") + ` ON ` + n.Outbox + ` (transport, destination)
     WHERE parked_at IS NOT NULL OR retry_at IS NOT NULL;
 `,
 	}}
 }
 
 func migrationsTableSQL(n names) string {
-	return `CREATE SCHEMA IF NOT EXISTS ` + n.schema + `;
-CREATE TABLE IF NOT EXISTS ` + n.migrations + ` (
+	return `CREATE SCHEMA IF NOT EXISTS ` + n.Schema + `;
+CREATE TABLE IF NOT EXISTS ` + n.Migrations + ` (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
@@ -140,7 +140,7 @@ CREATE TABLE IF NOT EXISTS ` + n.migrations + ` (
 
 func recordSQL(n names, m Migration) string {
 	return fmt.Sprintf("INSERT INTO %s (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;\n",
-		n.migrations, m.Version, strings.ReplaceAll(m.Name, "'", "''"))
+		n.Migrations, m.Version, strings.ReplaceAll(m.Name, "'", "''"))
 }
 
 // Migrations returns the versioned schema steps for opts, for migration tools that
@@ -210,7 +210,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts Options) (applied []int, err 
 		return nil, wrap(ctx, "migrate: create migrations table", err)
 	}
 	done := make(map[int]bool)
-	rows, err := tx.QueryContext(ctx, `SELECT version FROM `+n.migrations)
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM `+n.Migrations)
 	if err != nil {
 		return nil, wrap(ctx, "migrate: read versions", err)
 	}

@@ -28,7 +28,7 @@ func buildStatsQueries(n names) *statsQueries {
 	// A parked key is a (lane, ordering key) pair of ordered rows, the unit the
 	// lane scan skips; parked unordered rows are counted as rows only.
 	return &statsQueries{
-		deadByReason: `SELECT reason, count(*) FROM ` + n.dead + ` GROUP BY reason ORDER BY reason`,
+		deadByReason: `SELECT reason, count(*) FROM ` + n.Dead + ` GROUP BY reason ORDER BY reason`,
 		stats: `SELECT
     count(*) FILTER (WHERE ` + elig + `),
     count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1),
@@ -42,8 +42,8 @@ func buildStatsQueries(n names) *statsQueries {
     count(DISTINCT (lane, ordering_key)) FILTER (WHERE parked_at IS NOT NULL AND lane IS NOT NULL),
     min(created_at) FILTER (WHERE ` + elig + `),
     min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + `),
-    (SELECT count(*) FROM ` + n.dead + `)
-FROM ` + n.outbox,
+    (SELECT count(*) FROM ` + n.Dead + `)
+FROM ` + n.Outbox,
 	}
 }
 

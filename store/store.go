@@ -119,8 +119,8 @@ type Row struct {
 	// the database's clock); zero for a row that never failed. [Store.Restore]
 	// writes it back.
 	RetryAt time.Time
-	// Corrupt is set only by [Store.TakeNextUnordered], [Store.ReadLaneHead]
-	// and [Store.ReadLaneHeads], on a row whose stored headers could not be
+	// Corrupt is set only by [Store.TakeNextUnordered] and
+	// [Store.ReadLaneHeads], on a row whose stored headers could not be
 	// decoded (a *[RowError] matching [ErrCorruptRow]): its Headers are nil,
 	// and [Store.Restore] writes the stored bytes back unchanged. Other reads
 	// fail instead.

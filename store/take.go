@@ -78,27 +78,22 @@ func (s *Store) TakeIDs(ctx context.Context, dst []Taken, ids []uuid.UUID, now t
 	return dst, nil
 }
 
-// TakeNextUnordered deletes, in one statement, up to limit eligible unordered
-// rows with ids after the cursor, in id order, skipping rows locked by other
-// transactions, and returns them appended to dst[:0] in id order. Rows created
-// after createdBefore are left alone unless they were scheduled for later than
-// their creation: those are the rows direct dispatch is still expected to
-// send. A zero createdBefore means now. Like [Store.TakeIDs] it needs a store bound to a transaction.
-func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time) ([]Row, error) {
-	return s.TakeNextUnorderedExcept(ctx, dst, after, limit, now, createdBefore, nil)
-}
-
 // Endpoint is a (transport, destination) pair.
 type Endpoint struct {
 	Transport   string
 	Destination string
 }
 
-// TakeNextUnorderedExcept is [Store.TakeNextUnordered] passing over the rows
-// of the endpoints in skip, which stay in the table untouched: a worker skips
-// destinations it knows to be slow or down instead of taking their rows only
-// to write them back.
-func (s *Store) TakeNextUnorderedExcept(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time, skip []Endpoint) ([]Row, error) {
+// TakeNextUnordered deletes, in one statement, up to limit eligible unordered
+// rows with ids after the cursor, in id order, skipping rows locked by other
+// transactions, and returns them appended to dst[:0] in id order. Rows created
+// after createdBefore are left alone unless they were scheduled for later than
+// their creation: those are the rows direct dispatch is still expected to
+// send. A zero createdBefore means now. The rows of the endpoints in skip
+// stay in the table untouched: a worker skips destinations it knows to be
+// slow or down instead of taking their rows only to write them back. Like
+// [Store.TakeIDs] it needs a store bound to a transaction.
+func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time, skip []Endpoint) ([]Row, error) {
 	dst = dst[:0]
 	if _, ok := s.db.(*sql.Tx); !ok {
 		return dst, fmt.Errorf("%w: take next", ErrNeedsTransaction)

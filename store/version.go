@@ -144,9 +144,9 @@ type versionQueries struct {
 
 func buildVersionQueries(n names) *versionQueries {
 	// The table's name as to_regclass reads it: quoted parts, as n has them.
-	regclass := strings.ReplaceAll(n.migrations, `'`, `''`)
+	regclass := strings.ReplaceAll(n.Migrations, `'`, `''`)
 	versions := `SELECT coalesce(max(version), 0), count(*) FILTER (WHERE version BETWEEN 1 AND ` + strconv.Itoa(SchemaVersion) + `)
-FROM ` + n.migrations
+FROM ` + n.Migrations
 	// check raises an exception naming the versions found when the schema
 	// is outdated (and, strictly, when it is newer): the only answer a
 	// statement run through an ExecFunc gives is whether it failed.

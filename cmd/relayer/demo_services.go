@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relayer-go/relayer/internal/outboxtool"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
@@ -165,14 +167,10 @@ func (d *demo) prepareTables(ctx context.Context) error {
 	if _, err := store.Migrate(ctx, d.db, opts); err != nil {
 		return err
 	}
-	st, err := store.New(d.db, opts)
-	if err != nil {
-		return err
-	}
-	if err := st.Reset(ctx); err != nil {
+	if err := outboxtool.Reset(ctx, d.db, opts); err != nil {
 		return fmt.Errorf("prepare demo tables: %w", err)
 	}
-	_, err = d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.ordersTable()+` (
+	_, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.ordersTable()+` (
     id          text PRIMARY KEY,
     customer    text NOT NULL,
     total_cents bigint NOT NULL,

@@ -228,7 +228,7 @@ func (m *storeModel) take(rt *rapid.T) {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	rows, err := bound.TakeNextUnordered(m.ctx, nil, uuid.Nil, limit, m.now, m.now.Add(time.Millisecond))
+	rows, err := bound.TakeNextUnordered(m.ctx, nil, uuid.Nil, limit, m.now, m.now.Add(time.Millisecond), nil)
 	if err != nil {
 		rt.Fatal(err)
 	}

@@ -149,7 +149,7 @@ func TestReadLaneHeads(t *testing.T) {
 		}
 		var want []store.Row
 		for _, l := range all {
-			rows, err := b.store.ReadLaneHead(ctx, nil, l, 3)
+			rows, err := b.store.ReadLaneHeads(ctx, nil, []int{l}, 3)
 			if err != nil {
 				t.Fatal(err)
 			}

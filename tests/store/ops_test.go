@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayer-go/relayer/internal/outboxtool"
+
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
@@ -47,7 +49,7 @@ func TestOperatorReads(t *testing.T) {
 		if err := b.store.PublishPauses(ctx, token, "w", []store.Pause{{Transport: "t", Destination: "d", Since: time.Now(), NextProbe: time.Now()}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.store.Reset(ctx); err != nil {
+		if err := outboxtool.Reset(ctx, b.db, b.store.Options()); err != nil {
 			t.Fatal(err)
 		}
 		if leases, _ := b.store.LiveLeases(ctx); len(leases) != 0 {

@@ -156,7 +156,7 @@ func TestParkedKeysRetryAndSkip(t *testing.T) {
 			t.Errorf("ParkedKeys for another key: %+v", keys)
 		}
 		head := func() []uuid.UUID {
-			rows, err := b.store.ReadLaneHead(ctx, nil, lane, 10)
+			rows, err := b.store.ReadLaneHeads(ctx, nil, []int{lane}, 10)
 			if err != nil {
 				t.Fatal(err)
 			}

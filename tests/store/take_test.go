@@ -199,7 +199,7 @@ func TestTakeIDsSkipsRowsAnotherTransactionHolds(t *testing.T) {
 		if err != nil || !slices.Equal(takenIDs(got), sortedIDs(m3)) {
 			t.Fatalf("tx2 TakeIDs while tx1 holds m1, m2 = %v, %v; want only m3 %v", takenIDs(got), err, m3.ID)
 		}
-		rows, err := st2.TakeNextUnordered(ctx, nil, uuid.Nil, 10, now, time.Time{})
+		rows, err := st2.TakeNextUnordered(ctx, nil, uuid.Nil, 10, now, time.Time{}, nil)
 		if err != nil || !slices.Equal(ids(rows), sortedIDs(m4)) {
 			t.Fatalf("tx2 TakeNextUnordered = %v, %v; want only m4 %v", ids(rows), err, m4.ID)
 		}
@@ -256,7 +256,7 @@ func TestTakeNeedsATransaction(t *testing.T) {
 			if _, err := st.TakeIDs(ctx, nil, nil, b.t0); !errors.Is(err, store.ErrNeedsTransaction) {
 				t.Errorf("%s: TakeIDs of no ids = %v; want ErrNeedsTransaction", name, err)
 			}
-			rows, err := st.TakeNextUnordered(ctx, make([]store.Row, 1), uuid.Nil, 10, b.t0, time.Time{})
+			rows, err := st.TakeNextUnordered(ctx, make([]store.Row, 1), uuid.Nil, 10, b.t0, time.Time{}, nil)
 			if !errors.Is(err, store.ErrNeedsTransaction) || len(rows) != 0 {
 				t.Errorf("%s: TakeNextUnordered = %d rows, %v; want nothing and ErrNeedsTransaction", name, len(rows), err)
 			}
@@ -307,7 +307,7 @@ func TestTakeNextUnorderedPagesInIDOrder(t *testing.T) {
 		tx, st := b.begin(t, nil)
 		take := func(dst []store.Row, after uuid.UUID, limit int) []store.Row {
 			t.Helper()
-			rows, err := st.TakeNextUnordered(ctx, dst, after, limit, now, time.Time{})
+			rows, err := st.TakeNextUnordered(ctx, dst, after, limit, now, time.Time{}, nil)
 			if err != nil {
 				t.Fatalf("TakeNextUnordered(after %s, limit %d): %v", after, limit, err)
 			}
@@ -386,7 +386,7 @@ func TestTakeNextUnorderedCreatedBefore(t *testing.T) {
 			{"zero", time.Time{}, sortedIDs(old, atCutoff, fresh, freshNow, scheduled, scheduledAtCreation)},
 		} {
 			tx, st := b.begin(t, nil)
-			rows, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 100, now, c.createdBefore)
+			rows, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 100, now, c.createdBefore, nil)
 			if err != nil || !slices.Equal(ids(rows), c.want) {
 				t.Errorf("%s: TakeNextUnordered = %v, %v; want %v", c.name, ids(rows), err, c.want)
 			}
@@ -407,13 +407,13 @@ func TestTakeNextUnorderedRejectsNonpositiveLimit(t *testing.T) {
 		b.insert(t, b.unordered(t))
 		tx, st := b.begin(t, nil)
 		for _, limit := range []int{0, -1} {
-			rows, err := st.TakeNextUnordered(ctx, make([]store.Row, 1), uuid.Nil, limit, b.t0, time.Time{})
+			rows, err := st.TakeNextUnordered(ctx, make([]store.Row, 1), uuid.Nil, limit, b.t0, time.Time{}, nil)
 			if !errors.Is(err, store.ErrInvalidArgument) || len(rows) != 0 {
 				t.Errorf("limit %d: %d rows, %v; want ErrInvalidArgument", limit, len(rows), err)
 			}
 		}
 		// The transaction is still usable and nothing was taken.
-		rows, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 10, b.t0, time.Time{})
+		rows, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 10, b.t0, time.Time{}, nil)
 		if err != nil || len(rows) != 1 {
 			t.Errorf("valid take after the rejected ones = %d rows, %v; want 1", len(rows), err)
 		}
@@ -444,7 +444,7 @@ func TestRestoreWritesTakenRowsBack(t *testing.T) {
 		byID := map[uuid.UUID]relayer.Message{failed.ID: failed, unsent.ID: unsent, sent.ID: sent, long.ID: long}
 
 		tx, st := b.begin(t, nil)
-		taken, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 10, now, time.Time{})
+		taken, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 10, now, time.Time{}, nil)
 		if err != nil || len(taken) != 4 {
 			t.Fatalf("TakeNextUnordered = %d rows, %v; want 4", len(taken), err)
 		}
@@ -589,7 +589,7 @@ func TestTakeReturnsCorruptRowsForRestore(t *testing.T) {
 		before := b.outboxRows(t)
 
 		tx, st := b.begin(t, nil)
-		rows, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 10, b.t0, time.Time{})
+		rows, err := st.TakeNextUnordered(ctx, nil, uuid.Nil, 10, b.t0, time.Time{}, nil)
 		if err != nil || len(rows) != 2 {
 			t.Fatalf("TakeNextUnordered = %d rows, %v; want both", len(rows), err)
 		}
