@@ -36,10 +36,12 @@ type Writer struct {
 // NewWriter returns a Writer publishing through w.
 func NewWriter(w *enlist.Writer) *Writer { return &Writer{w: w} }
 
-// Tx is a *sqlx.Tx that can publish; commit it through Tx.
+// Tx is a *sqlx.Tx that can publish; commit it through Tx. The outbox side
+// is an [enlist.Tx] on the same *sql.Tx, so publishing, Commit and Rollback
+// mean exactly what they mean there.
 type Tx struct {
 	*sqlx.Tx
-	e *enlist.Enlistment
+	out *enlist.Tx
 }
 
 // Beginx starts a transaction on db, as [sqlx.DB.BeginTxx] does; ctx bounds the
@@ -58,9 +60,11 @@ func (w *Writer) Beginx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions) (
 // Wrap returns tx, a transaction the caller already began, ready for
 // publishing.
 func (w *Writer) Wrap(tx *sqlx.Tx) *Tx {
-	t := &Tx{Tx: tx, e: w.w.Enlist()}
-	enlist.ReportDropped(t, t.e)
-	return t
+	var sqlTx *sql.Tx
+	if tx != nil {
+		sqlTx = tx.Tx
+	}
+	return &Tx{Tx: tx, out: w.w.Wrap(sqlTx)}
 }
 
 // RunInTx runs fn in a transaction on db: committed when fn returns nil, rolled
@@ -80,25 +84,14 @@ func (t *Tx) Publish(ctx context.Context, msg any, opts ...relayer.Option) error
 
 // PublishAll writes several messages in the transaction in one round trip.
 func (t *Tx) PublishAll(ctx context.Context, msgs ...relayer.Outgoing) error {
-	if t == nil || t.Tx == nil || t.Tx.Tx == nil {
+	if t == nil {
 		return fmt.Errorf("%w: nil transaction", relayer.ErrNotInTransaction)
 	}
-	return t.e.Publish(ctx, t.Tx.Tx, msgs...)
+	return t.out.PublishAll(ctx, msgs...)
 }
 
 // Commit commits and then hands the published rows to the writer's listener.
-func (t *Tx) Commit() error {
-	if err := t.Tx.Commit(); err != nil {
-		t.e.RolledBack()
-		return err
-	}
-	t.e.Committed()
-	return nil
-}
+func (t *Tx) Commit() error { return t.out.Commit() }
 
 // Rollback rolls back; nothing is notified.
-func (t *Tx) Rollback() error {
-	err := t.Tx.Rollback()
-	t.e.RolledBack()
-	return err
-}
+func (t *Tx) Rollback() error { return t.out.Rollback() }
