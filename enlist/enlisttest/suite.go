@@ -110,6 +110,24 @@ func (e *env) order(n int) string {
 	return fmt.Sprintf(`INSERT INTO "%s".orders (id) VALUES (%d)`, e.schema, n)
 }
 
+// beginOrder begins a transaction through the entry point, inserts order 1
+// in it and publishes msgs in one call: a business write and its messages,
+// left open for the scenario to end.
+func (e *env) beginOrder(ctx context.Context, msgs ...relayer.Outgoing) Tx {
+	e.t.Helper()
+	tx, err := e.ep.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := tx.Exec(ctx, e.order(1)); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := tx.Publish(ctx, msgs...); err != nil {
+		e.t.Fatal(err)
+	}
+	return tx
+}
+
 // stored returns every outbox row, in id order.
 func (e *env) stored() []store.Row {
 	e.t.Helper()
@@ -188,16 +206,7 @@ var scenarios = []struct {
 
 func commitKeepsRowsAndNotifiesOnce(t *testing.T, e *env) {
 	ctx := context.Background()
-	tx, err := e.ep.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Exec(ctx, e.order(1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Publish(ctx, placed(1)); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.beginOrder(ctx, placed(1))
 	if err := tx.Publish(ctx, placed(2), relayer.NewOutgoing(Shipped{N: 3}, relayer.Key("c-1"))); err != nil {
 		t.Fatal(err)
 	}
@@ -224,17 +233,7 @@ func commitKeepsRowsAndNotifiesOnce(t *testing.T, e *env) {
 }
 
 func rollbackKeepsNothing(t *testing.T, e *env) {
-	ctx := context.Background()
-	tx, err := e.ep.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Exec(ctx, e.order(1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Publish(ctx, placed(1), placed(2)); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.beginOrder(context.Background(), placed(1), placed(2))
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
@@ -489,16 +488,7 @@ func concurrentTransactions(t *testing.T, e *env) {
 
 func cancelledBeforeCommit(t *testing.T, e *env) {
 	ctx, cancel := context.WithCancel(context.Background())
-	tx, err := e.ep.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Exec(ctx, e.order(1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Publish(ctx, placed(1)); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.beginOrder(ctx, placed(1))
 	cancel()
 	if err := tx.Commit(); err == nil {
 		t.Error("Commit after the transaction's context was cancelled succeeded")
