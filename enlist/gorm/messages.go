@@ -169,16 +169,8 @@ func pending(s MessageSource) MessageSource {
 // after writing its business rows would leave them to be committed without
 // their messages.
 func checkStatement(db *gorm.DB) {
-	if db.Error != nil || db.DryRun {
-		return
-	}
-	sources := pendingSources(db)
-	if len(sources) == 0 {
-		return
-	}
-	t := findTx(db.Statement.ConnPool)
+	t, sources := pendingInTx(db)
 	if t == nil {
-		db.AddError(fmt.Errorf("%T has pending messages: %w", sources[0], notInTransaction(db)))
 		return
 	}
 	if err := t.validate(db.Statement.Context, t.written.unwritten(sources).msgs); err != nil {
@@ -190,17 +182,8 @@ func checkStatement(db *gorm.DB) {
 // transaction has not written yet, in one round trip, once the statement and
 // its After hooks succeeded. The models keep them pending until the commit.
 func enlistPending(db *gorm.DB) {
-	if db.Error != nil || db.DryRun {
-		return
-	}
-	sources := pendingSources(db)
-	if len(sources) == 0 {
-		return
-	}
-	t := findTx(db.Statement.ConnPool)
+	t, sources := pendingInTx(db)
 	if t == nil {
-		// An After hook recorded the messages, past the check.
-		db.AddError(fmt.Errorf("%T has pending messages: %w", sources[0], notInTransaction(db)))
 		return
 	}
 	p := t.written.unwritten(sources)
@@ -212,6 +195,29 @@ func enlistPending(db *gorm.DB) {
 		return
 	}
 	t.written.wrote(p)
+}
+
+// pendingInTx returns the plugin transaction a statement runs in and its
+// models with pending messages, for the callbacks that check and write those
+// messages. The transaction is nil when there is nothing to do: the statement
+// failed or is a dry run, no model has pending messages, or it runs outside a
+// plugin transaction, which is an error added to db (checkStatement refuses
+// such a statement; enlistPending still meets one when an After hook
+// recorded the messages, past the check).
+func pendingInTx(db *gorm.DB) (*txConn, []MessageSource) {
+	if db.Error != nil || db.DryRun {
+		return nil, nil
+	}
+	sources := pendingSources(db)
+	if len(sources) == 0 {
+		return nil, nil
+	}
+	t := findTx(db.Statement.ConnPool)
+	if t == nil {
+		db.AddError(fmt.Errorf("%T has pending messages: %w", sources[0], notInTransaction(db)))
+		return nil, nil
+	}
+	return t, sources
 }
 
 // trackSavepoint follows the savepoints of the statement's transaction, after
