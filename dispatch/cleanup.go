@@ -61,38 +61,24 @@ type CleanupOptions struct {
 	Logger *slog.Logger
 }
 
-// load reads the options' keys from l (see [LoadRunnerOptions]).
-func (o *CleanupOptions) load(l *loader) {
-	l.duration("InboxRetention", &o.InboxRetention)
-	l.duration("DeadRetention", &o.DeadRetention)
-	l.int("BatchSize", &o.BatchSize)
-	l.duration("Interval", &o.Interval)
-	l.duration("LeaseDuration", &o.LeaseDuration)
+// options lists the fields that have a key, a range or a default.
+func (o *CleanupOptions) options() []option {
+	return []option{
+		durationOption("InboxRetention", &o.InboxRetention, CleanupRetentionMin, 0, cleanupInboxRetentionDefault),
+		durationOption("DeadRetention", &o.DeadRetention, CleanupRetentionMin, 0, cleanupDeadRetentionDefault),
+		intOption("BatchSize", &o.BatchSize, 1, BatchSizeMax, cleanupBatchSizeDefault),
+		durationOption("Interval", &o.Interval, 1, 0, cleanupIntervalDefault),
+		durationOption("LeaseDuration", &o.LeaseDuration, 10*time.Millisecond, 0, cleanupLeaseDurationDefault),
+		stringOption("Owner", &o.Owner),
+	}
 }
 
-// Validate reports the first field out of range.
-func (o CleanupOptions) Validate() error {
-	switch {
-	case o.InboxRetention < 0 || o.InboxRetention > 0 && o.InboxRetention < CleanupRetentionMin:
-		return fmt.Errorf("%w: InboxRetention must be at least %s, got %s", ErrInvalidOptions, CleanupRetentionMin, o.InboxRetention)
-	case o.DeadRetention < 0 || o.DeadRetention > 0 && o.DeadRetention < CleanupRetentionMin:
-		return fmt.Errorf("%w: DeadRetention must be at least %s, got %s", ErrInvalidOptions, CleanupRetentionMin, o.DeadRetention)
-	case o.BatchSize < 0 || o.BatchSize > BatchSizeMax:
-		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
-	case o.Interval < 0:
-		return fmt.Errorf("%w: Interval must be positive, got %s", ErrInvalidOptions, o.Interval)
-	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < 10*time.Millisecond:
-		return fmt.Errorf("%w: LeaseDuration must be at least 10ms, got %s", ErrInvalidOptions, o.LeaseDuration)
-	}
-	return nil
-}
+// Validate reports the first field out of range. Zero fields are valid: they
+// mean the default.
+func (o CleanupOptions) Validate() error { return checkOptions(o.options()) }
 
 func (o CleanupOptions) withDefaults() CleanupOptions {
-	setDefault(&o.InboxRetention, cleanupInboxRetentionDefault)
-	setDefault(&o.DeadRetention, cleanupDeadRetentionDefault)
-	setDefault(&o.BatchSize, cleanupBatchSizeDefault)
-	setDefault(&o.Interval, cleanupIntervalDefault)
-	setDefault(&o.LeaseDuration, cleanupLeaseDurationDefault)
+	defaultOptions(o.options())
 	o.Owner = ownerOrDefault(o.Owner)
 	setDefault(&o.Logger, slog.Default())
 	return o

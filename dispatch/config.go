@@ -86,10 +86,10 @@ func LoadRunnerOptions(src Source) (RunnerOptions, error) {
 	l.bool("RefuseNewerSchema", &o.RefuseNewerSchema)
 	l.int("OrderedWorkers", &o.OrderedWorkers)
 	l.int("PoolHeadroom", &o.PoolHeadroom)
-	l.section("Direct.", o.Direct.load)
-	l.section("Recovery.", o.Recovery.load)
-	l.section("Ordered.", o.Ordered.load)
-	l.section("Cleanup.", o.Cleanup.load)
+	l.section("Direct.", o.Direct.options())
+	l.section("Recovery.", o.Recovery.options())
+	l.section("Ordered.", o.Ordered.options())
+	l.section("Cleanup.", o.Cleanup.options())
 	if l.err != nil {
 		return RunnerOptions{}, l.err
 	}
@@ -103,10 +103,10 @@ type loader struct {
 	err    error
 }
 
-// section reads a section's keys, each prefixed with prefix.
-func (l *loader) section(prefix string, read func(*loader)) {
+// section reads a section's options, each key prefixed with prefix.
+func (l *loader) section(prefix string, opts []option) {
 	l.prefix = prefix
-	read(l)
+	loadOptions(l, opts)
 	l.prefix = ""
 }
 

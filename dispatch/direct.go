@@ -62,37 +62,22 @@ type DirectOptions struct {
 	Logger *slog.Logger
 }
 
-// load reads the options' keys from l (see [LoadRunnerOptions]).
-func (o *DirectOptions) load(l *loader) {
-	l.int("QueueCapacity", &o.QueueCapacity)
-	l.int("BatchSize", &o.BatchSize)
-	l.duration("ClaimDuration", &o.ClaimDuration)
-	l.int("Workers", &o.Workers)
+// options lists the fields that have a key, a range and a default.
+func (o *DirectOptions) options() []option {
+	return []option{
+		intOption("QueueCapacity", &o.QueueCapacity, 1, 0, queueCapacityDefault),
+		intOption("BatchSize", &o.BatchSize, 1, BatchSizeMax, batchSizeDefault),
+		durationOption("ClaimDuration", &o.ClaimDuration, time.Millisecond, 0, claimDurationDefault),
+		intOption("Workers", &o.Workers, 1, DirectWorkersMax, directWorkersDefault),
+	}
 }
 
 // Validate reports the first field out of range. Zero fields are valid: they
 // mean the default.
-func (o DirectOptions) Validate() error {
-	switch {
-	case o.QueueCapacity < 0:
-		return fmt.Errorf("%w: QueueCapacity must be positive, got %d", ErrInvalidOptions, o.QueueCapacity)
-	case o.BatchSize < 0 || o.BatchSize > BatchSizeMax:
-		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
-	case o.ClaimDuration < 0:
-		return fmt.Errorf("%w: ClaimDuration must be positive, got %s", ErrInvalidOptions, o.ClaimDuration)
-	case o.ClaimDuration > 0 && o.ClaimDuration < time.Millisecond:
-		return fmt.Errorf("%w: ClaimDuration must be at least 1ms, got %s", ErrInvalidOptions, o.ClaimDuration)
-	case o.Workers < 0 || o.Workers > DirectWorkersMax:
-		return fmt.Errorf("%w: Workers must be 1 to %d, got %d", ErrInvalidOptions, DirectWorkersMax, o.Workers)
-	}
-	return nil
-}
+func (o DirectOptions) Validate() error { return checkOptions(o.options()) }
 
 func (o DirectOptions) withDefaults() DirectOptions {
-	setDefault(&o.QueueCapacity, queueCapacityDefault)
-	setDefault(&o.BatchSize, batchSizeDefault)
-	setDefault(&o.ClaimDuration, claimDurationDefault)
-	setDefault(&o.Workers, directWorkersDefault)
+	defaultOptions(o.options())
 	setDefault(&o.Logger, slog.Default())
 	return o
 }

@@ -88,10 +88,10 @@ func SetGenericTakePlans(on bool) bool {
 }
 
 // loadSection reads one worker's options alone, keys unprefixed.
-func loadSection[T interface{ Validate() error }](src Source, read func(*T, *loader)) (T, error) {
+func loadSection[T interface{ Validate() error }](src Source, options func(*T) []option) (T, error) {
 	var o T
 	l := &loader{src: src}
-	read(&o, l)
+	loadOptions(l, options(&o))
 	if l.err != nil {
 		var zero T
 		return zero, l.err
@@ -101,17 +101,17 @@ func loadSection[T interface{ Validate() error }](src Source, read func(*T, *loa
 
 // LoadDirectOptions reads direct dispatch's keys, unprefixed.
 func LoadDirectOptions(src Source) (DirectOptions, error) {
-	return loadSection(src, (*DirectOptions).load)
+	return loadSection(src, (*DirectOptions).options)
 }
 
 // LoadRecoveryOptions reads recovery's keys, unprefixed.
 func LoadRecoveryOptions(src Source) (RecoveryOptions, error) {
-	return loadSection(src, (*RecoveryOptions).load)
+	return loadSection(src, (*RecoveryOptions).options)
 }
 
 // LoadCleanupOptions reads cleanup's keys, unprefixed.
 func LoadCleanupOptions(src Source) (CleanupOptions, error) {
-	return loadSection(src, (*CleanupOptions).load)
+	return loadSection(src, (*CleanupOptions).options)
 }
 
 // RecoveryWorker returns the runner's recovery worker, to tell whether a

@@ -56,41 +56,38 @@ type OrderedOptions struct {
 	Logger *slog.Logger
 }
 
-// load reads the options' keys from l (see [LoadRunnerOptions]).
-func (o *OrderedOptions) load(l *loader) {
-	l.duration("LeaseDuration", &o.LeaseDuration)
-	l.duration("PollInterval", &o.PollInterval)
-	l.int("BatchSize", &o.BatchSize)
-	l.int("Concurrency", &o.Concurrency)
-	l.string("Name", &o.Name)
+// options lists the fields that have a key, a range or a default; the
+// poll interval's default and bound depend on the lease (see Validate and
+// withDefaults).
+func (o *OrderedOptions) options() []option {
+	return []option{
+		durationOption("LeaseDuration", &o.LeaseDuration, LaneLeaseDurationMin, LaneLeaseDurationMax, laneLeaseDurationDefault),
+		durationOption("PollInterval", &o.PollInterval, 1, 0, 0),
+		intOption("BatchSize", &o.BatchSize, 1, BatchSizeMax, batchSizeDefault),
+		intOption("Concurrency", &o.Concurrency, 1, OrderedConcurrencyMax, orderedConcurrencyDefault),
+		stringOption("Name", &o.Name),
+	}
 }
 
 // Validate reports the first field out of range, defaults applied.
 func (o OrderedOptions) Validate() error {
-	d := o.withDefaults()
-	switch {
-	case d.LeaseDuration < LaneLeaseDurationMin || d.LeaseDuration > LaneLeaseDurationMax:
-		return fmt.Errorf("%w: LeaseDuration must be %s to %s, got %s", ErrInvalidOptions, LaneLeaseDurationMin, LaneLeaseDurationMax, o.LeaseDuration)
-	case d.PollInterval <= 0 || d.PollInterval >= d.LeaseDuration/3:
-		return fmt.Errorf("%w: PollInterval must be positive and less than a third of LeaseDuration (%s), got %s", ErrInvalidOptions, d.LeaseDuration, d.PollInterval)
-	case d.BatchSize < 1 || d.BatchSize > BatchSizeMax:
-		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
-	case d.Concurrency < 1 || d.Concurrency > OrderedConcurrencyMax:
-		return fmt.Errorf("%w: Concurrency must be 1 to %d, got %d", ErrInvalidOptions, OrderedConcurrencyMax, o.Concurrency)
+	if err := checkOptions(o.options()); err != nil {
+		return err
+	}
+	if d := o.withDefaults(); d.PollInterval >= d.LeaseDuration/3 {
+		return fmt.Errorf("%w: PollInterval must be less than a third of LeaseDuration (%s), got %s", ErrInvalidOptions, d.LeaseDuration, d.PollInterval)
 	}
 	return nil
 }
 
 func (o OrderedOptions) withDefaults() OrderedOptions {
-	setDefault(&o.LeaseDuration, laneLeaseDurationDefault)
+	defaultOptions(o.options())
 	if o.PollInterval == 0 {
 		o.PollInterval = orderedPollDefault
 		if o.PollInterval >= o.LeaseDuration/3 {
 			o.PollInterval = o.LeaseDuration / 4
 		}
 	}
-	setDefault(&o.BatchSize, batchSizeDefault)
-	setDefault(&o.Concurrency, orderedConcurrencyDefault)
 	o.Name = ownerOrDefault(o.Name)
 	setDefault(&o.Logger, slog.Default())
 	return o

@@ -59,11 +59,11 @@ func TestOrderedOptionsValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v", ok, err)
 		}
 	}
-	o, err := loadSection(MapSource(map[string]string{"Concurrency": "3", "LeaseDuration": "10s", "PollInterval": "500ms", "BatchSize": "50"}), (*OrderedOptions).load)
+	o, err := loadSection(MapSource(map[string]string{"Concurrency": "3", "LeaseDuration": "10s", "PollInterval": "500ms", "BatchSize": "50"}), (*OrderedOptions).options)
 	if err != nil || o.Concurrency != 3 || o.LeaseDuration != 10*time.Second || o.PollInterval != 500*time.Millisecond || o.BatchSize != 50 {
 		t.Errorf("LoadOrderedOptions = %+v, %v", o, err)
 	}
-	if _, err := loadSection(MapSource(map[string]string{"PollInterval": "20s"}), (*OrderedOptions).load); err == nil || !strings.Contains(err.Error(), "PollInterval") {
+	if _, err := loadSection(MapSource(map[string]string{"PollInterval": "20s"}), (*OrderedOptions).options); err == nil || !strings.Contains(err.Error(), "PollInterval") {
 		t.Errorf("a poll interval over a third of the default lease: %v", err)
 	}
 }

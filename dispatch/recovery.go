@@ -71,43 +71,25 @@ type RecoveryOptions struct {
 	Logger *slog.Logger
 }
 
-// load reads the options' keys from l (see [LoadRunnerOptions]).
-func (o *RecoveryOptions) load(l *loader) {
-	l.int("BatchSize", &o.BatchSize)
-	l.duration("PollInterval", &o.PollInterval)
-	l.duration("ClaimDuration", &o.ClaimDuration)
-	l.duration("LeaseDuration", &o.LeaseDuration)
-	l.int("Workers", &o.Workers)
-	l.duration("MinAge", &o.MinAge)
-	l.string("Owner", &o.Owner)
+// options lists the fields that have a key, a range or a default.
+func (o *RecoveryOptions) options() []option {
+	return []option{
+		intOption("BatchSize", &o.BatchSize, 1, BatchSizeMax, recoveryBatchSizeDefault),
+		durationOption("PollInterval", &o.PollInterval, 1, 0, recoveryPollIntervalDefault),
+		durationOption("ClaimDuration", &o.ClaimDuration, time.Millisecond, 0, claimDurationDefault),
+		durationOption("LeaseDuration", &o.LeaseDuration, 10*time.Millisecond, 0, recoveryLeaseDurationDefault),
+		intOption("Workers", &o.Workers, 1, RecoveryWorkersMax, recoveryWorkersDefault),
+		durationOption("MinAge", &o.MinAge, 1, 0, recoveryMinAgeDefault),
+		stringOption("Owner", &o.Owner),
+	}
 }
 
-// Validate reports the first field out of range.
-func (o RecoveryOptions) Validate() error {
-	switch {
-	case o.BatchSize < 0 || o.BatchSize > BatchSizeMax:
-		return fmt.Errorf("%w: BatchSize must be 1 to %d, got %d", ErrInvalidOptions, BatchSizeMax, o.BatchSize)
-	case o.PollInterval < 0:
-		return fmt.Errorf("%w: PollInterval must be positive, got %s", ErrInvalidOptions, o.PollInterval)
-	case o.ClaimDuration < 0 || o.ClaimDuration > 0 && o.ClaimDuration < time.Millisecond:
-		return fmt.Errorf("%w: ClaimDuration must be at least 1ms, got %s", ErrInvalidOptions, o.ClaimDuration)
-	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < 10*time.Millisecond:
-		return fmt.Errorf("%w: LeaseDuration must be at least 10ms, got %s", ErrInvalidOptions, o.LeaseDuration)
-	case o.MinAge < 0:
-		return fmt.Errorf("%w: MinAge must not be negative, got %s", ErrInvalidOptions, o.MinAge)
-	case o.Workers < 0 || o.Workers > RecoveryWorkersMax:
-		return fmt.Errorf("%w: Workers must be 1 to %d, got %d", ErrInvalidOptions, RecoveryWorkersMax, o.Workers)
-	}
-	return nil
-}
+// Validate reports the first field out of range. Zero fields are valid: they
+// mean the default.
+func (o RecoveryOptions) Validate() error { return checkOptions(o.options()) }
 
 func (o RecoveryOptions) withDefaults() RecoveryOptions {
-	setDefault(&o.BatchSize, recoveryBatchSizeDefault)
-	setDefault(&o.PollInterval, recoveryPollIntervalDefault)
-	setDefault(&o.ClaimDuration, claimDurationDefault)
-	setDefault(&o.LeaseDuration, recoveryLeaseDurationDefault)
-	setDefault(&o.Workers, recoveryWorkersDefault)
-	setDefault(&o.MinAge, recoveryMinAgeDefault)
+	defaultOptions(o.options())
 	o.Owner = ownerOrDefault(o.Owner)
 	setDefault(&o.Logger, slog.Default())
 	return o

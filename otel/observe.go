@@ -3,6 +3,7 @@ package relayerotel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -174,7 +175,7 @@ type CleanupWorker interface {
 
 // ObserveRunner registers the counters of [ObserveWorker] for each kind of
 // worker the runner runs, with relayer.worker = "direct", "recovery" or
-// "ordered" (the sum of its ordered workers), and those of
+// "ordered-1" to "ordered-n" (one per ordered worker), and those of
 // [ObserveCleanup] with relayer.worker = "cleanup". The kinds are those the
 // runner was made with (RunnerOptions turns kinds off); the counters are
 // read from [dispatch.Runner.Stats] at each collection.
@@ -191,14 +192,17 @@ func ObserveRunner(meter metric.Meter, r *dispatch.Runner) (metric.Registration,
 		regs.regs = append(regs.regs, reg)
 		return nil
 	}
-	kinds := []struct {
+	type kind struct {
 		name string
 		on   bool
 		read func(dispatch.RunnerStats) dispatch.Stats
-	}{
+	}
+	kinds := []kind{
 		{"direct", s.Direct != nil, func(s dispatch.RunnerStats) dispatch.Stats { return deref(s.Direct) }},
 		{"recovery", s.Recovery != nil, func(s dispatch.RunnerStats) dispatch.Stats { return deref(s.Recovery) }},
-		{"ordered", len(s.Ordered) > 0, sumOrdered},
+	}
+	for i := range s.Ordered {
+		kinds = append(kinds, kind{fmt.Sprintf("ordered-%d", i+1), true, func(s dispatch.RunnerStats) dispatch.Stats { return s.Ordered[i].Stats }})
 	}
 	for _, k := range kinds {
 		if !k.on {
@@ -225,26 +229,6 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-// sumOrdered adds up the counters of a runner's ordered workers.
-func sumOrdered(s dispatch.RunnerStats) dispatch.Stats {
-	var t dispatch.Stats
-	for _, o := range s.Ordered {
-		w := o.Stats
-		t.Sent += w.Sent
-		t.Deleted += w.Deleted
-		t.Failed += w.Failed
-		t.Expired += w.Expired
-		t.SkippedGroups += w.SkippedGroups
-		t.CompletionFailures += w.CompletionFailures
-		t.LeftForRecovery += w.LeftForRecovery
-		t.Scans += w.Scans
-		t.CorruptRows += w.CorruptRows
-		t.DeadLettered += w.DeadLettered
-		t.Parked += w.Parked
-		t.Probes += w.Probes
-	}
-	return t
-}
 
 // registrations unregisters several callbacks as one.
 type registrations struct {

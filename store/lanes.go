@@ -65,23 +65,9 @@ func (s *Store) ProbeLanes(ctx context.Context, lanes []int, token uuid.UUID) ([
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.laneProbe, intArray(lanes), token)
-	if err != nil {
-		return nil, wrap(ctx, "probe lanes", err)
-	}
-	defer rows.Close()
-	var ready []int
-	for rows.Next() {
-		var l int
-		if err := rows.Scan(&l); err != nil {
-			return nil, wrap(ctx, "probe lanes", err)
-		}
-		ready = append(ready, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap(ctx, "probe lanes", err)
-	}
-	return ready, nil
+	return queryRows(ctx, s.db, "probe lanes", s.q.laneProbe, []any{intArray(lanes), token}, func(rows *sql.Rows, l *int) error {
+		return rows.Scan(l)
+	})
 }
 
 // ReadLaneHeads appends to dst[:0], in one statement, the first limit rows
@@ -176,20 +162,9 @@ func (s *Store) Heartbeat(ctx context.Context, member Lease, d time.Duration) ([
 	if _, err := s.db.ExecContext(ctx, s.q.pruneMembers); err != nil {
 		return nil, wrap(ctx, "prune members", err)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.liveMembers)
-	if err != nil {
-		return nil, wrap(ctx, "live members", err)
-	}
-	defer rows.Close()
-	var members []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return nil, wrap(ctx, "live members", err)
-		}
-		members = append(members, name)
-	}
-	return members, wrap(ctx, "live members", rows.Err())
+	return queryRows(ctx, s.db, "live members", s.q.liveMembers, nil, func(rows *sql.Rows, name *string) error {
+		return rows.Scan(name)
+	})
 }
 
 // RowsBeyondLanes counts, up to 10,000, the pending rows whose lane is lanes

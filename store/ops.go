@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,19 +22,9 @@ type LeaseRow struct {
 
 // LiveLeases returns the leases that have not expired, by name.
 func (s *Store) LiveLeases(ctx context.Context) ([]LeaseRow, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.listLeases)
-	if err != nil {
-		return nil, wrap(ctx, "live leases", err)
-	}
-	defer rows.Close()
-	var out []LeaseRow
-	for rows.Next() {
-		var l LeaseRow
-		if err := rows.Scan(&l.Name, &l.Owner, &l.Token, &l.ExpiresAt); err != nil {
-			return nil, wrap(ctx, "live leases", err)
-		}
+	return queryRows(ctx, s.db, "live leases", s.q.listLeases, nil, func(rows *sql.Rows, l *LeaseRow) error {
+		err := rows.Scan(&l.Name, &l.Owner, &l.Token, &l.ExpiresAt)
 		l.ExpiresAt = l.ExpiresAt.UTC()
-		out = append(out, l)
-	}
-	return out, wrap(ctx, "live leases", rows.Err())
+		return err
+	})
 }

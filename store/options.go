@@ -46,23 +46,25 @@ var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // Validate reports the first invalid field. The rules admit only plain lowercase
 // identifiers, so a schema or prefix can never carry SQL of its own.
 func (o Options) Validate() error {
-	if o.Schema != "" {
-		switch {
-		case len(o.Schema) > SchemaMaxLen:
-			return fmt.Errorf("%w: Schema %q is longer than %d bytes", ErrInvalidOptions, o.Schema, SchemaMaxLen)
-		case !identifier.MatchString(o.Schema):
-			return fmt.Errorf("%w: Schema %q must match [a-z_][a-z0-9_]*", ErrInvalidOptions, o.Schema)
-		case strings.HasPrefix(o.Schema, "pg_"):
-			return fmt.Errorf("%w: Schema %q: names starting with pg_ are reserved by PostgreSQL", ErrInvalidOptions, o.Schema)
-		}
+	if err := checkIdentifier("Schema", o.Schema, SchemaMaxLen); err != nil {
+		return err
 	}
-	if o.TablePrefix != "" {
-		switch {
-		case len(o.TablePrefix) > TablePrefixMaxLen:
-			return fmt.Errorf("%w: TablePrefix %q is longer than %d bytes", ErrInvalidOptions, o.TablePrefix, TablePrefixMaxLen)
-		case !identifier.MatchString(o.TablePrefix):
-			return fmt.Errorf("%w: TablePrefix %q must match [a-z_][a-z0-9_]*", ErrInvalidOptions, o.TablePrefix)
-		}
+	if strings.HasPrefix(o.Schema, "pg_") {
+		return fmt.Errorf("%w: Schema %q: names starting with pg_ are reserved by PostgreSQL", ErrInvalidOptions, o.Schema)
+	}
+	return checkIdentifier("TablePrefix", o.TablePrefix, TablePrefixMaxLen)
+}
+
+// checkIdentifier refuses a value of field (empty is valid: the default) that
+// is longer than maxLen or not a plain lowercase identifier.
+func checkIdentifier(field, value string, maxLen int) error {
+	switch {
+	case value == "":
+		return nil
+	case len(value) > maxLen:
+		return fmt.Errorf("%w: %s %q is longer than %d bytes", ErrInvalidOptions, field, value, maxLen)
+	case !identifier.MatchString(value):
+		return fmt.Errorf("%w: %s %q must match [a-z_][a-z0-9_]*", ErrInvalidOptions, field, value)
 	}
 	return nil
 }

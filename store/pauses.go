@@ -99,20 +99,9 @@ func (s *Store) ClearPauses(ctx context.Context, token uuid.UUID) error {
 // Pauses returns the pauses published and refreshed within PauseStaleAfter,
 // by transport, destination and owner.
 func (s *Store) Pauses(ctx context.Context) ([]Pause, error) {
-	const op = "pauses"
-	rows, err := s.db.QueryContext(ctx, s.pq.list, PauseStaleAfter.Microseconds())
-	if err != nil {
-		return nil, wrap(ctx, op, err)
-	}
-	defer rows.Close()
-	var out []Pause
-	for rows.Next() {
-		var p Pause
-		if err := rows.Scan(&p.Transport, &p.Destination, &p.Owner, &p.Since, &p.NextProbe, &p.LastError); err != nil {
-			return nil, wrap(ctx, op, err)
-		}
+	return queryRows(ctx, s.db, "pauses", s.pq.list, []any{PauseStaleAfter.Microseconds()}, func(rows *sql.Rows, p *Pause) error {
+		err := rows.Scan(&p.Transport, &p.Destination, &p.Owner, &p.Since, &p.NextProbe, &p.LastError)
 		p.Since, p.NextProbe = p.Since.UTC(), p.NextProbe.UTC()
-		out = append(out, p)
-	}
-	return out, wrap(ctx, op, rows.Err())
+		return err
+	})
 }

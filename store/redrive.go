@@ -183,30 +183,15 @@ func (f ParkedFilter) args() ([]any, error) {
 // DeadLetters returns up to limit dead letters matching f, newest first, with
 // their content.
 func (s *Store) DeadLetters(ctx context.Context, f DeadFilter, limit int) ([]DeadLetter, error) {
-	const op = "dead letters"
 	args, err := f.args()
 	if err != nil {
 		return nil, err
 	}
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
-	}
-	rows, err := s.db.QueryContext(ctx, s.rdq.listDead, append(args, limit)...)
-	if err != nil {
-		return nil, wrap(ctx, op, err)
-	}
-	defer rows.Close()
-	var out []DeadLetter
-	var sc rowScratch
-	for rows.Next() {
-		var d DeadLetter
-		if err := sc.scanKeepingCorrupt(rows, &d.Row, &d.Reason, &d.DeadAt); err != nil {
-			return nil, wrap(ctx, op, err)
-		}
+	return list(ctx, s.db, "dead letters", s.rdq.listDead, args, limit, func(sc *rowScratch, rows *sql.Rows, d *DeadLetter) error {
+		err := sc.scanKeepingCorrupt(rows, &d.Row, &d.Reason, &d.DeadAt)
 		d.DeadAt = d.DeadAt.UTC()
-		out = append(out, d)
-	}
-	return out, wrap(ctx, op, rows.Err())
+		return err
+	})
 }
 
 // RequeueDead moves the dead letters matching f back into the outbox, with
@@ -251,23 +236,38 @@ func (s *Store) parked(ctx context.Context, op, query string, f ParkedFilter, li
 	if err != nil {
 		return nil, err
 	}
+	return list(ctx, s.db, op, query, args, limit, func(sc *rowScratch, rows *sql.Rows, p *ParkedKey) error {
+		err := sc.scanKeepingCorrupt(rows, &p.Head, &p.ParkedAt, &p.Waiting)
+		p.ParkedAt = p.ParkedAt.UTC()
+		return err
+	})
+}
+
+// list runs an operator's listing query with its filter's args and limit
+// (which must be positive), and scans each row it returns with scan.
+func list[T any](ctx context.Context, db DBTX, op, query string, args []any, limit int, scan func(*rowScratch, *sql.Rows, *T) error) ([]T, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
 	}
-	rows, err := s.db.QueryContext(ctx, query, append(args, limit)...)
+	var sc rowScratch
+	return queryRows(ctx, db, op, query, append(args, limit), func(rows *sql.Rows, v *T) error { return scan(&sc, rows, v) })
+}
+
+// queryRows runs query and scans each row it returns into a new T with
+// scan; errors are wrapped with op.
+func queryRows[T any](ctx context.Context, db DBTX, op, query string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, wrap(ctx, op, err)
 	}
 	defer rows.Close()
-	var out []ParkedKey
-	var sc rowScratch
+	var out []T
 	for rows.Next() {
-		var p ParkedKey
-		if err := sc.scanKeepingCorrupt(rows, &p.Head, &p.ParkedAt, &p.Waiting); err != nil {
+		var v T
+		if err := scan(rows, &v); err != nil {
 			return nil, wrap(ctx, op, err)
 		}
-		p.ParkedAt = p.ParkedAt.UTC()
-		out = append(out, p)
+		out = append(out, v)
 	}
 	return out, wrap(ctx, op, rows.Err())
 }

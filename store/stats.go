@@ -133,20 +133,19 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 // DeadByReason counts the dead letters by the reason they left delivery (a
 // Reason* constant, or what an older writer stored).
 func (s *Store) DeadByReason(ctx context.Context) (map[string]int64, error) {
-	const op = "dead letters by reason"
-	rows, err := s.db.QueryContext(ctx, s.sq.deadByReason)
+	type count struct {
+		reason string
+		n      int64
+	}
+	counts, err := queryRows(ctx, s.db, "dead letters by reason", s.sq.deadByReason, nil, func(rows *sql.Rows, c *count) error {
+		return rows.Scan(&c.reason, &c.n)
+	})
 	if err != nil {
-		return nil, wrap(ctx, op, err)
+		return nil, err
 	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var reason string
-		var n int64
-		if err := rows.Scan(&reason, &n); err != nil {
-			return nil, wrap(ctx, op, err)
-		}
-		out[reason] = n
+	out := make(map[string]int64, len(counts))
+	for _, c := range counts {
+		out[c.reason] = c.n
 	}
-	return out, wrap(ctx, op, rows.Err())
+	return out, nil
 }

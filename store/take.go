@@ -94,12 +94,8 @@ type Endpoint struct {
 // slow or down instead of taking their rows only to write them back. Like
 // [Store.TakeIDs] it needs a store bound to a transaction.
 func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time, skip []Endpoint) ([]Row, error) {
-	dst = dst[:0]
-	if _, ok := s.db.(*sql.Tx); !ok {
-		return dst, fmt.Errorf("%w: take next", ErrNeedsTransaction)
-	}
-	if limit <= 0 {
-		return dst, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	if err := s.checkTake("take next", limit); err != nil {
+		return dst[:0], err
 	}
 	now = pgTime(now)
 	if createdBefore.IsZero() {
@@ -110,16 +106,7 @@ func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUI
 		skipT.text(e.Transport, false)
 		skipD.text(e.Destination, false)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.takeNext, after, limit, now, pgTime(createdBefore), skipT.String(), skipD.String())
-	if err != nil {
-		return dst, wrap(ctx, "take next", err)
-	}
-	dst, err = scanRowsKeepingCorrupt(ctx, "take next", rows, dst, true)
-	if err != nil {
-		return dst, err
-	}
-	sortByID(dst)
-	return dst, nil
+	return s.takeRows(ctx, "take next", dst, s.q.takeNext, after, limit, now, pgTime(createdBefore), skipT.String(), skipD.String())
 }
 
 // TakeNextUnorderedTo deletes, in one statement, up to limit eligible
@@ -128,18 +115,33 @@ func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUI
 // It is how a worker takes the row it probes a paused destination with. Like
 // [Store.TakeIDs] it needs a store bound to a transaction.
 func (s *Store) TakeNextUnorderedTo(ctx context.Context, dst []Row, e Endpoint, limit int, now time.Time) ([]Row, error) {
-	dst = dst[:0]
+	const op = "take next to endpoint"
+	if err := s.checkTake(op, limit); err != nil {
+		return dst[:0], err
+	}
+	return s.takeRows(ctx, op, dst, s.q.takeNextTo, e.Transport, e.Destination, limit, pgTime(now))
+}
+
+// checkTake refuses a take of op on a store not bound to a transaction, or
+// with a limit that is not positive.
+func (s *Store) checkTake(op string, limit int) error {
 	if _, ok := s.db.(*sql.Tx); !ok {
-		return dst, fmt.Errorf("%w: take next to endpoint", ErrNeedsTransaction)
+		return fmt.Errorf("%w: %s", ErrNeedsTransaction, op)
 	}
 	if limit <= 0 {
-		return dst, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+		return fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.takeNextTo, e.Transport, e.Destination, limit, pgTime(now))
+	return nil
+}
+
+// takeRows runs a take's query and returns the rows it deleted, corrupt ones
+// marked, appended to dst[:0] in id order.
+func (s *Store) takeRows(ctx context.Context, op string, dst []Row, query string, args ...any) ([]Row, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return dst, wrap(ctx, "take next to endpoint", err)
+		return dst[:0], wrap(ctx, op, err)
 	}
-	dst, err = scanRowsKeepingCorrupt(ctx, "take next to endpoint", rows, dst, true)
+	dst, err = scanRowsKeepingCorrupt(ctx, op, rows, dst[:0], true)
 	if err != nil {
 		return dst, err
 	}

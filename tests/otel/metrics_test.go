@@ -321,7 +321,7 @@ func TestObserveRunner(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	rm := mb.mustCollect(t)
-	for worker, want := range map[string]int64{"direct": 1, "ordered": 2} {
+	for worker, want := range map[string]int64{"direct": 1, "ordered-1": 2} {
 		if got, _ := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": worker}); got != want {
 			t.Errorf("sent{%s} = %d, want %d", worker, got, want)
 		}
