@@ -430,18 +430,7 @@ func batchOfMaxBatchSize(t *testing.T, b Broker) {
 		t.Fatalf("Broker.OverMaxBatch = %d, which the suite does not know", b.OverMaxBatch)
 	}
 	// A message sent last shows where anything of the batches went.
-	last := message(t, dest, "key-0", []byte("last"))
-	if err := b.Transport.Send(ctx, last); err != nil {
-		t.Fatalf("Send: %v", err)
-	}
-	want = append(want, last)
-	got := b.Received(t, dest, len(want))
-	for i := range want {
-		if got[i].ID != want[i].ID {
-			t.Fatalf("message %d received is %s (body %q), want %s (body %q)", i, got[i].ID, got[i].Body, want[i].ID, want[i].Body)
-		}
-		check(t, b, got[i], want[i])
-	}
+	receivedThenLast(t, b, ctx, dest, "key-0", want)
 }
 
 // refusedMessageIsPermanent: a message the transport or its broker refuses
@@ -511,7 +500,15 @@ func batchErrorLinesUpWithTheBatch(t *testing.T, b Broker) {
 			t.Errorf("BatchError entry %d = %v, want nil: message %d was not refused", i, e, i)
 		}
 	}
-	last := message(t, dest, "one-key", []byte("last"))
+	receivedThenLast(t, b, ctx, dest, "one-key", want)
+}
+
+// receivedThenLast sends one more message to dest, with key, and checks that
+// dest received exactly want and then that message, in order, each as it was
+// sent: a message sent last shows that nothing else arrived before it.
+func receivedThenLast(t *testing.T, b Broker, ctx context.Context, dest, key string, want []*relayer.Message) {
+	t.Helper()
+	last := message(t, dest, key, []byte("last"))
 	if err := b.Transport.Send(ctx, last); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
