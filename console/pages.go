@@ -257,6 +257,16 @@ func parseAge(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// dead returns the store's filter of the dead letters the form selects.
+func (f listFilter) dead() store.DeadFilter {
+	return store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}
+}
+
+// parked returns the store's filter of the parked keys the form selects.
+func (f listFilter) parked() store.ParkedFilter {
+	return store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}
+}
+
 // query returns the filter as URL parameters.
 func (f listFilter) query() url.Values {
 	q := url.Values{}
@@ -302,7 +312,7 @@ func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, ti
 
 func (c *Console) parked(w http.ResponseWriter, r *http.Request) {
 	listPage(c, w, r, "parked", "Parked keys", func(ctx context.Context, f listFilter, limit int) ([]store.ParkedKey, error) {
-		return c.store.ParkedHeads(ctx, store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, limit)
+		return c.store.ParkedHeads(ctx, f.parked(), limit)
 	})
 }
 
@@ -329,7 +339,7 @@ func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
 	listPage(c, w, r, "dead", "Dead letters", func(ctx context.Context, f listFilter, limit int) ([]store.DeadLetter, error) {
-		return c.store.DeadLetters(ctx, store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}, limit)
+		return c.store.DeadLetters(ctx, f.dead(), limit)
 	})
 }
 
@@ -344,7 +354,7 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	filter := store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}
+	filter := f.dead()
 	for _, s := range r.PostForm["id"] {
 		id, err := uuid.Parse(s)
 		if err != nil {
