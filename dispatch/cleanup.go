@@ -69,7 +69,8 @@ func (o *CleanupOptions) options() []option {
 		intOption("BatchSize", &o.BatchSize, 1, BatchSizeMax, cleanupBatchSizeDefault),
 		durationOption("Interval", &o.Interval, 1, 0, cleanupIntervalDefault),
 		durationOption("LeaseDuration", &o.LeaseDuration, 10*time.Millisecond, 0, cleanupLeaseDurationDefault),
-		stringOption("Owner", &o.Owner),
+		ownerOption("Owner", &o.Owner),
+		loggerOption(&o.Logger),
 	}
 }
 
@@ -79,8 +80,6 @@ func (o CleanupOptions) Validate() error { return checkOptions(o.options()) }
 
 func (o CleanupOptions) withDefaults() CleanupOptions {
 	defaultOptions(o.options())
-	o.Owner = ownerOrDefault(o.Owner)
-	setDefault(&o.Logger, slog.Default())
 	return o
 }
 

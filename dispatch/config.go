@@ -128,48 +128,37 @@ func (l *loader) string(key string, dst *string) {
 }
 
 func (l *loader) bool(key string, dst *bool) {
-	v, key, ok := l.lookup(key)
-	if !ok {
-		return
-	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		l.err = fmt.Errorf("%w: %s: %q is not a boolean such as \"true\"", ErrInvalidOptions, key, v)
-		return
-	}
-	*dst = b
+	readValue(l, key, dst, `a boolean such as "true"`, func(v string) (bool, bool) {
+		b, err := strconv.ParseBool(v)
+		return b, err == nil
+	})
 }
 
 func (l *loader) int(key string, dst *int) {
-	v, key, ok := l.lookup(key)
-	if !ok {
-		return
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil {
-		l.err = fmt.Errorf("%w: %s: %q is not an integer", ErrInvalidOptions, key, v)
-		return
-	}
-	if n <= 0 {
-		l.err = fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidOptions, key, n)
-		return
-	}
-	*dst = n
+	readValue(l, key, dst, "a positive integer", func(v string) (int, bool) {
+		n, err := strconv.Atoi(v)
+		return n, err == nil && n > 0
+	})
 }
 
 func (l *loader) duration(key string, dst *time.Duration) {
-	v, key, ok := l.lookup(key)
+	readValue(l, key, dst, `a positive duration such as "30s"`, func(v string) (time.Duration, bool) {
+		d, err := time.ParseDuration(v)
+		return d, err == nil && d > 0
+	})
+}
+
+// readValue reads key into dst with parse, which reports whether the value
+// (spaces trimmed) is valid; want says what a valid value looks like.
+func readValue[T any](l *loader, key string, dst *T, want string, parse func(string) (T, bool)) {
+	v, name, ok := l.lookup(key)
 	if !ok {
 		return
 	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil {
-		l.err = fmt.Errorf("%w: %s: %q is not a duration such as \"30s\"", ErrInvalidOptions, key, v)
+	x, ok := parse(strings.TrimSpace(v))
+	if !ok {
+		l.err = fmt.Errorf("%w: %s: %q is not %s", ErrInvalidOptions, name, v, want)
 		return
 	}
-	if d <= 0 {
-		l.err = fmt.Errorf("%w: %s must be positive, got %s", ErrInvalidOptions, key, v)
-		return
-	}
-	*dst = d
+	*dst = x
 }

@@ -69,6 +69,7 @@ func (o *DirectOptions) options() []option {
 		intOption("BatchSize", &o.BatchSize, 1, BatchSizeMax, batchSizeDefault),
 		durationOption("ClaimDuration", &o.ClaimDuration, time.Millisecond, 0, claimDurationDefault),
 		intOption("Workers", &o.Workers, 1, DirectWorkersMax, directWorkersDefault),
+		loggerOption(&o.Logger),
 	}
 }
 
@@ -78,7 +79,6 @@ func (o DirectOptions) Validate() error { return checkOptions(o.options()) }
 
 func (o DirectOptions) withDefaults() DirectOptions {
 	defaultOptions(o.options())
-	setDefault(&o.Logger, slog.Default())
 	return o
 }
 

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -12,10 +13,11 @@ import (
 // from that list.
 type option struct {
 	key string
-	// Exactly one of n, d and s is set.
-	n *int
-	d *time.Duration
-	s *string
+	// Exactly one of n, d, owner and logger is set.
+	n      *int
+	d      *time.Duration
+	owner  *string       // describes the instance; default: host name and pid
+	logger **slog.Logger // not read from a Source; default: slog.Default()
 	// min and max bound a value set to the field (nonzero); max 0 means no
 	// upper bound. def replaces zero; 0 means none.
 	min, max, def int64
@@ -29,7 +31,9 @@ func durationOption(key string, p *time.Duration, min, max, def time.Duration) o
 	return option{key: key, d: p, min: int64(min), max: int64(max), def: int64(def)}
 }
 
-func stringOption(key string, p *string) option { return option{key: key, s: p} }
+func ownerOption(key string, p *string) option { return option{key: key, owner: p} }
+
+func loggerOption(p **slog.Logger) option { return option{logger: p} }
 
 // loadOptions reads each option's key from l.
 func loadOptions(l *loader, opts []option) {
@@ -39,8 +43,8 @@ func loadOptions(l *loader, opts []option) {
 			l.int(o.key, o.n)
 		case o.d != nil:
 			l.duration(o.key, o.d)
-		default:
-			l.string(o.key, o.s)
+		case o.owner != nil:
+			l.string(o.key, o.owner)
 		}
 	}
 }
@@ -74,6 +78,10 @@ func checkOptions(opts []option) error {
 func defaultOptions(opts []option) {
 	for _, o := range opts {
 		switch {
+		case o.owner != nil:
+			*o.owner = ownerOrDefault(*o.owner)
+		case o.logger != nil:
+			setDefault(o.logger, slog.Default())
 		case o.def == 0:
 		case o.n != nil:
 			setDefault(o.n, int(o.def))

@@ -65,7 +65,8 @@ func (o *OrderedOptions) options() []option {
 		durationOption("PollInterval", &o.PollInterval, 1, 0, 0),
 		intOption("BatchSize", &o.BatchSize, 1, BatchSizeMax, batchSizeDefault),
 		intOption("Concurrency", &o.Concurrency, 1, OrderedConcurrencyMax, orderedConcurrencyDefault),
-		stringOption("Name", &o.Name),
+		ownerOption("Name", &o.Name),
+		loggerOption(&o.Logger),
 	}
 }
 
@@ -88,8 +89,6 @@ func (o OrderedOptions) withDefaults() OrderedOptions {
 			o.PollInterval = o.LeaseDuration / 4
 		}
 	}
-	o.Name = ownerOrDefault(o.Name)
-	setDefault(&o.Logger, slog.Default())
 	return o
 }
 

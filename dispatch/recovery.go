@@ -80,7 +80,8 @@ func (o *RecoveryOptions) options() []option {
 		durationOption("LeaseDuration", &o.LeaseDuration, 10*time.Millisecond, 0, recoveryLeaseDurationDefault),
 		intOption("Workers", &o.Workers, 1, RecoveryWorkersMax, recoveryWorkersDefault),
 		durationOption("MinAge", &o.MinAge, 1, 0, recoveryMinAgeDefault),
-		stringOption("Owner", &o.Owner),
+		ownerOption("Owner", &o.Owner),
+		loggerOption(&o.Logger),
 	}
 }
 
@@ -90,8 +91,6 @@ func (o RecoveryOptions) Validate() error { return checkOptions(o.options()) }
 
 func (o RecoveryOptions) withDefaults() RecoveryOptions {
 	defaultOptions(o.options())
-	o.Owner = ownerOrDefault(o.Owner)
-	setDefault(&o.Logger, slog.Default())
 	return o
 }
 
