@@ -241,20 +241,7 @@ func (s *stepper) step(name string) {
 	}
 }
 
-func (s *stepper) loop() {
-	t := time.NewTicker(ttyInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.done:
-			s.draw()
-			fmt.Fprintln(s.w)
-			return
-		case <-t.C:
-			s.draw()
-		}
-	}
-}
+func (s *stepper) loop() { redraw(s.w, ttyInterval, s.done, true, s.draw) }
 
 func (s *stepper) draw() {
 	s.mu.Lock()
@@ -263,8 +250,7 @@ func (s *stepper) draw() {
 	if s.total > 0 {
 		filled = min(barWidth, max(0, s.n-1)*barWidth/s.total)
 	}
-	bar := strings.Repeat("#", filled) + strings.Repeat(".", barWidth-filled)
-	fmt.Fprintf(s.w, "\r[%s] step %d/%d %-50s %s   ", bar, s.n, s.total, s.name, time.Since(s.start).Round(100*time.Millisecond))
+	fmt.Fprintf(s.w, "\r[%s] step %d/%d %-50s %s   ", bar(filled), s.n, s.total, s.name, time.Since(s.start).Round(100*time.Millisecond))
 }
 
 func (s *stepper) stop() {

@@ -56,20 +56,32 @@ func (p *progress) loop() {
 	if p.tty {
 		interval = ttyInterval
 	}
+	redraw(p.w, interval, p.stop, p.tty, p.draw)
+}
+
+// redraw calls draw every interval until stop is closed. With inPlace (a bar
+// redrawn with \r on a terminal) it draws once more at the end, so that the
+// last line shows the final state, and ends that line.
+func redraw(w io.Writer, interval time.Duration, stop <-chan struct{}, inPlace bool, draw func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
-		case <-p.stop:
-			if p.tty {
-				p.draw()
-				fmt.Fprintln(p.w)
+		case <-stop:
+			if inPlace {
+				draw()
+				fmt.Fprintln(w)
 			}
 			return
 		case <-t.C:
-			p.draw()
+			draw()
 		}
 	}
+}
+
+// bar draws a progress bar of barWidth characters, filled of them done.
+func bar(filled int) string {
+	return strings.Repeat("#", filled) + strings.Repeat(".", barWidth-filled)
 }
 
 func (p *progress) draw() {
@@ -92,11 +104,9 @@ func (p *progress) draw() {
 			delivered, p.total, pct, written, rate, elapsed.Round(time.Second), note)
 		return
 	}
-	filled := pct * barWidth / 100
-	bar := strings.Repeat("#", filled) + strings.Repeat(".", barWidth-filled)
 	// The trailing spaces erase what a longer previous line left behind.
 	fmt.Fprintf(p.w, "\r[%s] %3d%% %d/%d delivered, %d written, %6.0f msg/s  %s%s   ",
-		bar, pct, delivered, p.total, written, rate, elapsed.Round(100*time.Millisecond), note)
+		bar(pct*barWidth/100), pct, delivered, p.total, written, rate, elapsed.Round(100*time.Millisecond), note)
 }
 
 // Stop draws the final state (on a terminal) and ends the reporter. It is
