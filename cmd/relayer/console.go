@@ -49,11 +49,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if !loopback(host) && f.token == "" {
 		return usagef("--listen %q is not a loopback address: give --token, so that nobody else on the network can use the console", f.listen)
 	}
-	opts, err := f.options()
-	if err != nil {
-		return err
-	}
-	db, err := f.open(ctx)
+	opts, db, err := f.open(ctx)
 	if err != nil {
 		return err
 	}

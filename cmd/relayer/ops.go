@@ -70,26 +70,14 @@ func (f *outboxFlags) connect(ctx context.Context, fs *flag.FlagSet, args []stri
 	if err := parse(fs, args); err != nil {
 		return store.Options{}, nil, err
 	}
-	opts, err := f.options()
-	if err != nil {
-		return store.Options{}, nil, err
-	}
-	db, err := f.open(ctx)
-	if err != nil {
-		return store.Options{}, nil, err
-	}
-	return opts, db, nil
+	return f.open(ctx)
 }
 
 // openStore validates --schema and --prefix, opens the database and returns
 // a store on it, for commands that parsed and checked their other flags
 // first. The caller closes db.
 func (f *outboxFlags) openStore(ctx context.Context) (store.Options, *sql.DB, *store.Store, error) {
-	opts, err := f.options()
-	if err != nil {
-		return store.Options{}, nil, nil, err
-	}
-	db, err := f.open(ctx)
+	opts, db, err := f.open(ctx)
 	if err != nil {
 		return store.Options{}, nil, nil, err
 	}
@@ -101,13 +89,22 @@ func (f *outboxFlags) openStore(ctx context.Context) (store.Options, *sql.DB, *s
 	return opts, db, st, nil
 }
 
-// open opens --database-url, or $DATABASE_URL when it is not given.
-func (f *outboxFlags) open(ctx context.Context) (*sql.DB, error) {
+// open validates --schema and --prefix, then opens --database-url, or
+// $DATABASE_URL when it is not given. The caller closes db.
+func (f *outboxFlags) open(ctx context.Context) (store.Options, *sql.DB, error) {
+	opts, err := f.options()
+	if err != nil {
+		return store.Options{}, nil, err
+	}
 	url := f.databaseURL
 	if url == "" {
 		url = os.Getenv("DATABASE_URL")
 	}
-	return openDB(ctx, url)
+	db, err := openDB(ctx, url)
+	if err != nil {
+		return store.Options{}, nil, err
+	}
+	return opts, db, nil
 }
 
 // openDB opens url with pgx's database/sql driver and checks that the server
