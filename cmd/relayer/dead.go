@@ -138,56 +138,18 @@ func runDeadList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	opts, db, st, err := f.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	list, err := st.DeadLetters(ctx, filter, *limit)
-	if err != nil {
-		return fmt.Errorf("list dead letters: %w", err)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		for _, d := range list {
-			if err := enc.Encode(summarize(d)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if len(list) == 0 {
-		fmt.Fprintf(stdout, "no dead letters %sin outbox %s\n", matching(sel.selects()), describe(opts))
-		return nil
-	}
-	return printDeadTable(stdout, list, *limit)
-}
-
-// matching is "matching the filters " when filters narrowed a list that came
-// back empty, to tell an empty table from an empty selection.
-func matching(filtered bool) string {
-	if filtered {
-		return "matching the filters "
-	}
-	return ""
-}
-
-// printDeadTable prints dead letters one a line, and a note when the list
-// stopped at the limit.
-func printDeadTable(w io.Writer, list []store.DeadLetter, limit int) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTYPE\tDESTINATION\tKEY\tATTEMPTS\tDEAD AT\tREASON\tLAST ERROR")
-	for _, d := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, oneLine(d.Type), oneLine(d.Destination),
-			orDash(oneLine(d.Key)), d.Attempts, d.DeadAt.Format(time.RFC3339), d.Reason, orDash(oneLine(d.LastError)))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(list) == limit {
-		fmt.Fprintf(w, "(first %d rows; raise --limit for more)\n", limit)
-	}
-	return nil
+	return listing[store.DeadLetter, deadSummary]{
+		what: "dead letters", filtered: sel.selects(), limit: *limit, asJSON: *asJSON,
+		read: func(ctx context.Context, st *store.Store, limit int) ([]store.DeadLetter, error) {
+			return st.DeadLetters(ctx, filter, limit)
+		},
+		summarize: summarize,
+		header:    "ID\tTYPE\tDESTINATION\tKEY\tATTEMPTS\tDEAD AT\tREASON\tLAST ERROR",
+		row: func(w io.Writer, d store.DeadLetter) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, oneLine(d.Type), oneLine(d.Destination),
+				orDash(oneLine(d.Key)), d.Attempts, d.DeadAt.Format(time.RFC3339), d.Reason, orDash(oneLine(d.LastError)))
+		},
+	}.run(ctx, &f, stdout)
 }
 
 // runDeadShow runs "relayer dead show ID".

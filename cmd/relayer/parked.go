@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"text/tabwriter"
 	"time"
 
 	"github.com/relayer-go/relayer/store"
@@ -78,48 +76,19 @@ func runParkedList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := checkLimit(*limit); err != nil {
 		return err
 	}
-	opts, db, st, err := f.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	list, err := st.ParkedKeys(ctx, sel.filter(), *limit)
-	if err != nil {
-		return fmt.Errorf("list parked keys: %w", err)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		for _, p := range list {
-			if err := enc.Encode(summarizeParked(p)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if len(list) == 0 {
-		fmt.Fprintf(stdout, "no parked keys %sin outbox %s\n", matching(sel.selects()), describe(opts))
-		return nil
-	}
-	return printParkedTable(stdout, list, *limit)
-}
-
-// printParkedTable prints parked keys one a line, and a note when the list
-// stopped at the limit.
-func printParkedTable(w io.Writer, list []store.ParkedKey, limit int) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tLANE\tHEAD ID\tTYPE\tDESTINATION\tATTEMPTS\tPARKED AT\tWAITING\tLAST ERROR")
-	for _, p := range list {
-		h := p.Head
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", oneLine(h.Key), h.Lane, h.ID, oneLine(h.Type),
-			oneLine(h.Destination), h.Attempts, p.ParkedAt.Format(time.RFC3339), p.Waiting, orDash(oneLine(h.LastError)))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(list) == limit {
-		fmt.Fprintf(w, "(first %d rows; raise --limit for more)\n", limit)
-	}
-	return nil
+	return listing[store.ParkedKey, parkedSummary]{
+		what: "parked keys", filtered: sel.selects(), limit: *limit, asJSON: *asJSON,
+		read: func(ctx context.Context, st *store.Store, limit int) ([]store.ParkedKey, error) {
+			return st.ParkedKeys(ctx, sel.filter(), limit)
+		},
+		summarize: summarizeParked,
+		header:    "KEY\tLANE\tHEAD ID\tTYPE\tDESTINATION\tATTEMPTS\tPARKED AT\tWAITING\tLAST ERROR",
+		row: func(w io.Writer, p store.ParkedKey) {
+			h := p.Head
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", oneLine(h.Key), h.Lane, h.ID, oneLine(h.Type),
+				oneLine(h.Destination), h.Attempts, p.ParkedAt.Format(time.RFC3339), p.Waiting, orDash(oneLine(h.LastError)))
+		},
+	}.run(ctx, &f, stdout)
 }
 
 // runParkedRetry runs "relayer parked retry".

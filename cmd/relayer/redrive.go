@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -224,6 +226,77 @@ func checkSelection(selects, all bool, verb, what, flags string) error {
 		return usagef("--all selects every %s: give either --all or filters (%s), not both", what, flags)
 	}
 	return nil
+}
+
+// listing is a list subcommand ("dead list", "parked list") once its flags
+// are parsed and checked: what it reads and how it prints it.
+type listing[T, S any] struct {
+	// what names the rows, such as "dead letters", in the error and the note
+	// for an empty list.
+	what string
+	// filtered says whether filters narrowed the list, to tell an empty
+	// selection from an empty outbox.
+	filtered bool
+	// limit is --limit: read returns that many rows at most, and a list of
+	// that many may go on.
+	limit  int
+	asJSON bool
+	read   func(ctx context.Context, st *store.Store, limit int) ([]T, error)
+	// summarize returns a row as --json prints it.
+	summarize func(T) S
+	// header is the table's first line and row prints one line of it, both
+	// with tabs between the columns.
+	header string
+	row    func(w io.Writer, item T)
+}
+
+// run opens the outbox, reads the list and prints it: with --json a JSON
+// object a line; else a table and a note when the list stopped at the limit,
+// or a line saying there is nothing to list.
+func (l listing[T, S]) run(ctx context.Context, f *outboxFlags, stdout io.Writer) error {
+	opts, db, st, err := f.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	list, err := l.read(ctx, st, l.limit)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", l.what, err)
+	}
+	if l.asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, item := range list {
+			if err := enc.Encode(l.summarize(item)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(stdout, "no %s %sin outbox %s\n", l.what, matching(l.filtered), describe(opts))
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, l.header)
+	for _, item := range list {
+		l.row(tw, item)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(list) == l.limit {
+		fmt.Fprintf(stdout, "(first %d rows; raise --limit for more)\n", l.limit)
+	}
+	return nil
+}
+
+// matching is "matching the filters " when filters narrowed a list that came
+// back empty, to tell an empty table from an empty selection.
+func matching(filtered bool) string {
+	if filtered {
+		return "matching the filters "
+	}
+	return ""
 }
 
 // limitFlag adds --limit to a list subcommand's flags.
