@@ -78,11 +78,6 @@ func (o *CleanupOptions) options() []option {
 // mean the default.
 func (o CleanupOptions) Validate() error { return checkOptions(o.options()) }
 
-func (o CleanupOptions) withDefaults() CleanupOptions {
-	defaultOptions(o.options())
-	return o
-}
-
 // CleanupStats are retention cleanup's counters since it was made.
 type CleanupStats struct {
 	// Runs counts passes completed under the lease.
@@ -132,7 +127,7 @@ type cleanupWorker struct {
 
 // newCleanup builds a cleanup worker on st, with opts validated.
 func newCleanup(db *sql.DB, st *store.Store, opts CleanupOptions) *cleanupWorker {
-	opts = opts.withDefaults()
+	opts = withDefaults(opts)
 	return &cleanupWorker{
 		db:    db,
 		opts:  opts,

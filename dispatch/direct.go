@@ -77,11 +77,6 @@ func (o *DirectOptions) options() []option {
 // mean the default.
 func (o DirectOptions) Validate() error { return checkOptions(o.options()) }
 
-func (o DirectOptions) withDefaults() DirectOptions {
-	defaultOptions(o.options())
-	return o
-}
-
 // directWorker sends unordered rows right after their commit; the package
 // documentation (Direct dispatch) describes its protocol. It runs
 // Workers goroutines, each on one connection pinned from db.
@@ -105,7 +100,7 @@ type directWorker struct {
 
 // newDirect builds a direct dispatcher on core, with opts validated.
 func newDirect(core *outboxCore, opts DirectOptions, recovery *recoveryWorker) *directWorker {
-	opts = opts.withDefaults()
+	opts = withDefaults(opts)
 	d := &directWorker{
 		db:       core.db,
 		opts:     opts,

@@ -74,6 +74,16 @@ func checkOptions(opts []option) error {
 	return nil
 }
 
+// withDefaults returns o with each zero option that has a default set to
+// it.
+func withDefaults[T any, P interface {
+	*T
+	options() []option
+}](o T) T {
+	defaultOptions(P(&o).options())
+	return o
+}
+
 // defaultOptions sets each zero option that has a default to it.
 func defaultOptions(opts []option) {
 	for _, o := range opts {

@@ -82,7 +82,7 @@ func (o OrderedOptions) Validate() error {
 }
 
 func (o OrderedOptions) withDefaults() OrderedOptions {
-	defaultOptions(o.options())
+	o = withDefaults(o)
 	if o.PollInterval == 0 {
 		o.PollInterval = orderedPollDefault
 		if o.PollInterval >= o.LeaseDuration/3 {

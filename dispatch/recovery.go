@@ -89,11 +89,6 @@ func (o *RecoveryOptions) options() []option {
 // mean the default.
 func (o RecoveryOptions) Validate() error { return checkOptions(o.options()) }
 
-func (o RecoveryOptions) withDefaults() RecoveryOptions {
-	defaultOptions(o.options())
-	return o
-}
-
 // recoveryWorker delivers what direct dispatch did not; the package
 // documentation (Recovery) describes its protocol.
 type recoveryWorker struct {
@@ -128,7 +123,7 @@ type recoveryWorker struct {
 
 // newRecovery builds a recovery worker on core, with opts validated.
 func newRecovery(core *outboxCore, opts RecoveryOptions) *recoveryWorker {
-	opts = opts.withDefaults()
+	opts = withDefaults(opts)
 	return &recoveryWorker{
 		db:         core.db,
 		opts:       opts,
