@@ -229,7 +229,6 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-
 // registrations unregisters several callbacks as one.
 type registrations struct {
 	embedded.Registration
