@@ -98,8 +98,16 @@
 // every ordered worker on the same tables.
 //
 // Each instance keeps a membership lease ("member:<instance id>") alive on the
-// database clock from its own goroutine, so slow sends never delay it. Live
-// members sorted by id divide the lanes by rank. The worker finds ready lanes
+// database clock from its own goroutine, so slow sends never delay it, renewing
+// it every third of the lease. Live members sorted by id divide the lanes by
+// rank. Between renewals each instance reads the membership (writing nothing)
+// every 500 ms, and at once when a sibling in its process tells it, so that a
+// member that joins or leaves changes the split within about half a second. A
+// member that loses lanes releases their leases at its next probe, which the
+// change triggers, and then tells the others: its siblings directly, other
+// processes through the outbox's wake-up channel (RunnerOptions.Listen), so
+// that the new owner takes them without waiting for its poll. A member that
+// dies without leaving holds its lanes until its leases expire. The worker finds ready lanes
 // two ways: the lanes a commit of this process touched (see
 // [Runner.Committed]), which need no query, and a read-only probe of its
 // lanes, run when it has nothing else to do, after a wake-up across

@@ -27,6 +27,10 @@ const (
 	// OrderedOptions.Concurrency.
 	orderedConcurrencyDefault = 2
 	OrderedConcurrencyMax     = 64
+	// membershipWatchMax bounds the time between two reads of the lane
+	// group's membership: a member that joins or leaves changes the others'
+	// shares within it, where renewals come a third of the lease apart.
+	membershipWatchMax = 500 * time.Millisecond
 )
 
 // OrderedOptions configure ordered dispatch ([RunnerOptions].Ordered). The zero value of each field
@@ -118,7 +122,13 @@ type orderedWorker struct {
 	// probeNow asks the next scan to probe even while busy: Wake
 	// sets it.
 	probeNow atomic.Bool
-	loop     loop
+	// refresh asks the heartbeat goroutine to read the membership now.
+	refresh chan struct{}
+	// peersChanged, when set, tells the worker's siblings in this process
+	// that the membership changed or lanes were released (a Runner sets
+	// it); other processes hear of it through the outbox's wake-up channel.
+	peersChanged func()
+	loop         loop
 	// aside is the destinations set aside as slow or unavailable; a runner
 	// shares one among its workers.
 	aside *setAside
@@ -144,6 +154,7 @@ func newOrdered(core *outboxCore, opts OrderedOptions) *orderedWorker {
 		routes:   routes,
 		clock:    core.clock,
 		wake:     make(chan struct{}, 1),
+		refresh:  make(chan struct{}, 1),
 		loop:     newLoop(true),
 		aside:    core.aside,
 	}
@@ -255,6 +266,7 @@ func (o *orderedWorker) join(ctx context.Context) error {
 	if err := o.heartbeat(ctx); err != nil {
 		return fmt.Errorf("dispatch: join membership: %w", err)
 	}
+	o.tellPeers(ctx)
 	return nil
 }
 
@@ -282,6 +294,33 @@ func (o *orderedWorker) leave() {
 	if err := o.store.ReleaseLeases(ctx, o.token); err != nil {
 		o.opts.Logger.Warn("dispatch: ordered leases not released; they expire by themselves",
 			slog.String("worker", o.name), slog.String("error", err.Error()))
+		return
+	}
+	o.tellPeers(ctx)
+}
+
+// tellPeers tells the other members that the membership changed or that
+// lanes were released, so that they take up their new share at once rather
+// than at their next read of the membership or their poll: the siblings in
+// this process directly, the others through the outbox's wake-up channel
+// (heard by runners with RunnerOptions.Listen).
+func (o *orderedWorker) tellPeers(ctx context.Context) {
+	if o.peersChanged != nil {
+		o.peersChanged()
+	}
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := o.store.Notify(nctx); err != nil {
+		o.opts.Logger.Debug("dispatch: ordered worker could not notify the others; they see the change at their next read",
+			slog.String("worker", o.name), slog.String("error", err.Error()))
+	}
+}
+
+// refreshMembership makes the heartbeat goroutine read the membership now.
+func (o *orderedWorker) refreshMembership() {
+	select {
+	case o.refresh <- struct{}{}:
+	default:
 	}
 }
 
@@ -293,13 +332,9 @@ func (o *orderedWorker) heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rank := slices.Index(members, member.Name)
-	if rank < 0 {
+	if !o.share(members) {
 		return errors.New("own membership missing after heartbeat")
 	}
-	lanes := laneShare(rank, len(members), o.lanes)
-	o.assigned.Store(&lanes)
-	o.members.Store(int64(len(members)))
 	if err := o.clock.sync(ctx, o.store); err != nil {
 		return err
 	}
@@ -315,6 +350,23 @@ func (o *orderedWorker) heartbeat(ctx context.Context) error {
 	return nil
 }
 
+// share takes this instance's share of the lanes among members, the live
+// members' lease names in order; a share that changed wakes the worker, so
+// that it releases the lanes it lost and probes those it gained. It reports
+// false when this instance is not among members.
+func (o *orderedWorker) share(members []string) bool {
+	rank := slices.Index(members, store.MemberLeaseName(o.instance))
+	if rank < 0 {
+		return false
+	}
+	lanes := laneShare(rank, len(members), o.lanes)
+	o.members.Store(int64(len(members)))
+	if old := o.assigned.Swap(&lanes); !slices.Equal(*old, lanes) {
+		o.Wake()
+	}
+	return true
+}
+
 // RowsBeyondLanes returns how many pending rows (counted up to 10,000) the
 // last heartbeat found in lanes numbered the outbox's lane count or more.
 // Such rows are never delivered by this worker: their writers were
@@ -322,12 +374,16 @@ func (o *orderedWorker) heartbeat(ctx context.Context) error {
 func (o *orderedWorker) RowsBeyondLanes() int64 { return o.beyond.Load() }
 
 // heartbeats runs on its own goroutine and pooled connections, never behind a
-// slow send. When heartbeats fail for a whole lease, the instance gives up its
+// slow send. It renews the membership every third of the lease and, between
+// renewals, reads it (writing nothing) every membershipWatchMax or when
+// told to, so that members joining and leaving change the split within
+// that. When renewals fail for a whole lease, the instance gives up its
 // lanes, since the others may already have taken them.
 func (o *orderedWorker) heartbeats(ctx context.Context) {
-	every := o.opts.LeaseDuration / 3
-	last := time.Now()
-	t := time.NewTicker(every)
+	renewEvery := o.opts.LeaseDuration / 3
+	watchEvery := min(renewEvery, membershipWatchMax)
+	renewed, tried := time.Now(), time.Now()
+	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -336,22 +392,38 @@ func (o *orderedWorker) heartbeats(ctx context.Context) {
 		case <-o.loop.quit:
 			return
 		case <-t.C:
+		case <-o.refresh:
 		}
-		hctx, cancel := context.WithTimeout(ctx, every)
+		if time.Since(tried) < renewEvery {
+			o.watchMembers(ctx, watchEvery)
+			continue
+		}
+		tried = time.Now()
+		hctx, cancel := context.WithTimeout(ctx, renewEvery)
 		err := o.heartbeat(hctx)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+		switch {
+		case err == nil:
+			renewed = time.Now()
+		case ctx.Err() != nil:
+			return
+		default:
 			o.opts.Logger.Error("dispatch: ordered heartbeat failed", slog.String("worker", o.name), slog.String("error", err.Error()))
-			if time.Since(last) >= o.opts.LeaseDuration {
+			if time.Since(renewed) >= o.opts.LeaseDuration {
 				empty := []int{}
 				o.assigned.Store(&empty)
 			}
-			continue
 		}
-		last = time.Now()
+	}
+}
+
+// watchMembers reads the membership and takes this instance's share of it.
+// A failed read changes nothing: the next renewal reports failures.
+func (o *orderedWorker) watchMembers(ctx context.Context, within time.Duration) {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	if members, err := o.store.Members(wctx); err == nil {
+		o.share(members)
 	}
 }
 

@@ -466,3 +466,51 @@ func TestOrderedBatchesReadyLanesTogether(t *testing.T) {
 	t.Logf("%d round trips for one row in each of 16 lanes", n)
 	checkOrder(t, b.mem.Messages("orders.shipped"), keys, 1, false)
 }
+
+// waitWithin waits for cond for at most d, and fails naming what and how
+// long it waited.
+func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%s: after %s", what, time.Since(start).Round(time.Millisecond))
+}
+
+// Members that join or leave change the split at once, not at the next
+// renewal a third of the lease (10 s here) later: a joiner takes up its
+// share from the member that held it, and after a member leaves, the one
+// left sends its former lanes' rows as promptly as its own.
+func TestOrderedSharesLanesPromptlyWhenMembersJoinAndLeave(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	keys := keyList(64)
+	opts := dispatch.OrderedOptions{LeaseDuration: 30 * time.Second}
+	w1 := b.orderedWorker(t, b.db, b.mem, opts)
+	b.shipped(t, keys, 1, len(keys)) // every lane's lease taken by w1
+	b.waitSent(t, len(keys))
+
+	w2 := b.orderedWorker(t, b.db, b.mem, opts)
+	waitWithin(t, 3*time.Second, "the first worker gives the joiner its share", func() bool {
+		return len(w1.Lanes()) == 16 && len(w2.Lanes()) == 16
+	})
+	b.shipped(t, keys, 1, len(keys))
+	b.waitSent(t, 2*len(keys))
+	if w2.Stats().Sent == 0 {
+		t.Error("the joiner sent none of its share: the first worker kept its lanes")
+	}
+
+	must(t, w2.Stop(context.Background()))
+	waitWithin(t, 3*time.Second, "the worker left takes back every lane", func() bool { return len(w1.Lanes()) == 32 })
+	b.shipped(t, keys, 1, len(keys))
+	waitWithin(t, 3*time.Second, "the rows of the leaver's former lanes are sent", func() bool {
+		return len(b.mem.All()) >= 3*len(keys)
+	})
+	if n := len(b.mem.All()); n != 3*len(keys) {
+		t.Errorf("%d messages sent, want %d: some twice", n, 3*len(keys))
+	}
+}

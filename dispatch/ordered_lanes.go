@@ -328,6 +328,12 @@ func (o *orderedWorker) quitting() bool { return o.loop.quitting() }
 // and have no batch in flight, so a lane is only released after its batch
 // committed.
 func (o *orderedWorker) releaseSurplus(ctx context.Context, conn *workerConn, held, running map[int]bool, share []int) {
+	released := false
+	defer func() {
+		if released {
+			o.tellPeers(ctx)
+		}
+	}()
 	for lane := range held {
 		if running[lane] || slices.Contains(share, lane) {
 			continue
@@ -342,6 +348,7 @@ func (o *orderedWorker) releaseSurplus(ctx context.Context, conn *workerConn, he
 			return
 		}
 		delete(held, lane)
+		released = true
 	}
 }
 

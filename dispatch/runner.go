@@ -209,6 +209,9 @@ func (r *Runner) build() (*crew, error) {
 		o.Name = fmt.Sprintf("%s ordered-%d", ownerOrDefault(o.Name), i+1)
 		c.ordered = append(c.ordered, newOrdered(core, o))
 	}
+	for _, o := range c.ordered {
+		o.peersChanged = c.orderedPeersChanged
+	}
 	if !opts.DisableCleanup {
 		o := opts.Cleanup
 		setDefault(&o.Logger, opts.Logger)
@@ -350,6 +353,16 @@ func (r *Runner) Committed(rows []relayer.Message) error {
 // it is told about itself: it does when direct dispatch is on. It
 // implements [enlist.Sender].
 func (r *Runner) SendsCommitted() bool { return r.crew.Load().direct != nil }
+
+// orderedPeersChanged makes every ordered worker of the crew read the
+// membership and probe its lanes now: one of them joined, left or released
+// lanes.
+func (c *crew) orderedPeersChanged() {
+	for _, o := range c.ordered {
+		o.refreshMembership()
+		o.Wake()
+	}
+}
 
 // wakeAll makes recovery and every ordered worker scan now: rows committed
 // in another process may be waiting.

@@ -78,7 +78,7 @@
 //     them and free to change in any release: the takes and lane
 //     statements of the next section, leases and membership
 //     ([Store.AcquireLease], [Store.ReleaseLease], [Store.ReleaseLeases],
-//     [Store.Heartbeat], [LaneLeaseName], [MemberLeaseName]), pauses
+//     [Store.Heartbeat], [Store.Members], [LaneLeaseName], [MemberLeaseName]), pauses
 //     ([Store.PublishPauses], [Store.ClearPauses]), worker sessions
 //     ([TuneWorkerConn], [TuneTakingConn], [UntuneWorkerConn]),
 //     [Store.ServerTime], [Store.Notify], [Store.RowsBeyondLanes] and the

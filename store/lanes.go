@@ -149,6 +149,15 @@ func (s *Store) ReleaseLeases(ctx context.Context, token uuid.UUID) error {
 	return wrap(ctx, "release leases", err)
 }
 
+// Members returns the live members' lease names in sorted order, writing
+// nothing: what a worker reads between heartbeats to see members join and
+// leave.
+func (s *Store) Members(ctx context.Context) ([]string, error) {
+	return queryRows(ctx, s.db, "live members", s.q.liveMembers, nil, func(rows *sql.Rows, name *string) error {
+		return rows.Scan(name)
+	})
+}
+
 // Heartbeat renews a worker's membership lease for d, removes expired member
 // rows, and returns the live members' lease names in sorted order.
 func (s *Store) Heartbeat(ctx context.Context, member Lease, d time.Duration) ([]string, error) {
@@ -162,9 +171,7 @@ func (s *Store) Heartbeat(ctx context.Context, member Lease, d time.Duration) ([
 	if _, err := s.db.ExecContext(ctx, s.q.pruneMembers); err != nil {
 		return nil, wrap(ctx, "prune members", err)
 	}
-	return queryRows(ctx, s.db, "live members", s.q.liveMembers, nil, func(rows *sql.Rows, name *string) error {
-		return rows.Scan(name)
-	})
+	return s.Members(ctx)
 }
 
 // RowsBeyondLanes counts, up to 10,000, the pending rows whose lane is lanes
