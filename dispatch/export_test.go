@@ -126,3 +126,6 @@ const (
 	DirectWorkersDefault         = directWorkersDefault
 	RecoveryWorkersDefault       = recoveryWorkersDefault
 )
+
+// OrderedWorkers returns the runner's ordered workers, to stop one alone.
+func (r *Runner) OrderedWorkers() []*Ordered { return r.crew.Load().ordered }

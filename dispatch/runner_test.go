@@ -5,9 +5,12 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
@@ -312,5 +315,91 @@ func TestLoadRunnerOptionsFromEnvironment(t *testing.T) {
 	must(t, err)
 	if !o.DisableCleanup || o.Direct.QueueCapacity != 64 || o.Ordered.PollInterval != 250*time.Millisecond {
 		t.Errorf("LoadRunnerOptions(env) = %+v", o)
+	}
+}
+
+// sendTimes wraps a transport and notes when each message was sent.
+type sendTimes struct {
+	relayer.Transport
+	mu sync.Mutex
+	at map[uuid.UUID]time.Time
+}
+
+func (s *sendTimes) Send(ctx context.Context, m *relayer.Message) error {
+	err := s.Transport.Send(ctx, m)
+	if err == nil {
+		s.mu.Lock()
+		if _, ok := s.at[m.ID]; !ok {
+			s.at[m.ID] = time.Now()
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// No message waits for a poll when members change: with four ordered
+// workers started together and one of them stopping while commits go on,
+// every ordered message is sent well within the poll interval of its
+// commit, whichever worker's lane it is in before, during and after the
+// change.
+func TestRunnerOrderedMembershipChangeWaitsForNoPoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	times := &sendTimes{Transport: b.mem, at: map[uuid.UUID]time.Time{}}
+	outbox := b.outbox
+	outbox.Transports = map[string]relayer.Transport{"mem": times}
+	const poll = 3 * time.Second
+	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
+		DisableDirect: true, DisableRecovery: true, DisableCleanup: true, OrderedWorkers: 4,
+		Ordered: dispatch.OrderedOptions{PollInterval: poll, LeaseDuration: 30 * time.Second, Concurrency: 1}, Logger: b.logger()})
+	must(t, err)
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: r})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+
+	committed := map[uuid.UUID]time.Time{}
+	keys := keyList(64)
+	publish := func(rounds int) {
+		for i := range rounds {
+			id := uuid.Must(relayer.NewID())
+			msg := relayer.NewOutgoing(Shipped{i}, relayer.Key(keys[i%len(keys)]), relayer.WithID(id))
+			publishWith(t, b, w, msg)
+			committed[id] = time.Now()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	publish(200)
+	settled := func() bool {
+		for _, o := range r.Stats().Ordered {
+			if len(o.Lanes) != 8 {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(15 * time.Second); !settled(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the four workers did not split the lanes: %+v", r.Stats().Ordered)
+		}
+	}
+	must(t, r.OrderedWorkers()[1].Stop(context.Background()))
+	publish(200)
+	b.waitSent(t, len(committed))
+
+	var slowest time.Duration
+	over := 0
+	times.mu.Lock()
+	defer times.mu.Unlock()
+	for id, c := range committed {
+		d := times.at[id].Sub(c)
+		slowest = max(slowest, d)
+		if d > 100*time.Millisecond {
+			over++
+		}
+	}
+	t.Logf("%d messages; %d sent over 100 ms after their commit; slowest %s", len(committed), over, slowest.Round(time.Millisecond))
+	if slowest >= poll/3 {
+		t.Errorf("a message waited %s after its commit, as for a poll (%s) or a renewal", slowest.Round(time.Millisecond), poll)
 	}
 }
