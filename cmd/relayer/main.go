@@ -67,8 +67,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Exit statuses.
@@ -165,10 +168,38 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// oneLine folds a multi-line error (drivers like to include context on
-// further lines) into one line.
+// oneLine returns s fit for a table cell: runs of white space become one
+// space, and whatever a terminal would act on instead of printing (control
+// characters such as ESC, other non-printing runes, invalid UTF-8) is written
+// as a Go escape such as \x1b, so that a key, a type or an error cannot
+// retitle, clear or recolour the operator's terminal.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case !unicode.IsPrint(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // newFlagSet returns a flag set whose -h prints the summary, an example and

@@ -371,11 +371,11 @@ func printStats(w io.Writer, r statsReport) {
 		fmt.Fprintf(tw, "paused destinations\tnone\n")
 	}
 	for _, p := range r.Paused {
-		fmt.Fprintf(tw, "paused destination\t%s %s by %s, since %s, next probe %s: %s\n", p.Transport, p.Destination, p.Owner,
+		fmt.Fprintf(tw, "paused destination\t%s %s by %s, since %s, next probe %s: %s\n", oneLine(p.Transport), oneLine(p.Destination), oneLine(p.Owner),
 			p.Since.Format(time.RFC3339), p.NextProbe.Format(time.RFC3339), oneLine(p.LastError))
 	}
 	if r.Recovery != nil {
-		fmt.Fprintf(tw, "recovery\t%s (lease until %s)\n", r.Recovery.Owner, r.Recovery.ExpiresAt.Format(time.RFC3339))
+		fmt.Fprintf(tw, "recovery\t%s (lease until %s)\n", oneLine(r.Recovery.Owner), r.Recovery.ExpiresAt.Format(time.RFC3339))
 	} else {
 		fmt.Fprintf(tw, "recovery\tno live holder\n")
 	}
@@ -408,7 +408,7 @@ func printMembers(w io.Writer, members []member, orphans []int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  MEMBER\tOWNER\tLANES\tCOUNT")
 	for _, m := range members {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", m.ID, m.Owner, ranges(m.Lanes), len(m.Lanes))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", oneLine(m.ID), oneLine(m.Owner), ranges(m.Lanes), len(m.Lanes))
 	}
 	if len(orphans) > 0 {
 		fmt.Fprintf(tw, "  (no live member)\t-\t%s\t%d\n", ranges(orphans), len(orphans))

@@ -862,3 +862,38 @@ func TestBenchQuick(t *testing.T) {
 		}
 	}
 }
+
+// Keys, types and errors are an outsider's text: the lists print what a
+// terminal would act on (a title change, a screen clear, colours) escaped,
+// never raw.
+func TestListsEscapeTerminalControls(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	t2 := tablesOf(store.Options{Schema: b.schema, TablePrefix: b.prefix})
+	id := uuid.Must(relayer.NewID())
+	if _, err := b.db.ExecContext(t.Context(), `INSERT INTO `+t2.dead+` (id, message_type, transport, destination, body, headers, ordering_key, attempts, last_error, reason, created_at)
+VALUES ($1, E'ops.\x1b[31mRed', 'nats', 'ops.dead', '\x7b7d', '\x0100000000000000', E'\x1b]0;pwned\x07', 1, E'\x1b[2Jcleared', 'permanent', now())`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.ExecContext(t.Context(), `UPDATE `+t2.outbox+` SET last_error = E'no\u202ereversed\x1b[0m' WHERE id = $1`, b.parked); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"dead", "list"}, {"parked", "list"}, {"stats"}} {
+		r := b.run(t, args...)
+		if r.code != exitOK {
+			t.Fatalf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		}
+		if strings.ContainsAny(r.stdout, "\x1b\x07\u202e") {
+			t.Errorf("%v prints terminal controls raw: %q", args, r.stdout)
+		}
+	}
+	r := b.run(t, "dead", "list")
+	for _, want := range []string{`\x1b]0;pwned\a`, `ops.\x1b[31mRed`, `\x1b[2Jcleared`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("dead list lacks the escaped %s:\n%s", want, r.stdout)
+		}
+	}
+	if r := b.run(t, "parked", "list"); !strings.Contains(r.stdout, `no\u202ereversed\x1b[0m`) {
+		t.Errorf("parked list lacks the escaped error:\n%s", r.stdout)
+	}
+}
