@@ -41,8 +41,9 @@ var ErrInvalidOptions = errors.New("console: invalid options")
 const tokenCookie = "relayer_console_token"
 
 // Options configure a console. The zero value is a console that shows
-// everything but bodies, allows the actions, and asks for no token: fit for
-// a listener on the loopback interface only.
+// everything but bodies, allows the actions, asks for no token, and answers
+// to the loopback host names only: fit for a listener on the loopback
+// interface only.
 type Options struct {
 	// Token, when set, is required on every request: in an
 	// "Authorization: Bearer <token>" header, or in the cookie the console
@@ -66,8 +67,21 @@ type Options struct {
 	// 180 samples taken while the overview was open. 1 s to 1 min.
 	// Default: 5 s.
 	SampleEvery time.Duration
-	// Logger receives a line for each action (who, what, how many rows) and
-	// for failed reads. Default: slog.Default().
+	// AllowedHosts are the host names, besides the loopback ones, that a
+	// request's Host header may name; any other request gets 421
+	// Misdirected Request before anything else: no page, no CSRF token, no
+	// action. This defeats DNS rebinding, where a page of another site
+	// makes its own name resolve to the console's address: the browser
+	// still sends that name as Host. An entry is a name or an IP address,
+	// which accepts any port ("ops.example.com", "10.0.0.5",
+	// "[2001:db8::1]"), or a name and a port, which accepts that port only
+	// ("ops.example.com:8443"); names are compared without case. List every
+	// name a browser or a proxy uses to reach the console. Default: none:
+	// only localhost and the loopback addresses (127.0.0.1, [::1]) are
+	// accepted, with any port.
+	AllowedHosts []string
+	// Logger receives a line for each action (who, what, how many rows),
+	// for failed reads and for refused host names. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -81,7 +95,8 @@ func (o Options) Validate() error {
 	case o.SampleEvery != 0 && (o.SampleEvery < SampleEveryMin || o.SampleEvery > SampleEveryMax):
 		return fmt.Errorf("%w: SampleEvery must be %s to %s, got %s", ErrInvalidOptions, SampleEveryMin, SampleEveryMax, o.SampleEvery)
 	}
-	return nil
+	_, err := parseAllowedHosts(o.AllowedHosts)
+	return err
 }
 
 //go:embed assets
@@ -95,6 +110,7 @@ type Console struct {
 	pages   *template.Template
 	csrfKey []byte
 	samples *samples
+	hosts   hostSet
 	handler http.Handler
 }
 
@@ -120,6 +136,10 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	hosts, err := parseAllowedHosts(opts.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.New(db, outbox)
 	if err != nil {
 		return nil, err
@@ -132,7 +152,7 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("console: CSRF key: %w", err)
 	}
-	c := &Console{store: st, opts: opts, pages: pages, csrfKey: key, samples: newSamples(samplesKept, opts.SampleEvery)}
+	c := &Console{store: st, opts: opts, pages: pages, csrfKey: key, samples: newSamples(samplesKept, opts.SampleEvery), hosts: hosts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overview)
 	mux.HandleFunc("GET /lanes", c.lanes)
@@ -146,12 +166,16 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	return c, nil
 }
 
-// ServeHTTP serves the console.
+// ServeHTTP serves the console to requests for its host names (see
+// [Options.AllowedHosts]); others get 421 Misdirected Request.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; form-action 'self'; frame-ancestors 'none'")
+	if !c.checkHost(w, r) {
+		return
+	}
 	c.handler.ServeHTTP(w, r)
 }
 

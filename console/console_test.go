@@ -321,7 +321,10 @@ func TestTokenGuardsEveryRequest(t *testing.T) {
 
 func TestOptionsValidated(t *testing.T) {
 	db := &sql.DB{}
-	for _, o := range []console.Options{{Refresh: time.Millisecond}, {Refresh: 2 * time.Hour}, {ListLimit: -1}, {ListLimit: 10_001}, {SampleEvery: time.Millisecond}, {SampleEvery: time.Hour}} {
+	for _, o := range []console.Options{{Refresh: time.Millisecond}, {Refresh: 2 * time.Hour}, {ListLimit: -1}, {ListLimit: 10_001}, {SampleEvery: time.Millisecond}, {SampleEvery: time.Hour},
+		{AllowedHosts: []string{""}}, {AllowedHosts: []string{"*"}}, {AllowedHosts: []string{"*.example.com"}}, {AllowedHosts: []string{"http://ops.example.com"}},
+		{AllowedHosts: []string{"ops.example.com/console"}}, {AllowedHosts: []string{"ops.example.com:0"}}, {AllowedHosts: []string{"ops.example.com:99999"}},
+		{AllowedHosts: []string{":8080"}}} {
 		if _, err := console.New(db, store.Options{}, o); !errors.Is(err, console.ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
 		}

@@ -15,4 +15,14 @@
 // [Options.ReadOnly] hides and refuses them all. With [Options.Token] set,
 // every request must carry the token. Message bodies, which may hold
 // personal data, are shown only with [Options.ShowBodies].
+//
+// # Host names
+//
+// The console answers only to requests whose Host header names it:
+// localhost and the loopback addresses, and the names in
+// [Options.AllowedHosts]. Any other request gets 421 Misdirected Request
+// before anything is read or served. This is what defeats DNS rebinding: a
+// page of another site, whose name its owner makes resolve to 127.0.0.1,
+// could otherwise read a console that needs no token, CSRF token included,
+// and post its actions; the browser sends that site's name as Host.
 package console

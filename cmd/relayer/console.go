@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,35 @@ type consoleFlags struct {
 	readOnly   bool
 	showBodies bool
 	refresh    time.Duration
+	hosts      hostList
+}
+
+// hostList is --allowed-host: repeatable, and each value a comma-separated
+// list.
+type hostList []string
+
+func (h *hostList) String() string { return strings.Join(*h, ",") }
+
+func (h *hostList) Set(s string) error {
+	for _, name := range strings.Split(s, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			*h = append(*h, name)
+		}
+	}
+	return nil
+}
+
+// allowedHosts returns the host names the console answers to besides the
+// loopback ones: listen's host, unless it is a wildcard or loopback, and
+// the names given.
+func allowedHosts(listen string, given []string) []string {
+	var hosts []string
+	if host, _, err := net.SplitHostPort(listen); err == nil && host != "" && !loopback(host) {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+			hosts = append(hosts, host)
+		}
+	}
+	return append(hosts, given...)
 }
 
 func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,7 +61,11 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("console",
 		"Serve the operator's web console of an outbox: backlog by destination, lanes and their owners,\n"+
 			"parked keys and dead letters with their retry, skip, requeue and purge actions, and any message\n"+
-			"by id. It listens on loopback unless --listen names another address, which needs --token.",
+			"by id. It listens on loopback unless --listen names another address, which needs --token.\n\n"+
+			"It answers only to the host names browsers are expected to use: localhost, 127.0.0.1 and [::1],\n"+
+			"the host of --listen unless it is a wildcard (0.0.0.0, ::), and each --allowed-host. A request\n"+
+			"for any other name gets 421, which defeats DNS rebinding (a page of another site whose name\n"+
+			"resolves to this address).",
 		"relayer console --database-url postgres://ops@db:5432/app --schema messaging --listen 127.0.0.1:8080", stderr)
 	f.register(fs, true)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on; any but loopback needs --token")
@@ -39,6 +73,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse every action")
 	fs.BoolVar(&f.showBodies, "show-bodies", false, "show message bodies (they may hold personal data)")
 	fs.DurationVar(&f.refresh, "refresh", console.RefreshDefault, "how often pages reload themselves, 1s to 1h")
+	fs.Var(&f.hosts, "allowed-host", "a host name (or name:port) browsers use to reach the console, besides loopback and --listen's;\nrepeat it or separate names with commas, such as ops.example.com,ops.internal:8080")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -49,14 +84,17 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if !loopback(host) && f.token == "" {
 		return usagef("--listen %q is not a loopback address: give --token, so that nobody else on the network can use the console", f.listen)
 	}
+	copts := console.Options{Token: f.token, ReadOnly: f.readOnly, ShowBodies: f.showBodies, Refresh: f.refresh,
+		AllowedHosts: allowedHosts(f.listen, f.hosts), Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	if err := copts.Validate(); err != nil {
+		return usagef("%v", err)
+	}
 	opts, db, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	c, err := console.New(db, opts, console.Options{Token: f.token, ReadOnly: f.readOnly, ShowBodies: f.showBodies,
-		Refresh: f.refresh, Logger: logger})
+	c, err := console.New(db, opts, copts)
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -75,6 +113,10 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		mode = ", read-only"
 	}
 	fmt.Fprintf(stdout, "relayer console: the outbox %s, on %s%s\n", describe(opts), addr, mode)
+	if ip := net.ParseIP(host); (host == "" || ip != nil && ip.IsUnspecified()) && len(f.hosts) == 0 {
+		fmt.Fprintf(stderr, "relayer console: listening on every interface, but answering only to localhost, 127.0.0.1 and [::1]: "+
+			"give the names browsers use to reach it with --allowed-host\n")
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

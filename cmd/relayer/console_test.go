@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -47,10 +48,52 @@ func (l *lockedBuffer) String() string {
 
 var servingOn = regexp.MustCompile(`on (http://[0-9.:]+/)`)
 
-// The command serves the console until Ctrl-C, refusing requests without
-// its token.
-func TestConsoleServesUntilInterrupted(t *testing.T) {
-	t.Parallel()
+// runningConsole is a "relayer console" started by startConsole.
+type runningConsole struct {
+	base           string // http://127.0.0.1:port/
+	stdout, stderr *lockedBuffer
+	cancel         context.CancelFunc // Ctrl-C
+	code           chan int
+}
+
+// startConsole runs "relayer console" with args (which should listen on
+// 127.0.0.1:0) and waits until it says where it serves.
+func startConsole(t *testing.T, args ...string) *runningConsole {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	rc := &runningConsole{stdout: new(lockedBuffer), stderr: new(lockedBuffer), cancel: cancel, code: make(chan int, 1)}
+	go func() { rc.code <- run(ctx, append([]string{"console"}, args...), rc.stdout, rc.stderr) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for rc.base == "" {
+		if m := servingOn.FindStringSubmatch(rc.stdout.String()); m != nil {
+			rc.base = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the console did not say where it serves; stdout %q, stderr %q", rc.stdout.String(), rc.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return rc
+}
+
+// stop interrupts the console and checks that it exits cleanly.
+func (rc *runningConsole) stop(t *testing.T) {
+	t.Helper()
+	rc.cancel()
+	select {
+	case c := <-rc.code:
+		if c != exitOK {
+			t.Errorf("exit code %d after Ctrl-C, stderr %q", c, rc.stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the console did not stop after Ctrl-C")
+	}
+}
+
+// migrated returns the test database's URL and a new migrated outbox's
+// schema in it.
+func migrated(t *testing.T) (string, string) {
+	t.Helper()
 	url := testdb.URL(t)
 	schema := testdb.NewSchema(t)
 	db, err := openDB(t.Context(), url)
@@ -61,25 +104,18 @@ func TestConsoleServesUntilInterrupted(t *testing.T) {
 	if _, err := store.Migrate(t.Context(), db, store.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var stdout, stderr lockedBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, []string{"console", "--database-url", url, "--schema", schema, "--listen", "127.0.0.1:0", "--token", "t0ken", "--read-only"}, &stdout, &stderr)
-	}()
-	var base string
-	deadline := time.Now().Add(20 * time.Second)
-	for base == "" {
-		if m := servingOn.FindStringSubmatch(stdout.String()); m != nil {
-			base = m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the console did not say where it serves; stdout %q, stderr %q", stdout.String(), stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !strings.Contains(stdout.String(), "read-only") {
-		t.Errorf("the start line does not say read-only: %q", stdout.String())
+	return url, schema
+}
+
+// The command serves the console until Ctrl-C, refusing requests without
+// its token.
+func TestConsoleServesUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	url, schema := migrated(t)
+	rc := startConsole(t, "--database-url", url, "--schema", schema, "--listen", "127.0.0.1:0", "--token", "t0ken", "--read-only")
+	base := rc.base
+	if !strings.Contains(rc.stdout.String(), "read-only") {
+		t.Errorf("the start line does not say read-only: %q", rc.stdout.String())
 	}
 	resp, err := http.Get(base)
 	if err != nil {
@@ -99,13 +135,66 @@ func TestConsoleServesUntilInterrupted(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("with the token: %d", resp.StatusCode)
 	}
-	cancel()
-	select {
-	case c := <-code:
-		if c != exitOK {
-			t.Errorf("exit code %d after Ctrl-C, stderr %q", c, stderr.String())
+	rc.stop(t)
+}
+
+// getFor is a GET of url as a browser would send it for a page of host.
+func getFor(t *testing.T, host, url string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// The command answers to loopback names and to each --allowed-host, given
+// repeated or comma-separated; any other host name gets 421.
+func TestConsoleAnswersOnlyItsHostNames(t *testing.T) {
+	t.Parallel()
+	url, schema := migrated(t)
+	rc := startConsole(t, "--database-url", url, "--schema", schema, "--listen", "127.0.0.1:0",
+		"--allowed-host", "ops.example.com, ops.internal:8080", "--allowed-host", "10.0.0.5")
+	for host, want := range map[string]int{
+		"localhost":               http.StatusOK,
+		"ops.example.com":         http.StatusOK,
+		"ops.internal:8080":       http.StatusOK,
+		"ops.internal:9090":       http.StatusMisdirectedRequest,
+		"10.0.0.5:8080":           http.StatusOK,
+		"rebind.attacker.example": http.StatusMisdirectedRequest,
+	} {
+		if got := getFor(t, host, rc.base+"dead"); got != want {
+			t.Errorf("GET /dead for %s: %d, want %d", host, got, want)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the console did not stop after Ctrl-C")
+	}
+	rc.stop(t)
+
+	if r := runCmd(t, "console", "--database-url", "postgres://nowhere/db", "--allowed-host", "*.example.com"); r.code != exitUsage || !strings.Contains(r.stderr, "AllowedHosts") {
+		t.Errorf("a wildcard --allowed-host: code %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestConsoleAllowsTheListenHost(t *testing.T) {
+	t.Parallel()
+	for listen, want := range map[string][]string{
+		"127.0.0.1:8080":       nil,
+		"localhost:8080":       nil,
+		"0.0.0.0:8080":         nil,
+		":8080":                nil,
+		"[::]:8080":            nil,
+		"10.1.2.3:8080":        {"10.1.2.3"},
+		"ops.example.com:8080": {"ops.example.com"},
+		"[2001:db8::1]:8080":   {"2001:db8::1"},
+		"not a listen address": nil,
+	} {
+		if got := allowedHosts(listen, nil); !slices.Equal(got, want) {
+			t.Errorf("--listen %s: %q, want %q", listen, got, want)
+		}
+	}
+	if got := allowedHosts("10.1.2.3:80", []string{"a.example"}); !slices.Equal(got, []string{"10.1.2.3", "a.example"}) {
+		t.Errorf("with --allowed-host: %q", got)
 	}
 }
