@@ -62,7 +62,7 @@
 //	outbox := relayer.Outbox{
 //		Routes:       routes,
 //		Transports:   map[string]relayer.Transport{
-//			"nats": relayerotel.WrapTransport(natsTransport, relayerotel.WithMessagingSystem("nats")),
+//			"nats": relayerotel.WrapTransport(natsTransport), // messaging.system "nats", from the transport
 //		},
 //		TraceContext: relayerotel.TraceContext,
 //	}

@@ -37,8 +37,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithMessagingSystem sets the messaging.system attribute of spans and
 // metrics, such as "kafka", "nats" or "rabbitmq" (the semantic conventions'
-// names). Default: "", which leaves the attribute out, since the wrapper
-// cannot tell what broker a transport talks to.
+// names). Default: what the transport's MessagingSystem method returns (the
+// NATS, Kafka and RabbitMQ transports have one), else the message's relayer
+// transport name, since the conventions require the attribute.
 func WithMessagingSystem(system string) Option {
 	return func(c *config) { c.system = system }
 }

@@ -53,8 +53,14 @@ const operationName = "send"
 // links to it and, if ctx carries a span of its own (a worker's), to that one,
 // so that a trace of the dispatcher still reaches the messages it sent.
 //
+// Every span carries messaging.system, messaging.destination.name,
+// messaging.operation.name ("send") and .type, messaging.message.id,
+// relayer.transport and, when the transport tells them (the NATS and
+// RabbitMQ transports do), server.address and server.port.
+//
 // SendBatch makes one such span per message, all with the call's start and end
-// times and messaging.batch.message_count, rather than one span for the batch
+// times (and, each being of one message, without
+// messaging.batch.message_count), rather than one span for the batch
 // with links to each creation context: a link is only followed from the span
 // that holds it, so a batch span would leave every message's own trace without
 // its send. With a sampled batch of n messages that is n spans; with the
@@ -69,14 +75,16 @@ const operationName = "send"
 //
 // # Propagation
 //
-// The transport passes tr copies of the messages whose headers carry the send
-// span's context as traceparent and tracestate, in place of any such headers
-// the message had (matched regardless of case); consumers continue the trace
-// with [ConsumerContext]. The caller's messages, their header slices and the
-// arrays behind them are never modified. When the send span has no valid
-// context (no SDK, and neither a stored context nor a span in ctx), the
-// message is passed on as it is. Without an SDK but with a stored context, the
-// stored context is what propagates, as the OpenTelemetry API prescribes.
+// The transport passes tr copies of the messages whose headers carry, as
+// traceparent and tracestate, the message's creation context (the one stored
+// with it), unmodified, as the messaging conventions ask: consumers see the
+// context of the operation that wrote the message, whatever hops it took, and
+// continue its trace with [ConsumerContext]. For a message stored without a
+// creation context, the send span's context stands for it. Either replaces
+// any such headers the message had (matched regardless of case). The caller's
+// messages, their header slices and the arrays behind them are never
+// modified. When there is no valid context to carry (no SDK, and neither a
+// stored context nor a span in ctx), the message is passed on as it is.
 //
 // # Metrics
 //
@@ -86,8 +94,8 @@ const operationName = "send"
 // failed. [MetricOperationDuration] (messaging.client.operation.duration)
 // records the duration of each Send or SendBatch call, in seconds. All carry
 // messaging.operation.name ("send"), messaging.operation.type,
-// messaging.destination.name, relayer.transport and, when set,
-// messaging.system; failures and the durations of failed calls also carry
+// messaging.destination.name, messaging.system, relayer.transport and, when
+// the transport tells them, server.address and server.port; failures and the durations of failed calls also carry
 // error.type. Keep the number of destinations bounded: each is a time series.
 //
 // error.type is the ErrorType() string of the first error in the chain that
@@ -105,9 +113,16 @@ func WrapTransport(tr relayer.Transport, opts ...Option) relayer.Transport {
 		tracer:        c.tracerProvider.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
 		transportName: c.transportName,
 	}
-	if c.system != "" {
+	switch sys, ok := tr.(interface{ MessagingSystem() string }); {
+	case c.system != "":
 		t.system = semconv.MessagingSystemKey.String(c.system)
 		t.hasSystem = true
+	case ok && sys.MessagingSystem() != "":
+		t.system = semconv.MessagingSystemKey.String(sys.MessagingSystem())
+		t.hasSystem = true
+	}
+	if sa, ok := tr.(interface{ ServerAddress() (string, int) }); ok {
+		t.server = sa.ServerAddress
 	}
 	meter := c.meterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
 	var err, errs error
@@ -131,6 +146,7 @@ type transport struct {
 	tracer        trace.Tracer
 	system        attribute.KeyValue
 	hasSystem     bool
+	server        func() (host string, port int) // nil: the transport cannot tell
 	transportName string
 	sent          metric.Int64Counter
 	duration      metric.Float64Histogram
@@ -152,7 +168,7 @@ func (t *transport) Send(ctx context.Context, msg *relayer.Message) error {
 		return t.next.Send(ctx, msg)
 	}
 	start := time.Now()
-	sctx, span := t.startSpan(ctx, msg, 1, start)
+	sctx, span := t.startSpan(ctx, msg, start)
 	err := t.next.Send(sctx, t.outgoing(sctx, msg, new(relayer.Message)))
 	end := time.Now()
 	endSpan(span, err, end)
@@ -181,7 +197,7 @@ func (t *transport) SendBatch(ctx context.Context, msgs []*relayer.Message) erro
 			continue
 		}
 		var sctx context.Context
-		sctx, spans[i] = t.startSpan(ctx, m, len(msgs), start)
+		sctx, spans[i] = t.startSpan(ctx, m, start)
 		out[i] = t.outgoing(sctx, m, &copies[i])
 	}
 	err := t.next.SendBatch(ctx, out)
@@ -232,24 +248,36 @@ func (t *transport) SendBatch(ctx context.Context, msgs []*relayer.Message) erro
 	return err
 }
 
-// startSpan starts the send span of msg, one of a batch of size messages.
-func (t *transport) startSpan(ctx context.Context, msg *relayer.Message, size int, start time.Time) (context.Context, trace.Span) {
-	attrs := make([]attribute.KeyValue, 0, 7)
-	if t.hasSystem {
-		attrs = append(attrs, t.system)
+// common returns the attributes of spans and metrics alike: the system,
+// the operation, the destination, the relayer transport and, when the
+// transport can tell, the server's address and port.
+func (t *transport) common(msg *relayer.Message, extra int) []attribute.KeyValue {
+	kvs := make([]attribute.KeyValue, 0, 7+extra)
+	system := t.system
+	if !t.hasSystem {
+		// The conventions require the attribute; a transport that does not
+		// name its broker is named by its relayer transport name.
+		system = semconv.MessagingSystemKey.String(t.transportOf(msg))
 	}
-	attrs = append(attrs,
-		semconv.MessagingDestinationName(msg.Destination),
-		semconv.MessagingOperationTypeSend,
-		semconv.MessagingOperationName(operationName),
-		semconv.MessagingMessageID(msg.ID.String()),
-		TransportKey.String(t.transportOf(msg)),
-	)
-	// The conventions reserve the batch size for operations on several
-	// messages; a batch of one is a single send.
-	if size > 1 {
-		attrs = append(attrs, semconv.MessagingBatchMessageCount(size))
+	kvs = append(kvs, system,
+		semconv.MessagingOperationName(operationName), semconv.MessagingOperationTypeSend,
+		semconv.MessagingDestinationName(msg.Destination), TransportKey.String(t.transportOf(msg)))
+	if t.server != nil {
+		if host, port := t.server(); host != "" {
+			kvs = append(kvs, semconv.ServerAddress(host))
+			if port > 0 {
+				kvs = append(kvs, semconv.ServerPort(port))
+			}
+		}
 	}
+	return kvs
+}
+
+// startSpan starts the send span of msg. Each span is of one message, even
+// in a batch, so it carries no messaging.batch.message_count: the
+// conventions keep that for operations on several messages.
+func (t *transport) startSpan(ctx context.Context, msg *relayer.Message, start time.Time) (context.Context, trace.Span) {
+	attrs := append(t.common(msg, 1), semconv.MessagingMessageID(msg.ID.String()))
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithTimestamp(start),
@@ -267,10 +295,15 @@ func (t *transport) startSpan(ctx context.Context, msg *relayer.Message, size in
 	return t.tracer.Start(parent, operationName+" "+msg.Destination, opts...)
 }
 
-// outgoing returns what tr is given for msg: msg itself when sctx has no
-// valid span context to propagate, else a copy of msg, made in buf, whose
-// headers carry it.
+// outgoing returns what tr is given for msg: a copy of msg, made in buf,
+// whose headers carry the message's creation context (stored with it, see
+// [TraceContext]) unmodified, as the conventions ask of every hop, or, for a
+// message stored without one, the send span's context of sctx, which then
+// stands for its creation; msg itself when neither is valid.
 func (t *transport) outgoing(sctx context.Context, msg, buf *relayer.Message) *relayer.Message {
+	if creation := creationContext(msg); creation.IsValid() {
+		sctx = trace.ContextWithRemoteSpanContext(context.Background(), creation)
+	}
 	if !trace.SpanContextFromContext(sctx).IsValid() {
 		return msg
 	}
@@ -287,14 +320,7 @@ func (t *transport) transportOf(msg *relayer.Message) string {
 }
 
 func (t *transport) metricAttrs(msg *relayer.Message) attribute.Set {
-	kvs := []attribute.KeyValue{
-		semconv.MessagingOperationName(operationName), semconv.MessagingOperationTypeSend,
-		semconv.MessagingDestinationName(msg.Destination), TransportKey.String(t.transportOf(msg)),
-	}
-	if t.hasSystem {
-		kvs = append(kvs, t.system)
-	}
-	return attribute.NewSet(kvs...)
+	return attribute.NewSet(t.common(msg, 0)...)
 }
 
 func (t *transport) recordDuration(ctx context.Context, set attribute.Set, err error, d time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -422,4 +423,20 @@ func (t *Transport) discard(p *publisher) {
 		// replaces it.
 		_ = ch.Close()
 	}()
+}
+
+// MessagingSystem returns "rabbitmq", the OpenTelemetry semantic
+// conventions' name of the broker, for instrumentation such as
+// relayerotel.WrapTransport.
+func (t *Transport) MessagingSystem() string { return "rabbitmq" }
+
+// ServerAddress returns the host and port of the broker the connection is
+// open to, for the server.address and server.port attributes of
+// instrumentation; "" and 0 when it cannot tell.
+func (t *Transport) ServerAddress() (host string, port int) {
+	addr, ok := t.conn.RemoteAddr().(*net.TCPAddr)
+	if !ok || addr == nil {
+		return "", 0
+	}
+	return addr.IP.String(), addr.Port
 }

@@ -194,3 +194,7 @@ func (t *Transport) produce(ctx context.Context, records []*kgo.Record) (kgo.Pro
 		}
 	}
 }
+
+// MessagingSystem returns "kafka", the OpenTelemetry semantic conventions'
+// name of the broker, for instrumentation such as relayerotel.WrapTransport.
+func (t *Transport) MessagingSystem() string { return "kafka" }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -281,4 +283,30 @@ func checkSubject(subject string) string {
 		}
 	}
 	return ""
+}
+
+// MessagingSystem returns "nats", the OpenTelemetry semantic conventions'
+// name of the broker, for instrumentation such as relayerotel.WrapTransport.
+func (t *Transport) MessagingSystem() string { return "nats" }
+
+// ServerAddress returns the host and port of the NATS server the connection
+// is connected to now, for the server.address and server.port attributes of
+// instrumentation; "" and 0 while it is not connected.
+func (t *Transport) ServerAddress() (host string, port int) {
+	nc := t.js.Conn()
+	if nc == nil {
+		return "", 0
+	}
+	return hostPort(nc.ConnectedUrl())
+}
+
+// hostPort splits the host and port out of a server URL, "" and 0 when it
+// has none.
+func hostPort(raw string) (string, int) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" {
+		return "", 0
+	}
+	port, _ := strconv.Atoi(u.Port())
+	return u.Hostname(), port
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -548,5 +549,20 @@ func TestNoGoroutineOutlivesClose(t *testing.T) {
 	}
 	if left != nil {
 		t.Errorf("a goroutine of the transport runs after Close:\n%s", left)
+	}
+}
+
+// The transport names its broker and the server its connection is open to,
+// for instrumentation.
+func TestTransportDescribesItsServer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, relayeramqp.Options{})
+	if got := b.tr.MessagingSystem(); got != "rabbitmq" {
+		t.Errorf("MessagingSystem = %q, want rabbitmq", got)
+	}
+	host, port := b.tr.ServerAddress()
+	addr := b.conn.RemoteAddr().(*net.TCPAddr)
+	if host != addr.IP.String() || port != addr.Port || port == 0 {
+		t.Errorf("ServerAddress = %s, %d; want the connection's %s", host, port, addr)
 	}
 }

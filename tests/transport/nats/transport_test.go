@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -715,5 +716,23 @@ func TestMessageID(t *testing.T) {
 	}
 	if typ := relayernats.MessageType(nats.Header{relayer.HeaderMessageType: {"Forwarded", "Mine"}}); typ != "Mine" {
 		t.Errorf("MessageType = %q, want the last value", typ)
+	}
+}
+
+// The transport names its broker and the server it is connected to, for
+// instrumentation.
+func TestTransportDescribesItsServer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	if got := b.tr.MessagingSystem(); got != "nats" {
+		t.Errorf("MessagingSystem = %q, want nats", got)
+	}
+	u, err := url.Parse(b.nc.ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port := b.tr.ServerAddress()
+	if host != u.Hostname() || strconv.Itoa(port) != u.Port() {
+		t.Errorf("ServerAddress = %s, %d; want the connected server %s", host, port, u.Host)
 	}
 }
