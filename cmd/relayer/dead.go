@@ -300,9 +300,11 @@ type deadChange struct {
 func changeDead(ctx context.Context, args []string, stdout, stderr io.Writer, c deadChange) error {
 	var f outboxFlags
 	var sel deadSelection
+	var cf changeFlags
 	fs := newFlagSet("dead "+c.name, c.summary, c.example, stderr)
 	f.register(fs, true)
 	sel.register(fs, true)
+	cf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -318,10 +320,33 @@ func changeDead(ctx context.Context, args []string, stdout, stderr io.Writer, c 
 		return err
 	}
 	defer db.Close()
-	n, err := c.apply(st, ctx, filter)
+	n, _, err := change{
+		command: "dead " + c.name,
+		filter: nonZero(map[string]any{"ids": filter.IDs, "type": filter.Type, "destination": filter.Destination,
+			"key": filter.Key, "reason": filter.Reason, "older_than": filter.OlderThan}),
+		list: func(ctx context.Context, st *store.Store) ([]uuid.UUID, error) {
+			dead, err := st.DeadLetters(ctx, filter, maxLimit)
+			ids := make([]uuid.UUID, len(dead))
+			for i := range dead {
+				ids[i] = dead[i].ID
+			}
+			return ids, err
+		},
+		apply: func(ctx context.Context, st *store.Store) (int64, error) { return c.apply(st, ctx, filter) },
+	}.run(ctx, db, st, cf, stdout)
 	if err != nil {
 		return fmt.Errorf("%s dead letters: %w", c.verb, err)
 	}
-	fmt.Fprintf(stdout, "%s %d dead letters\n", c.done, n)
+	if !cf.asJSON {
+		fmt.Fprintf(stdout, "%s %d dead letters%s\n", wouldBe(cf.dryRun, c.done, c.verb), n, dryNote(cf.dryRun))
+	}
 	return nil
+}
+
+// dryNote ends a dry run's line.
+func dryNote(dryRun bool) string {
+	if dryRun {
+		return " (dry run: nothing changed)"
+	}
+	return ""
 }

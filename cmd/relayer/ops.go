@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -81,12 +82,27 @@ func (f *outboxFlags) openStore(ctx context.Context) (store.Options, *sql.DB, *s
 	if err != nil {
 		return store.Options{}, nil, nil, err
 	}
-	st, err := store.New(db, opts)
+	st, err := checkedStore(ctx, db, opts)
 	if err != nil {
 		db.Close()
 		return store.Options{}, nil, nil, err
 	}
 	return opts, db, st, nil
+}
+
+// checkedStore returns the outbox's store. Tables that are missing or lack
+// a migration fail it with the command that migrates them, rather than
+// with the database's "relation does not exist"; tables a newer release
+// migrated are fine to read.
+func checkedStore(ctx context.Context, db *sql.DB, opts store.Options) (*store.Store, error) {
+	st, err := store.New(db, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.CheckSchema(ctx); err != nil && !errors.Is(err, store.ErrSchemaNewer) {
+		return nil, err
+	}
+	return st, nil
 }
 
 // open validates --schema and --prefix, then opens --database-url, or
@@ -151,14 +167,19 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f outboxFlags
-	fs := newFlagSet("migrate", "Creates or upgrades the tables of an outbox, applying the steps it lacks in one transaction.",
-		"relayer migrate --database-url postgres://app@db:5432/app --schema messaging", stderr)
+	fs := newFlagSet("migrate", "Creates or upgrades the tables of an outbox, applying the steps it lacks in one transaction. With --dry-run it lists the steps it lacks, with --show-sql it prints their SQL (for a migration tool or a review); neither changes anything.",
+		"relayer migrate --database-url postgres://app@db:5432/app --schema messaging --show-sql", stderr)
 	f.register(fs, true)
+	dryRun := fs.Bool("dry-run", false, "list the migration steps the outbox lacks, and apply none")
+	showSQL := fs.Bool("show-sql", false, "print the SQL of the migration steps the outbox lacks, and apply none")
 	opts, db, err := f.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if *dryRun || *showSQL {
+		return printPendingMigrations(ctx, db, opts, *showSQL, stdout)
+	}
 	applied, err := store.Migrate(ctx, db, opts)
 	if err != nil {
 		return err
@@ -168,6 +189,43 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	fmt.Fprintf(stdout, "outbox %s: applied migrations %v\n", describe(opts), applied)
+	return nil
+}
+
+// printPendingMigrations prints the migration steps the outbox lacks: their
+// versions and names, or with sql their SQL, changing nothing.
+func printPendingMigrations(ctx context.Context, db *sql.DB, opts store.Options, sql bool, stdout io.Writer) error {
+	st, err := store.New(db, opts)
+	if err != nil {
+		return err
+	}
+	newest, err := st.CheckSchema(ctx)
+	if err != nil && !errors.Is(err, store.ErrSchemaOutdated) && !errors.Is(err, store.ErrSchemaNewer) {
+		return err
+	}
+	steps, err := store.Migrations(opts)
+	if err != nil {
+		return err
+	}
+	var pending []store.Migration
+	for _, m := range steps {
+		if m.Version > newest {
+			pending = append(pending, m)
+		}
+	}
+	switch {
+	case len(pending) == 0:
+		fmt.Fprintf(stdout, "outbox %s is up to date: nothing to apply\n", describe(opts))
+	case sql:
+		for _, m := range pending {
+			fmt.Fprintf(stdout, "-- migration %d: %s\n%s\n", m.Version, m.Name, strings.TrimSpace(m.SQL))
+		}
+	default:
+		for _, m := range pending {
+			fmt.Fprintf(stdout, "would apply migration %d: %s\n", m.Version, m.Name)
+		}
+		fmt.Fprintf(stdout, "dry run: outbox %s unchanged\n", describe(opts))
+	}
 	return nil
 }
 
@@ -221,7 +279,7 @@ type holder struct {
 // leases reads the live leases: members with their lanes, the recovery
 // holder, and lanes held by a token no live member has.
 func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []member, recovery *holder, orphans []int, err error) {
-	st, err := store.New(db, opts)
+	st, err := checkedStore(ctx, db, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -263,7 +321,7 @@ func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []
 }
 
 func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsReport, error) {
-	st, err := store.New(db, opts)
+	st, err := checkedStore(ctx, db, opts)
 	if err != nil {
 		return statsReport{}, err
 	}

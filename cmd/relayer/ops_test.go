@@ -281,11 +281,93 @@ func TestEmptyOutbox(t *testing.T) {
 	}
 }
 
-func TestStatsWithoutTables(t *testing.T) {
+// Without the outbox's tables, every command that reads them says how to
+// make them: the migrate command with the schema and prefix given.
+func TestCommandsWithoutTablesSayHowToMigrate(t *testing.T) {
 	t.Parallel()
-	r := runCmd(t, "stats", "--database-url", testdb.URL(t), "--schema", testdb.NewSchema(t))
-	if r.code != exitFail || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "does not exist") {
-		t.Errorf("code %d, stderr %q", r.code, r.stderr)
+	schema := testdb.NewSchema(t)
+	for _, args := range [][]string{{"stats"}, {"dead", "list"}, {"parked", "list"}, {"lanes"}, {"dead", "purge", "--all"}} {
+		r := runCmd(t, append(args, "--database-url", testdb.URL(t), "--schema", schema, "--prefix", "p_")...)
+		want := "relayer migrate --database-url URL --schema " + schema + " --prefix p_"
+		if r.code != exitFail || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("%v: code %d, stderr %q; want one line naming %q", args, r.code, r.stderr, want)
+		}
+	}
+}
+
+// migrate --dry-run lists the steps an outbox lacks and --show-sql prints
+// their SQL; neither applies anything.
+func TestMigrateDryRunAndShowSQL(t *testing.T) {
+	t.Parallel()
+	url, schema := testdb.URL(t), testdb.NewSchema(t)
+	flags := []string{"--database-url", url, "--schema", schema}
+	r := runCmd(t, append([]string{"migrate", "--dry-run"}, flags...)...)
+	steps, err := store.Migrations(store.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range steps {
+		if want := fmt.Sprintf("would apply migration %d: %s", m.Version, m.Name); r.code != exitOK || !strings.Contains(r.stdout, want) {
+			t.Errorf("migrate --dry-run: code %d, stdout %q; want %q", r.code, r.stdout, want)
+		}
+	}
+	r = runCmd(t, append([]string{"migrate", "--show-sql"}, flags...)...)
+	if r.code != exitOK || !strings.Contains(r.stdout, "-- migration 1: ") || !strings.Contains(r.stdout, `CREATE TABLE IF NOT EXISTS "`+schema+`".`) {
+		t.Errorf("migrate --show-sql: code %d, stdout %q", r.code, r.stdout)
+	}
+	if r := runCmd(t, append([]string{"stats"}, flags...)...); r.code != exitFail {
+		t.Errorf("stats after a dry run: code %d; the tables must still be missing", r.code)
+	}
+	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.code != exitOK {
+		t.Fatalf("migrate: %q", r.stderr)
+	}
+	r = runCmd(t, append([]string{"migrate", "--dry-run"}, flags...)...)
+	if r.code != exitOK || !strings.Contains(r.stdout, "up to date: nothing to apply") {
+		t.Errorf("migrate --dry-run when up to date: %q", r.stdout)
+	}
+}
+
+// Every command that changes rows prints, with --json, the rows it touched,
+// its filter and the ids, and with --dry-run changes nothing.
+func TestChangesReportAsJSONAndDryRun(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	for _, c := range []struct {
+		args []string
+		id   string
+	}{
+		{[]string{"dead", "requeue", "--key", "k1"}, b.dead.String()},
+		{[]string{"dead", "purge", "--all"}, b.dead.String()},
+		{[]string{"parked", "retry", "--key", "customer-7"}, b.parked.String()},
+		{[]string{"parked", "skip", "--key", "customer-7"}, b.parked.String()},
+	} {
+		r := b.run(t, append(c.args, "--dry-run", "--json")...)
+		var rep changeReport
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != exitOK {
+			t.Fatalf("%v --dry-run --json: code %d, %q, %v (stderr %q)", c.args, r.code, r.stdout, err, r.stderr)
+		}
+		if rep.Command != c.args[0]+" "+c.args[1] || !rep.DryRun || rep.Rows != 1 || len(rep.IDs) != 1 || rep.IDs[0] != c.id {
+			t.Errorf("%v --dry-run --json = %+v, want one row, id %s", c.args, rep, c.id)
+		}
+		r = b.run(t, append(c.args, "--dry-run")...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "would ") || !strings.Contains(r.stdout, "dry run: nothing changed") {
+			t.Errorf("%v --dry-run: %q", c.args, r.stdout)
+		}
+	}
+	// Nothing changed: the dead letter and the parked key are still there.
+	if r := b.run(t, "dead", "list", "--json"); !strings.Contains(r.stdout, b.dead.String()) {
+		t.Errorf("a dry run changed the dead letters: %q", r.stdout)
+	}
+	if r := b.run(t, "parked", "list", "--json"); !strings.Contains(r.stdout, b.parked.String()) {
+		t.Errorf("a dry run changed the parked keys: %q", r.stdout)
+	}
+	r := b.run(t, "dead", "requeue", "--key", "k1", "--json")
+	var rep changeReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.DryRun || rep.Rows != 1 || rep.Filter["key"] != "k1" {
+		t.Errorf("dead requeue --json = %+v, %v (%q)", rep, err, r.stdout)
+	}
+	if r := b.run(t, "dead", "list", "--json"); strings.Contains(r.stdout, b.dead.String()) {
+		t.Errorf("requeue changed nothing: %q", r.stdout)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -95,10 +96,12 @@ func runParkedList(ctx context.Context, args []string, stdout, stderr io.Writer)
 func runParkedRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f outboxFlags
 	var sel parkedSelection
+	var cf changeFlags
 	fs := newFlagSet("parked retry", "Releases the selected parked keys: each key's parked head becomes eligible again with its attempts from zero, and the key resumes at its head, in order. Retrying again finds nothing more to do.",
 		"relayer parked retry --database-url postgres://app@db:5432/app --schema messaging --key customer-42", stderr)
 	f.register(fs, true)
 	sel.register(fs, true)
+	cf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -110,11 +113,27 @@ func runParkedRetry(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer db.Close()
-	n, err := st.RetryParked(ctx, sel.filter())
+	filter := sel.filter()
+	n, _, err := change{
+		command: "parked retry",
+		filter: nonZero(map[string]any{"type": filter.Type, "destination": filter.Destination, "key": filter.Key,
+			"older_than": filter.OlderThan}),
+		list: func(ctx context.Context, st *store.Store) ([]uuid.UUID, error) {
+			heads, err := st.ParkedHeads(ctx, filter, maxLimit)
+			ids := make([]uuid.UUID, len(heads))
+			for i := range heads {
+				ids[i] = heads[i].Head.ID
+			}
+			return ids, err
+		},
+		apply: func(ctx context.Context, st *store.Store) (int64, error) { return st.RetryParked(ctx, filter) },
+	}.run(ctx, db, st, cf, stdout)
 	if err != nil {
 		return fmt.Errorf("retry parked keys: %w", err)
 	}
-	fmt.Fprintf(stdout, "released %d parked keys; each resumes at its head, in order\n", n)
+	if !cf.asJSON {
+		fmt.Fprintf(stdout, "%s %d parked keys; each resumes at its head, in order%s\n", wouldBe(cf.dryRun, "released", "release"), n, dryNote(cf.dryRun))
+	}
 	return nil
 }
 
@@ -123,10 +142,12 @@ func runParkedRetry(ctx context.Context, args []string, stdout, stderr io.Writer
 // logs a warning, since that breaks the key's order on purpose.
 func runParkedSkip(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f outboxFlags
+	var cf changeFlags
 	fs := newFlagSet("parked skip", "Moves the parked head of one ordering key to the dead letters (reason skipped), so that the key's later messages are delivered without it: a deliberate break of the key's order, logged as a warning. The head can be requeued later with relayer dead requeue --id.",
 		"relayer parked skip --database-url postgres://app@db:5432/app --schema messaging --key customer-42", stderr)
 	f.register(fs, true)
 	key := fs.String("key", "", "the ordering key whose parked head to skip (required)")
+	cf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -138,26 +159,42 @@ func runParkedSkip(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer db.Close()
-	parked, err := st.ParkedKeys(ctx, store.ParkedFilter{Key: *key}, maxLimit)
+	var head store.ParkedKey
+	n, _, err := change{
+		command: "parked skip",
+		filter:  map[string]any{"key": *key},
+		list: func(ctx context.Context, st *store.Store) ([]uuid.UUID, error) {
+			parked, err := st.ParkedKeys(ctx, store.ParkedFilter{Key: *key}, maxLimit)
+			if err != nil || len(parked) == 0 {
+				return nil, err
+			}
+			head = firstByID(parked)
+			return []uuid.UUID{head.Head.ID}, nil
+		},
+		apply: func(ctx context.Context, st *store.Store) (int64, error) {
+			if head.Head.ID == uuid.Nil {
+				return 0, nil
+			}
+			return st.SkipParkedHead(ctx, *key)
+		},
+	}.run(ctx, db, st, cf, stdout)
 	if err != nil {
-		return fmt.Errorf("find the parked head of key %s: %w", *key, err)
+		return fmt.Errorf("skip the parked head of key %s: %w", *key, err)
 	}
-	var n int64
-	if len(parked) > 0 {
-		if n, err = st.SkipParkedHead(ctx, *key); err != nil {
-			return fmt.Errorf("skip the parked head of key %s: %w", *key, err)
-		}
-	}
-	if n == 0 {
+	switch {
+	case cf.asJSON:
+	case n == 0:
 		fmt.Fprintf(stdout, "key %s has no parked head\n", *key)
-		return nil
+	default:
+		fmt.Fprintf(stdout, "%s message %s (type %s, destination %s), the parked head of key %s: it %s a dead letter (reason %s); the %d messages waiting behind it %s without it%s\n",
+			wouldBe(cf.dryRun, "skipped", "skip"), head.Head.ID, oneLine(head.Head.Type), oneLine(head.Head.Destination), oneLine(*key),
+			wouldBe(cf.dryRun, "is now", "be"), store.ReasonSkipped, head.Waiting, wouldBe(cf.dryRun, "go on", "go on"), dryNote(cf.dryRun))
 	}
-	head := firstByID(parked)
-	fmt.Fprintf(stdout, "skipped message %s (type %s, destination %s), the parked head of key %s: it is a dead letter now (reason %s); the %d messages waiting behind it go on without it\n",
-		head.Head.ID, head.Head.Type, head.Head.Destination, *key, store.ReasonSkipped, head.Waiting)
-	slog.New(slog.NewTextHandler(stderr, nil)).Warn("skipped the parked head of an ordered key: the key's order is broken on purpose",
-		"key", *key, "message_id", head.Head.ID.String(), "type", head.Head.Type, "destination", head.Head.Destination,
-		"waiting", head.Waiting, "outbox", describe(opts))
+	if n > 0 && !cf.dryRun {
+		slog.New(slog.NewTextHandler(stderr, nil)).Warn("skipped the parked head of an ordered key: the key's order is broken on purpose",
+			"key", *key, "message_id", head.Head.ID.String(), "type", head.Head.Type, "destination", head.Head.Destination,
+			"waiting", head.Waiting, "outbox", describe(opts))
+	}
 	return nil
 }
 

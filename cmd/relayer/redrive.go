@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -351,4 +352,106 @@ func asText(b []byte, multiline bool) (value, encoding string) {
 		return string(b), "text"
 	}
 	return base64.StdEncoding.EncodeToString(b), "base64"
+}
+
+// changeFlags are the flags of every command that changes rows.
+type changeFlags struct{ asJSON, dryRun bool }
+
+func (c *changeFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&c.asJSON, "json", false, "print the outcome as one JSON object: the command, whether it was a dry run, the rows changed (or that would be), the filter and the rows' ids (at most 10,000)")
+	fs.BoolVar(&c.dryRun, "dry-run", false, "show what would change, and change nothing")
+}
+
+// changeReport is what a change prints with --json.
+type changeReport struct {
+	Command string         `json:"command"`
+	DryRun  bool           `json:"dry_run"`
+	Rows    int64          `json:"rows"`
+	Filter  map[string]any `json:"filter"`
+	IDs     []string       `json:"ids"`
+	// IDsTruncated is set when more rows changed than ids are listed.
+	IDsTruncated bool `json:"ids_truncated,omitempty"`
+}
+
+// change is one run of a command that changes rows: list returns the ids of
+// the rows it is about to change (at most maxLimit), apply changes them.
+type change struct {
+	command string
+	filter  map[string]any
+	list    func(ctx context.Context, st *store.Store) ([]uuid.UUID, error)
+	apply   func(ctx context.Context, st *store.Store) (int64, error)
+}
+
+// run lists and applies c in one transaction, which commits unless
+// flags.dryRun, and prints the JSON report with flags.asJSON; it returns the
+// rows changed (or that would be), for the caller's text.
+func (c change) run(ctx context.Context, db *sql.DB, st *store.Store, flags changeFlags, stdout io.Writer) (int64, []uuid.UUID, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer tx.Rollback()
+	stx, err := st.With(tx)
+	if err != nil {
+		return 0, nil, err
+	}
+	ids, err := c.list(ctx, stx)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := c.apply(ctx, stx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !flags.dryRun {
+		if err := tx.Commit(); err != nil {
+			return 0, nil, err
+		}
+	}
+	if flags.asJSON {
+		r := changeReport{Command: c.command, DryRun: flags.dryRun, Rows: n, Filter: c.filter, IDs: []string{},
+			IDsTruncated: int64(len(ids)) < n}
+		for _, id := range ids {
+			r.IDs = append(r.IDs, id.String())
+		}
+		if err := json.NewEncoder(stdout).Encode(r); err != nil {
+			return 0, nil, err
+		}
+	}
+	return n, ids, nil
+}
+
+// wouldBe is the text of a change's outcome: done, or with a dry run what
+// would be done.
+func wouldBe(dryRun bool, done, verb string) string {
+	if dryRun {
+		return "would " + verb
+	}
+	return done
+}
+
+// nonZero returns the fields of a filter that select something, for
+// --json.
+func nonZero(fields map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range fields {
+		switch v := v.(type) {
+		case string:
+			if v == "" {
+				continue
+			}
+		case time.Duration:
+			if v == 0 {
+				continue
+			}
+			out[k] = v.String()
+			continue
+		case []uuid.UUID:
+			if len(v) == 0 {
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
 }
