@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -32,6 +33,31 @@ const (
 	SampleEveryDefault = 5 * time.Second
 	SampleEveryMin     = time.Second
 	SampleEveryMax     = time.Minute
+	// QueryTimeoutDefault bounds the database work of one request: long
+	// enough for every page of an outbox of millions of rows (they sample
+	// large tables), short enough that a locked table or a busy database
+	// does not hold the console's connections.
+	QueryTimeoutDefault = 5 * time.Second
+	QueryTimeoutMin     = 100 * time.Millisecond
+	QueryTimeoutMax     = 10 * time.Minute
+	// MaxConcurrentDefault is how many requests use the database at once:
+	// a page takes one connection at a time, and an operator or two
+	// browsing need no more, while the application keeps the rest.
+	MaxConcurrentDefault = 4
+	MaxConcurrentMax     = 100
+)
+
+// Limits of a request, answered with 400 Bad Request when passed, before
+// the database is asked anything.
+const (
+	// FilterMaxBytes is the longest value of a filter field (type,
+	// destination, key, older than) and of an action's key, in bytes:
+	// 1,024, as [relayer.KeyMaxBytes] and [relayer.EndpointMaxBytes], so
+	// that every key and destination an outbox can hold can be filtered.
+	FilterMaxBytes = relayer.KeyMaxBytes
+	// BodyMaxBytes is the largest request body: 64 KiB, room for a form
+	// that selects well over a thousand dead letters.
+	BodyMaxBytes = 64 << 10
 )
 
 // ErrInvalidOptions is returned by [New] for an option out of range.
@@ -67,6 +93,21 @@ type Options struct {
 	// 180 samples taken while the overview was open. 1 s to 1 min.
 	// Default: 5 s.
 	SampleEvery time.Duration
+	// QueryTimeout bounds the database work of one page or action, from
+	// the moment the request arrives, its wait for a free slot (see
+	// MaxConcurrent) included: PostgreSQL ends a statement still running
+	// then (statement_timeout, set for the request's transaction alone),
+	// and the page says that the database did not answer in time, with
+	// status 503. 100 ms to 10 min. Default: 5 s.
+	QueryTimeout time.Duration
+	// MaxConcurrent is how many requests may use the database at once, 1
+	// to 100; the others wait for a slot, within their QueryTimeout. Each
+	// request runs its statements in one transaction, on one connection,
+	// so the console holds at most this many of db's connections. The
+	// console does not size db, which is the caller's: "relayer console"
+	// opens its own pool with as many connections as this (--max-conns).
+	// Default: 4.
+	MaxConcurrent int
 	// AllowedHosts are the host names, besides the loopback ones, that a
 	// request's Host header may name; any other request gets 421
 	// Misdirected Request before anything else: no page, no CSRF token, no
@@ -94,6 +135,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: ListLimit must be 1 to %d, got %d", ErrInvalidOptions, ListLimitMax, o.ListLimit)
 	case o.SampleEvery != 0 && (o.SampleEvery < SampleEveryMin || o.SampleEvery > SampleEveryMax):
 		return fmt.Errorf("%w: SampleEvery must be %s to %s, got %s", ErrInvalidOptions, SampleEveryMin, SampleEveryMax, o.SampleEvery)
+	case o.QueryTimeout != 0 && (o.QueryTimeout < QueryTimeoutMin || o.QueryTimeout > QueryTimeoutMax):
+		return fmt.Errorf("%w: QueryTimeout must be %s to %s, got %s", ErrInvalidOptions, QueryTimeoutMin, QueryTimeoutMax, o.QueryTimeout)
+	case o.MaxConcurrent < 0 || o.MaxConcurrent > MaxConcurrentMax:
+		return fmt.Errorf("%w: MaxConcurrent must be 1 to %d, got %d", ErrInvalidOptions, MaxConcurrentMax, o.MaxConcurrent)
 	}
 	_, err := parseAllowedHosts(o.AllowedHosts)
 	return err
@@ -105,7 +150,9 @@ var assets embed.FS
 // Console serves the pages and actions of one outbox. It is an
 // [http.Handler], safe for concurrent use.
 type Console struct {
+	db      *sql.DB
 	store   *store.Store
+	slots   chan struct{} // one per request using the database
 	opts    Options
 	pages   *template.Template
 	csrfKey []byte
@@ -133,6 +180,12 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if opts.SampleEvery == 0 {
 		opts.SampleEvery = SampleEveryDefault
 	}
+	if opts.QueryTimeout == 0 {
+		opts.QueryTimeout = QueryTimeoutDefault
+	}
+	if opts.MaxConcurrent == 0 {
+		opts.MaxConcurrent = MaxConcurrentDefault
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -152,7 +205,7 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("console: CSRF key: %w", err)
 	}
-	c := &Console{store: st, opts: opts, pages: pages, csrfKey: key, samples: newSamples(samplesKept, opts.SampleEvery), hosts: hosts}
+	c := &Console{db: db, store: st, slots: make(chan struct{}, opts.MaxConcurrent), opts: opts, pages: pages, csrfKey: key, samples: newSamples(samplesKept, opts.SampleEvery), hosts: hosts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overview)
 	mux.HandleFunc("GET /lanes", c.lanes)
@@ -176,6 +229,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !c.checkHost(w, r) {
 		return
 	}
+	r.Body = http.MaxBytesReader(w, r.Body, BodyMaxBytes)
 	c.handler.ServeHTTP(w, r)
 }
 
@@ -247,6 +301,10 @@ func (c *Console) checkAction(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if err := r.ParseForm(); err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			http.Error(w, fmt.Sprintf("400 bad request: the request body is over %d KiB (BodyMaxBytes)", BodyMaxBytes>>10), http.StatusBadRequest)
+			return false
+		}
 		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
 		return false
 	}

@@ -324,7 +324,8 @@ func TestOptionsValidated(t *testing.T) {
 	for _, o := range []console.Options{{Refresh: time.Millisecond}, {Refresh: 2 * time.Hour}, {ListLimit: -1}, {ListLimit: 10_001}, {SampleEvery: time.Millisecond}, {SampleEvery: time.Hour},
 		{AllowedHosts: []string{""}}, {AllowedHosts: []string{"*"}}, {AllowedHosts: []string{"*.example.com"}}, {AllowedHosts: []string{"http://ops.example.com"}},
 		{AllowedHosts: []string{"ops.example.com/console"}}, {AllowedHosts: []string{"ops.example.com:0"}}, {AllowedHosts: []string{"ops.example.com:99999"}},
-		{AllowedHosts: []string{":8080"}}} {
+		{AllowedHosts: []string{":8080"}}, {QueryTimeout: time.Millisecond}, {QueryTimeout: time.Hour}, {QueryTimeout: -time.Second},
+		{MaxConcurrent: -1}, {MaxConcurrent: 101}} {
 		if _, err := console.New(db, store.Options{}, o); !errors.Is(err, console.ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
 		}

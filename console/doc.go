@@ -25,4 +25,19 @@
 // page of another site, whose name its owner makes resolve to 127.0.0.1,
 // could otherwise read a console that needs no token, CSRF token included,
 // and post its actions; the browser sends that site's name as Host.
+//
+// # Load
+//
+// The console shares the application's database and bounds what it takes
+// there. At most [Options.MaxConcurrent] requests (4 by default) use the
+// database at once, each in one transaction on one connection, so that
+// the console holds no more of the pool's connections than that however
+// many pages are open; the *sql.DB itself is the caller's to size ("relayer
+// console" opens a pool of exactly --max-conns). The database work of a
+// request ends [Options.QueryTimeout] (5 s) after it arrives, its wait for
+// a slot included: PostgreSQL cancels a statement still running then
+// (statement_timeout, set for the request's transaction alone), and the
+// page answers 503 saying that the database did not answer in time. A
+// filter field over [FilterMaxBytes] (1 KiB) or a request body over
+// [BodyMaxBytes] (64 KiB) gets 400 before the database is asked anything.
 package console

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,9 +19,6 @@ import (
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/store"
 )
-
-// readTimeout bounds the statements of one page.
-const readTimeout = 10 * time.Second
 
 // page is what every template receives.
 type page struct {
@@ -79,12 +77,12 @@ func (c *Console) render(w http.ResponseWriter, name string, p *page, status int
 	buf.WriteTo(w)
 }
 
-// failed renders a page whose reads failed, with the error.
-func (c *Console) failed(w http.ResponseWriter, p *page, name string, err error) {
-	c.opts.Logger.Warn("console: read failed", slog.String("page", p.Nav), slog.String("error", err.Error()))
-	p.Error = err.Error()
+// failed renders a page whose reads failed, saying why.
+func (c *Console) failed(w http.ResponseWriter, r *http.Request, p *page, name string, err error) {
+	msg, status := c.dbFailure(r, "reading the "+p.Nav+" page", err, slog.String("page", p.Nav))
+	p.Error = msg
 	p.Data = nil
-	c.render(w, name, p, http.StatusInternalServerError)
+	c.render(w, name, p, status)
 }
 
 // exactRows is the largest outbox (by the planner's estimate) whose pages
@@ -113,30 +111,32 @@ type reasonCount struct {
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	p := c.newPage(r, "overview", "Overview")
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
 	var d overviewData
-	var err error
-	if d.Backlog, err = c.store.Backlog(ctx, time.Time{}, exactRows); err != nil {
-		c.failed(w, p, "overview.html", err)
+	err := c.withStore(r, true, func(ctx context.Context, st *store.Store) error {
+		var err error
+		if d.Backlog, err = st.Backlog(ctx, time.Time{}, exactRows); err != nil {
+			return err
+		}
+		if !d.DeadEstimated() { // by reason needs every row: skipped on a large table
+			reasons, err := st.DeadByReason(ctx)
+			if err != nil {
+				return err
+			}
+			for reason, n := range reasons {
+				d.DeadReason = append(d.DeadReason, reasonCount{reason, n})
+			}
+			slices.SortFunc(d.DeadReason, func(a, b reasonCount) int { return strings.Compare(a.Reason, b.Reason) })
+		}
+		if d.Pauses, err = st.Pauses(ctx); err != nil {
+			return err
+		}
+		c.sample(ctx, st) // last: a failure aborts the transaction
+		return nil
+	})
+	if err != nil {
+		c.failed(w, r, p, "overview.html", err)
 		return
 	}
-	if !d.DeadEstimated() { // by reason needs every row: skipped on a large table
-		reasons, err := c.store.DeadByReason(ctx)
-		if err != nil {
-			c.failed(w, p, "overview.html", err)
-			return
-		}
-		for reason, n := range reasons {
-			d.DeadReason = append(d.DeadReason, reasonCount{reason, n})
-		}
-		slices.SortFunc(d.DeadReason, func(a, b reasonCount) int { return strings.Compare(a.Reason, b.Reason) })
-	}
-	if d.Pauses, err = c.store.Pauses(ctx); err != nil {
-		c.failed(w, p, "overview.html", err)
-		return
-	}
-	c.sample(ctx)
 	d.Chart = newChart(c.samples.rates())
 	p.Data = d
 	c.render(w, "overview.html", p, http.StatusOK)
@@ -144,12 +144,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 
 // sample records the table's activity counters when the last sample is old
 // enough; a failure only leaves a gap in the chart.
-func (c *Console) sample(ctx context.Context) {
+func (c *Console) sample(ctx context.Context, st *store.Store) {
 	now := time.Now()
 	if !c.samples.due(now) {
 		return
 	}
-	ins, del, err := c.store.Activity(ctx)
+	ins, del, err := st.Activity(ctx)
 	if err != nil {
 		c.opts.Logger.Warn("console: activity sample", slog.String("error", err.Error()))
 		return
@@ -178,16 +178,19 @@ func (d lanesData) Estimated() bool { return d.Sample < 1 }
 
 func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	p := c.newPage(r, "lanes", "Lanes")
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	leases, err := c.store.LiveLeases(ctx)
+	var leases []store.LeaseRow
+	var summaries []store.LaneSummary
+	var sample float64
+	err := c.withStore(r, true, func(ctx context.Context, st *store.Store) error {
+		var err error
+		if leases, err = st.LiveLeases(ctx); err != nil {
+			return err
+		}
+		summaries, sample, err = st.Lanes(ctx, exactRows)
+		return err
+	})
 	if err != nil {
-		c.failed(w, p, "lanes.html", err)
-		return
-	}
-	summaries, sample, err := c.store.Lanes(ctx, exactRows)
-	if err != nil {
-		c.failed(w, p, "lanes.html", err)
+		c.failed(w, r, p, "lanes.html", err)
 		return
 	}
 	d := lanesData{Sample: sample}
@@ -229,8 +232,26 @@ type listFilter struct {
 	older                         time.Duration
 }
 
+// parseFilter reads the filter form. A field that fails checkField is
+// left empty in the filter returned with the error, so that the form does
+// not show it again.
 func parseFilter(q url.Values) (listFilter, error) {
-	f := listFilter{Type: q.Get("type"), Destination: q.Get("destination"), Key: q.Get("key"), Older: q.Get("older")}
+	var f listFilter
+	var bad error
+	for _, field := range []struct {
+		name string
+		dst  *string
+	}{{"type", &f.Type}, {"destination", &f.Destination}, {"key", &f.Key}, {"older", &f.Older}} {
+		v := q.Get(field.name)
+		if err := checkField(field.name, v); err != nil {
+			bad = cmp.Or(bad, err)
+			continue
+		}
+		*field.dst = v
+	}
+	if bad != nil {
+		return f, bad
+	}
 	if f.Older != "" {
 		d, err := parseAge(f.Older)
 		if err != nil {
@@ -239,6 +260,15 @@ func parseFilter(q url.Values) (listFilter, error) {
 		f.older = d
 	}
 	return f, nil
+}
+
+// checkField refuses a filter field or an action's key that the store
+// could not match, or should not be asked to: over FilterMaxBytes.
+func checkField(name, v string) error {
+	if len(v) > FilterMaxBytes {
+		return fmt.Errorf("%s is %d bytes, over the limit of %d (FilterMaxBytes)", name, len(v), FilterMaxBytes)
+	}
+	return nil
 }
 
 // parseAge reads a duration such as 90s, 15m, 2h or 30d.
@@ -289,7 +319,7 @@ type listData[T any] struct {
 // listPage serves a list page: the filter from the query string, then the
 // items list returns for it, at most ListLimit of them.
 func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, title string,
-	list func(ctx context.Context, f listFilter, limit int) ([]T, error)) {
+	list func(ctx context.Context, st *store.Store, f listFilter, limit int) ([]T, error)) {
 	p := c.newPage(r, nav, title)
 	name := nav + ".html"
 	f, err := parseFilter(r.URL.Query())
@@ -299,11 +329,14 @@ func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, ti
 		c.render(w, name, p, http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	items, err := list(ctx, f, c.opts.ListLimit)
+	var items []T
+	err = c.withStore(r, true, func(ctx context.Context, st *store.Store) error {
+		var err error
+		items, err = list(ctx, st, f, c.opts.ListLimit)
+		return err
+	})
 	if err != nil {
-		c.failed(w, p, name, err)
+		c.failed(w, r, p, name, err)
 		return
 	}
 	p.Data = listData[T]{Page: nav, Filter: f, Items: items, Limit: c.opts.ListLimit}
@@ -311,8 +344,8 @@ func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, ti
 }
 
 func (c *Console) parked(w http.ResponseWriter, r *http.Request) {
-	listPage(c, w, r, "parked", "Parked keys", func(ctx context.Context, f listFilter, limit int) ([]store.ParkedKey, error) {
-		return c.store.ParkedHeads(ctx, f.parked(), limit)
+	listPage(c, w, r, "parked", "Parked keys", func(ctx context.Context, st *store.Store, f listFilter, limit int) ([]store.ParkedKey, error) {
+		return st.ParkedHeads(ctx, f.parked(), limit)
 	})
 }
 
@@ -320,26 +353,29 @@ func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
 	if !c.checkAction(w, r) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
 	op, key := r.PostForm.Get("op"), r.PostForm.Get("key")
-	var n int64
-	var err error
+	var act func(ctx context.Context, st *store.Store) (int64, error)
 	switch {
 	case op == "retry" && (key != "" || r.PostForm.Get("all") == "1"):
-		n, err = c.store.RetryParked(ctx, store.ParkedFilter{Key: key})
+		act = func(ctx context.Context, st *store.Store) (int64, error) {
+			return st.RetryParked(ctx, store.ParkedFilter{Key: key})
+		}
 	case op == "skip" && key != "":
-		n, err = c.store.SkipParkedHead(ctx, key)
+		act = func(ctx context.Context, st *store.Store) (int64, error) { return st.SkipParkedHead(ctx, key) }
 	default:
 		http.Error(w, "400 bad request: want op=retry with a key (or all=1), or op=skip with a key", http.StatusBadRequest)
 		return
 	}
-	c.finish(w, r, "parked", op, n, err, slog.String("key", key))
+	if err := checkField("key", key); err != nil {
+		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	c.act(w, r, "parked", op, act, slog.String("key", key))
 }
 
 func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
-	listPage(c, w, r, "dead", "Dead letters", func(ctx context.Context, f listFilter, limit int) ([]store.DeadLetter, error) {
-		return c.store.DeadLetters(ctx, f.dead(), limit)
+	listPage(c, w, r, "dead", "Dead letters", func(ctx context.Context, st *store.Store, f listFilter, limit int) ([]store.DeadLetter, error) {
+		return st.DeadLetters(ctx, f.dead(), limit)
 	})
 }
 
@@ -371,30 +407,35 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 bad request: select dead letters (id=…), or send all=1 to act on every one the filter matches", http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
 	op := r.PostForm.Get("op")
-	var n int64
+	var act func(ctx context.Context, st *store.Store) (int64, error)
 	switch op {
 	case "requeue":
-		n, err = c.store.RequeueDead(ctx, filter)
+		act = func(ctx context.Context, st *store.Store) (int64, error) { return st.RequeueDead(ctx, filter) }
 	case "purge":
-		n, err = c.store.PurgeDead(ctx, filter)
+		act = func(ctx context.Context, st *store.Store) (int64, error) { return st.PurgeDead(ctx, filter) }
 	default:
 		http.Error(w, "400 bad request: want op=requeue or op=purge", http.StatusBadRequest)
 		return
 	}
-	c.finish(w, r, "dead", op, n, err, slog.Int("ids", len(filter.IDs)), slog.String("type", f.Type),
+	c.act(w, r, "dead", op, act, slog.Int("ids", len(filter.IDs)), slog.String("type", f.Type),
 		slog.String("destination", f.Destination), slog.String("key", f.Key), slog.String("older_than", f.Older))
 }
 
-// finish logs an action and redirects to its page with its outcome.
-func (c *Console) finish(w http.ResponseWriter, r *http.Request, pageName, op string, n int64, err error, attrs ...slog.Attr) {
+// act runs an action within the request's database budget, logs it, and
+// redirects to its page with its outcome.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, pageName, op string, run func(ctx context.Context, st *store.Store) (int64, error), attrs ...slog.Attr) {
+	var n int64
+	err := c.withStore(r, false, func(ctx context.Context, st *store.Store) error {
+		var err error
+		n, err = run(ctx, st)
+		return err
+	})
 	base := []slog.Attr{slog.String("action", pageName+" "+op), slog.String("remote", r.RemoteAddr),
 		slog.String("user_agent", r.UserAgent()), slog.Time("at", time.Now().UTC())}
 	if err != nil {
-		c.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "console: action failed", append(append(base, attrs...), slog.String("error", err.Error()))...)
-		http.Error(w, "500 internal error: "+err.Error(), http.StatusInternalServerError)
+		msg, status := c.dbFailure(r, "action", err, append(base, attrs...)...)
+		http.Error(w, strconv.Itoa(status)+" "+strings.ToLower(http.StatusText(status))+": "+msg, status)
 		return
 	}
 	c.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "console: action", append(append(base, attrs...), slog.Int64("rows", n))...)
@@ -446,26 +487,29 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request) {
 		c.render(w, "message.html", p, http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	row, parkedAt, found, err := c.store.Message(ctx, id)
-	if err != nil {
-		c.failed(w, p, "message.html", err)
-		return
-	}
-	if found {
-		d.Found, d.Where, d.Row, d.ParkedAt = true, "outbox", row, parkedAt
-		d.State = rowState(row, parkedAt, time.Now())
-	} else {
-		letters, err := c.store.DeadLetters(ctx, store.DeadFilter{IDs: []uuid.UUID{id}}, 1)
+	err = c.withStore(r, true, func(ctx context.Context, st *store.Store) error {
+		row, parkedAt, found, err := st.Message(ctx, id)
 		if err != nil {
-			c.failed(w, p, "message.html", err)
-			return
+			return err
+		}
+		if found {
+			d.Found, d.Where, d.Row, d.ParkedAt = true, "outbox", row, parkedAt
+			d.State = rowState(row, parkedAt, time.Now())
+			return nil
+		}
+		letters, err := st.DeadLetters(ctx, store.DeadFilter{IDs: []uuid.UUID{id}}, 1)
+		if err != nil {
+			return err
 		}
 		if len(letters) == 1 {
 			d.Found, d.Where, d.Row, d.Reason, d.DeadAt = true, "dead letters", letters[0].Row, letters[0].Reason, letters[0].DeadAt
 			d.State = "dead (" + letters[0].Reason + ")"
 		}
+		return nil
+	})
+	if err != nil {
+		c.failed(w, r, p, "message.html", err)
+		return
 	}
 	if d.Found && c.opts.ShowBodies {
 		d.Body = showBody(d.Row.Body)

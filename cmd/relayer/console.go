@@ -26,6 +26,8 @@ type consoleFlags struct {
 	showBodies bool
 	refresh    time.Duration
 	hosts      hostList
+	maxConns   int
+	timeout    time.Duration
 }
 
 // hostList is --allowed-host: repeatable, and each value a comma-separated
@@ -65,7 +67,11 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"It answers only to the host names browsers are expected to use: localhost, 127.0.0.1 and [::1],\n"+
 			"the host of --listen unless it is a wildcard (0.0.0.0, ::), and each --allowed-host. A request\n"+
 			"for any other name gets 421, which defeats DNS rebinding (a page of another site whose name\n"+
-			"resolves to this address).",
+			"resolves to this address).\n\n"+
+			"It holds at most --max-conns database connections (4), one per request it serves at once, and\n"+
+			"ends the database work of a request at --query-timeout (5s): a locked table or a busy database\n"+
+			"gets an error page, not the application's connections. Filter fields over 1 KiB and request\n"+
+			"bodies over 64 KiB get 400.",
 		"relayer console --database-url postgres://ops@db:5432/app --schema messaging --listen 127.0.0.1:8080", stderr)
 	f.register(fs, true)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on; any but loopback needs --token")
@@ -73,6 +79,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse every action")
 	fs.BoolVar(&f.showBodies, "show-bodies", false, "show message bodies (they may hold personal data)")
 	fs.DurationVar(&f.refresh, "refresh", console.RefreshDefault, "how often pages reload themselves, 1s to 1h")
+	fs.IntVar(&f.maxConns, "max-conns", console.MaxConcurrentDefault, fmt.Sprintf("database connections the console opens, and requests it serves at once, 1 to %d", console.MaxConcurrentMax))
+	fs.DurationVar(&f.timeout, "query-timeout", console.QueryTimeoutDefault, "how long the database work of one page or action may take, 100ms to 10m")
 	fs.Var(&f.hosts, "allowed-host", "a host name (or name:port) browsers use to reach the console, besides loopback and --listen's;\nrepeat it or separate names with commas, such as ops.example.com,ops.internal:8080")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -85,7 +93,15 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("--listen %q is not a loopback address: give --token, so that nobody else on the network can use the console", f.listen)
 	}
 	copts := console.Options{Token: f.token, ReadOnly: f.readOnly, ShowBodies: f.showBodies, Refresh: f.refresh,
-		AllowedHosts: allowedHosts(f.listen, f.hosts), Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+		QueryTimeout: f.timeout, MaxConcurrent: f.maxConns, AllowedHosts: allowedHosts(f.listen, f.hosts),
+		Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	// Zero would mean the default to console.Options: refused here.
+	if f.maxConns < 1 || f.maxConns > console.MaxConcurrentMax {
+		return usagef("--max-conns must be 1 to %d, got %d", console.MaxConcurrentMax, f.maxConns)
+	}
+	if f.timeout < console.QueryTimeoutMin || f.timeout > console.QueryTimeoutMax {
+		return usagef("--query-timeout must be %s to %s, got %s", console.QueryTimeoutMin, console.QueryTimeoutMax, f.timeout)
+	}
 	if err := copts.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -94,6 +110,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer db.Close()
+	db.SetMaxOpenConns(f.maxConns)
+	db.SetMaxIdleConns(f.maxConns)
 	c, err := console.New(db, opts, copts)
 	if err != nil {
 		return usagef("%v", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	neturl "net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -196,5 +197,101 @@ func TestConsoleAllowsTheListenHost(t *testing.T) {
 	}
 	if got := allowedHosts("10.1.2.3:80", []string{"a.example"}); !slices.Equal(got, []string{"10.1.2.3", "a.example"}) {
 		t.Errorf("with --allowed-host: %q", got)
+	}
+}
+
+// The command opens at most --max-conns connections (application_name
+// tells them apart in pg_stat_activity), however many page loads wait on
+// a locked outbox, and each ends at --query-timeout.
+func TestConsoleBoundsItsPool(t *testing.T) {
+	t.Parallel()
+	dbURL, schema := migrated(t)
+	u, err := neturl.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := "console_test_" + schema
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	rc := startConsole(t, "--database-url", u.String(), "--schema", schema, "--listen", "127.0.0.1:0", "--max-conns", "2", "--query-timeout", "1s")
+
+	db, err := openDB(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(t.Context(), `LOCK TABLE "`+schema+`"."outbox" IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var peak int
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			var n int
+			if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n); err != nil {
+				t.Error(err)
+				return
+			}
+			peak = max(peak, n)
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
+	start := time.Now()
+	statuses := make([]int, 12)
+	var loads sync.WaitGroup
+	for i := range statuses {
+		loads.Go(func() {
+			resp, err := http.Get(rc.base)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		})
+	}
+	loads.Wait()
+	took := time.Since(start)
+	close(stop)
+	watch.Wait()
+	if peak > 2 {
+		t.Errorf("the console held %d connections at once, want at most 2 (--max-conns)", peak)
+	}
+	for i, s := range statuses {
+		if s != http.StatusServiceUnavailable {
+			t.Errorf("page load %d: %d, want 503", i, s)
+		}
+	}
+	if took > 5*time.Second {
+		t.Errorf("12 page loads took %s with --query-timeout 1s", took.Round(time.Millisecond))
+	}
+	tx.Rollback()
+	rc.stop(t)
+}
+
+func TestConsoleHelpSaysWhatIsBounded(t *testing.T) {
+	t.Parallel()
+	r := runCmd(t, "console", "-h")
+	for _, want := range []string{"--allowed-host", "-max-conns", "-query-timeout", "421", "64 KiB", "1 KiB"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("console -h does not mention %s:\n%s", want, r.stderr)
+		}
+	}
+	for _, args := range [][]string{{"--max-conns", "0"}, {"--max-conns", "101"}, {"--query-timeout", "0s"}, {"--query-timeout", "1ms"}} {
+		r := runCmd(t, append([]string{"console", "--database-url", "postgres://nowhere/db"}, args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, args[0]) {
+			t.Errorf("%s %s: code %d, stderr %q", args[0], args[1], r.code, r.stderr)
+		}
 	}
 }

@@ -1,0 +1,113 @@
+package console
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/relayer-go/relayer/store"
+)
+
+// The database budget of a request: at most [Options.MaxConcurrent]
+// requests use the database at once, each in one transaction on one
+// connection, and each ends within [Options.QueryTimeout] of its start,
+// its wait for a slot included. PostgreSQL ends a statement at the timeout
+// itself (statement_timeout, set for the transaction alone), which leaves
+// the connection fit for the next request; the request's context ends
+// backstopGrace later, for a server that does not answer at all.
+
+// backstopGrace is how long after the query timeout the request's context
+// ends, when the server has not ended the statement itself.
+const backstopGrace = time.Second
+
+// errNoSlot is returned by withStore when no slot came free before the
+// query timeout.
+var errNoSlot = errors.New("console: no database slot came free before the query timeout")
+
+// setStatementTimeout sets statement_timeout for the current transaction
+// only, from a parameter: SET does not take one.
+const setStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
+
+// withStore runs fn with a store bound to a transaction of its own, within
+// the request's database budget. A readOnly transaction is READ ONLY and
+// rolled back (a read that failed, such as an activity sample, does not
+// fail the page); another is committed when fn succeeds.
+func (c *Console) withStore(r *http.Request, readOnly bool, fn func(ctx context.Context, st *store.Store) error) error {
+	start := time.Now()
+	end := start.Add(c.opts.QueryTimeout)
+	ctx, cancel := context.WithDeadline(r.Context(), end.Add(backstopGrace))
+	defer cancel()
+	wait := time.NewTimer(c.opts.QueryTimeout)
+	defer wait.Stop()
+	select {
+	case c.slots <- struct{}{}:
+		defer func() { <-c.slots }()
+	case <-wait.C:
+		return errNoSlot
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	left := time.Until(end)
+	if left < time.Millisecond {
+		return errNoSlot
+	}
+	tx, err := c.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly})
+	if err != nil {
+		return fmt.Errorf("console: begin: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, setStatementTimeout, strconv.FormatInt(left.Milliseconds(), 10)); err != nil {
+		return fmt.Errorf("console: statement timeout: %w", err)
+	}
+	st, err := c.store.With(tx)
+	if err != nil {
+		return err
+	}
+	if err := fn(ctx, st); err != nil || readOnly {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("console: commit: %w", err)
+	}
+	return nil
+}
+
+// sqlStateQueryCanceled is PostgreSQL's query_canceled, which a statement
+// ended by statement_timeout reports.
+const sqlStateQueryCanceled = "57014"
+
+// timedOut reports whether err is the end of a request's database budget:
+// no slot in time, the request's deadline, or the statement timeout.
+func timedOut(err error) bool {
+	if errors.Is(err, errNoSlot) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pg interface{ SQLState() string }
+	return errors.As(err, &pg) && pg.SQLState() == sqlStateQueryCanceled
+}
+
+// dbFailure logs a failed database read or action, with the database's
+// error, and reslots what the client is told instead, without it (the
+// database's text may name tables, columns or values), and its status: 503
+// for the end of the budget, 500 otherwise.
+func (c *Console) dbFailure(r *http.Request, what string, err error, attrs ...slog.Attr) (string, int) {
+	level, msg := slog.LevelError, "console: "+what+" failed"
+	switch {
+	case timedOut(err):
+		level = slog.LevelWarn
+	case r.Context().Err() != nil: // the client went away
+		level = slog.LevelDebug
+	}
+	c.opts.Logger.LogAttrs(r.Context(), level, msg, append(attrs, slog.String("path", r.URL.Path),
+		slog.String("remote", r.RemoteAddr), slog.String("error", err.Error()))...)
+	if timedOut(err) {
+		return fmt.Sprintf("the database did not answer within %s, the console's query timeout: the outbox may be locked or the database busy; try again later", c.opts.QueryTimeout),
+			http.StatusServiceUnavailable
+	}
+	return err.Error(), http.StatusInternalServerError
+}
