@@ -92,7 +92,7 @@ func timedOut(err error) bool {
 }
 
 // dbFailure logs a failed database read or action, with the database's
-// error, and reslots what the client is told instead, without it (the
+// error, and returns what the client is told instead, without it (the
 // database's text may name tables, columns or values), and its status: 503
 // for the end of the budget, 500 otherwise.
 func (c *Console) dbFailure(r *http.Request, what string, err error, attrs ...slog.Attr) (string, int) {
@@ -109,5 +109,5 @@ func (c *Console) dbFailure(r *http.Request, what string, err error, attrs ...sl
 		return fmt.Sprintf("the database did not answer within %s, the console's query timeout: the outbox may be locked or the database busy; try again later", c.opts.QueryTimeout),
 			http.StatusServiceUnavailable
 	}
-	return err.Error(), http.StatusInternalServerError
+	return what + " failed; the console's log has the database's error", http.StatusInternalServerError
 }

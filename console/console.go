@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -63,7 +64,8 @@ const (
 // ErrInvalidOptions is returned by [New] for an option out of range.
 var ErrInvalidOptions = errors.New("console: invalid options")
 
-// tokenCookie carries the access token after a visit with ?token=.
+// tokenCookie carries proof of the access token after a visit with
+// ?token=: its sessionValue, never the token itself.
 const tokenCookie = "relayer_console_token"
 
 // Options configure a console. The zero value is a console that shows
@@ -72,10 +74,15 @@ const tokenCookie = "relayer_console_token"
 // interface only.
 type Options struct {
 	// Token, when set, is required on every request: in an
-	// "Authorization: Bearer <token>" header, or in the cookie the console
-	// sets when a page is opened with "?token=<token>". Requests without it
-	// get 401. Serve the console on any address but loopback with a token,
-	// and over TLS. Default: none.
+	// "Authorization: Bearer <token>" header, or by the cookie the console
+	// sets when a page is opened with "?token=<token>" (and then redirects
+	// to the same page of the console without it). The cookie holds an
+	// HMAC-SHA256 keyed by the token, not the token; it is HttpOnly,
+	// SameSite=Strict, and Secure when the request came over TLS (to the
+	// console's own server: behind a proxy that ends TLS, the console
+	// cannot tell). Requests without the token get 401. Serve the console
+	// on any address but loopback with a token, and over TLS. Default:
+	// none.
 	Token string
 	// ReadOnly hides every action and refuses every POST with 403.
 	ReadOnly bool
@@ -201,6 +208,10 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
+	static, err := staticFiles()
+	if err != nil {
+		return nil, err
+	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("console: CSRF key: %w", err)
@@ -214,7 +225,7 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	mux.HandleFunc("GET /dead", c.dead)
 	mux.HandleFunc("POST /dead", c.deadAction)
 	mux.HandleFunc("GET /message", c.message)
-	mux.Handle("GET /assets/", http.FileServerFS(assets))
+	mux.Handle("GET /assets/", static)
 	c.handler = c.authenticate(http.NewCrossOriginProtection().Handler(mux))
 	return c, nil
 }
@@ -242,9 +253,10 @@ func (c *Console) authenticate(next http.Handler) http.Handler {
 	}
 	want := []byte(c.opts.Token)
 	equal := func(got string) bool { return subtle.ConstantTimeCompare([]byte(got), want) == 1 }
+	session := []byte(sessionValue(c.opts.Token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && equal(t) {
-			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: t, Path: "/", HttpOnly: true,
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: string(session), Path: "/", HttpOnly: true,
 				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			q := r.URL.Query()
 			q.Del("token")
@@ -257,7 +269,7 @@ func (c *Console) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if ck, err := r.Cookie(tokenCookie); err == nil && equal(ck.Value) {
+		if ck, err := r.Cookie(tokenCookie); err == nil && subtle.ConstantTimeCompare([]byte(ck.Value), session) == 1 {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -266,8 +278,21 @@ func (c *Console) authenticate(next http.Handler) http.Handler {
 	})
 }
 
+// sessionValue is what the session cookie holds for token: an HMAC-SHA256
+// keyed by the token, so that the cookie (in the browser's store, in a
+// proxy's log) does not give the token away, while any replica of the
+// console, before or after a restart, recognizes it.
+func sessionValue(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("relayer console session"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
 // relative returns u's path's last element and query, for a redirect that
-// stays under whatever prefix the console is mounted at.
+// stays under whatever prefix the console is mounted at. An element a
+// browser could read as another site or scheme ("\\evil.com", "A:") or
+// as another directory is replaced by "./": the redirect never leaves the
+// console.
 func relative(u *url.URL) string {
 	p := u.Path
 	for i := len(p) - 1; i >= 0; i-- {
@@ -276,13 +301,51 @@ func relative(u *url.URL) string {
 			break
 		}
 	}
-	if p == "" {
+	if !pageName(p) {
 		p = "./"
 	}
 	if u.RawQuery != "" {
 		p += "?" + u.RawQuery
 	}
 	return p
+}
+
+// pageName reports whether s is a plain file name: letters, digits, '-',
+// '_' and '.', and neither "." nor "..".
+func pageName(s string) bool {
+	if s == "" || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// staticFiles serves the stylesheet and the script, and answers 404 to
+// anything else under assets/: a directory, whose listing would name every
+// embedded file, or a template.
+func staticFiles() (http.Handler, error) {
+	names := map[string]bool{}
+	for _, pattern := range []string{"assets/*.css", "assets/*.js"} {
+		matches, err := fs.Glob(assets, pattern)
+		if err != nil {
+			return nil, fmt.Errorf("console: assets: %w", err)
+		}
+		for _, m := range matches {
+			names["/"+m] = true
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !names[r.URL.Path] {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeFileFS(w, r, assets, r.URL.Path[1:])
+	}), nil
 }
 
 // csrfToken returns the token forms carry: an HMAC of the console's random

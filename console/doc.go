@@ -16,6 +16,13 @@
 // every request must carry the token. Message bodies, which may hold
 // personal data, are shown only with [Options.ShowBodies].
 //
+// What a page shows of a failure is the console's own words: a read or an
+// action the database refused says that it failed, and the database's
+// error, which may name tables and values, goes to [Options.Logger] only.
+// A filter that is not text PostgreSQL can hold (a NUL byte, invalid
+// UTF-8) gets 400. Under assets/ the console serves its stylesheet and
+// script, and 404 to anything else, directories included.
+//
 // # Host names
 //
 // The console answers only to requests whose Host header names it:

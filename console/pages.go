@@ -263,10 +263,17 @@ func parseFilter(q url.Values) (listFilter, error) {
 }
 
 // checkField refuses a filter field or an action's key that the store
-// could not match, or should not be asked to: over FilterMaxBytes.
+// could not match, or should not be asked to: over FilterMaxBytes, not
+// UTF-8, or holding a NUL byte (which PostgreSQL's text refuses; no stored
+// value has one).
 func checkField(name, v string) error {
-	if len(v) > FilterMaxBytes {
+	switch {
+	case len(v) > FilterMaxBytes:
 		return fmt.Errorf("%s is %d bytes, over the limit of %d (FilterMaxBytes)", name, len(v), FilterMaxBytes)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%s is not valid UTF-8", name)
+	case strings.IndexByte(v, 0) >= 0:
+		return fmt.Errorf("%s holds a NUL byte", name)
 	}
 	return nil
 }
