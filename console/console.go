@@ -216,7 +216,8 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("console: CSRF key: %w", err)
 	}
-	c := &Console{db: db, store: st, slots: make(chan struct{}, opts.MaxConcurrent), opts: opts, pages: pages, csrfKey: key, samples: newSamples(samplesKept, opts.SampleEvery), hosts: hosts}
+	c := &Console{db: db, store: st, slots: make(chan struct{}, opts.MaxConcurrent), opts: opts, pages: pages,
+		csrfKey: key, samples: newSamples(samplesKept, opts.SampleEvery), hosts: hosts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overview)
 	mux.HandleFunc("GET /lanes", c.lanes)

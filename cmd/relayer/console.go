@@ -68,10 +68,10 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"the host of --listen unless it is a wildcard (0.0.0.0, ::), and each --allowed-host. A request\n"+
 			"for any other name gets 421, which defeats DNS rebinding (a page of another site whose name\n"+
 			"resolves to this address).\n\n"+
-			"It holds at most --max-conns database connections (4), one per request it serves at once, and\n"+
-			"ends the database work of a request at --query-timeout (5s): a locked table or a busy database\n"+
-			"gets an error page, not the application's connections. Filter fields over 1 KiB and request\n"+
-			"bodies over 64 KiB get 400.",
+			"It holds at most --max-conns database connections (4), one per request using the database, and\n"+
+			"ends the database work of a request at --query-timeout (5s), its wait for a connection included:\n"+
+			"a locked table or a busy database gets an error page (503), not the application's connections.\n"+
+			"Filter fields over 1 KiB and request bodies over 64 KiB get 400.",
 		"relayer console --database-url postgres://ops@db:5432/app --schema messaging --listen 127.0.0.1:8080", stderr)
 	f.register(fs, true)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to serve on; any but loopback needs --token")
@@ -79,7 +79,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.BoolVar(&f.readOnly, "read-only", false, "hide and refuse every action")
 	fs.BoolVar(&f.showBodies, "show-bodies", false, "show message bodies (they may hold personal data)")
 	fs.DurationVar(&f.refresh, "refresh", console.RefreshDefault, "how often pages reload themselves, 1s to 1h")
-	fs.IntVar(&f.maxConns, "max-conns", console.MaxConcurrentDefault, fmt.Sprintf("database connections the console opens, and requests it serves at once, 1 to %d", console.MaxConcurrentMax))
+	fs.IntVar(&f.maxConns, "max-conns", console.MaxConcurrentDefault, fmt.Sprintf("database connections the console opens at most, one per request using the database, 1 to %d", console.MaxConcurrentMax))
 	fs.DurationVar(&f.timeout, "query-timeout", console.QueryTimeoutDefault, "how long the database work of one page or action may take, 100ms to 10m")
 	fs.Var(&f.hosts, "allowed-host", "a host name (or name:port) browsers use to reach the console, besides loopback and --listen's;\nrepeat it or separate names with commas, such as ops.example.com,ops.internal:8080")
 	if err := parse(fs, args); err != nil {

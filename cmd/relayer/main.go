@@ -38,7 +38,7 @@
 //	relayer parked skip --key K move a key's parked head to the dead letters, breaking its order
 //	relayer console             the web console: backlog, lanes, parked keys, dead letters,
 //	                            messages, and their actions (--listen, --token, --read-only,
-//	                            --show-bodies)
+//	                            --show-bodies, --allowed-host, --max-conns, --query-timeout)
 //
 // # Benchmarks
 //
