@@ -904,8 +904,8 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("code %d, stderr:\n%s", code, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 20 {
-		t.Fatalf("%d JSON lines, want 20:\n%s", len(lines), out.String())
+	if len(lines) != 26 {
+		t.Fatalf("%d JSON lines, want 26:\n%s", len(lines), out.String())
 	}
 	for _, l := range lines {
 		var r struct {

@@ -205,6 +205,9 @@ type Result struct {
 	// messages delivered per second for e2e and drain) against the
 	// hand-written loop's, medians over the rounds.
 	VsLoop float64 `json:"vs_loop,omitempty"`
+	// VsMinimal is the headline figure against the minimal loop's: the
+	// database's limit for an outbox (see [Minimal]).
+	VsMinimal float64 `json:"vs_minimal,omitempty"`
 	// VsDirect is the ordered path's delivered messages per second against
 	// direct dispatch's (e2e).
 	VsDirect float64 `json:"vs_direct,omitempty"`

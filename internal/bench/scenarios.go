@@ -28,8 +28,8 @@ func (r *runner) orderedBacklog() int {
 }
 
 // all returns every contender taking part in scenario: the hand-written
-// loop first (the others' ratios are against it), then Relayer's paths, then
-// the Config's.
+// loop first (the others' ratios are against it), the minimal loop (and
+// against it too), then Relayer's paths, then the Config's.
 func (r *runner) all(scenario string) []Contender {
 	if scenario == ScenarioOrdered {
 		// Relayer's ordered path with 1, 2 and 4 workers, and nothing else:
@@ -42,7 +42,7 @@ func (r *runner) all(scenario string) []Contender {
 		// moderate rate, where four compete for two cores to no gain.
 		ordered = relayerPath{PathOrdered, 1}
 	}
-	all := []Contender{Loop{}, Relayer(PathDirect), Relayer(PathRecovery), ordered}
+	all := []Contender{Loop{}, Minimal{}, Relayer(PathDirect), Relayer(PathRecovery), ordered}
 	for _, path := range []string{PathOrderedRemote, PathOrderedWoken} { // only when named
 		if slices.Contains(r.cfg.Only, path) {
 			all = append(all, relayerPath{path, 1})
@@ -229,14 +229,26 @@ func txPerSec(r Result) float64   { return r.TxPerSec }
 func msgsPerSec(r Result) float64 { return r.MsgsPerSec }
 func p99(r Result) float64        { return float64(r.P99) }
 
-// vsLoop sets each result's VsLoop to its headline figure against the
-// hand-written loop's, which comes first.
+// vsLoop sets each result's VsLoop and VsMinimal to its headline figure
+// against the hand-written loop's and the minimal loop's, of the same
+// variant.
 func vsLoop(results []Result, headline func(Result) float64) {
-	if len(results) == 0 || results[0].Contender != (Loop{}).Name() || headline(results[0]) == 0 {
-		return
+	of := func(name, variant string) float64 {
+		for _, r := range results {
+			if r.Contender == name && r.Variant == variant {
+				return headline(r)
+			}
+		}
+		return 0
 	}
-	for i := 1; i < len(results); i++ {
-		results[i].VsLoop = headline(results[i]) / headline(results[0])
+	for i := range results {
+		r := &results[i]
+		if base := of((Loop{}).Name(), r.Variant); base > 0 && r.Contender != (Loop{}).Name() {
+			r.VsLoop = headline(*r) / base
+		}
+		if base := of((Minimal{}).Name(), r.Variant); base > 0 && r.Contender != (Minimal{}).Name() {
+			r.VsMinimal = headline(*r) / base
+		}
 	}
 }
 

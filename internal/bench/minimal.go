@@ -1,0 +1,285 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/headers"
+)
+
+// Minimal is the smallest outbox a service could write by hand, as a
+// contender: its own table of four columns (id, payload, headers,
+// created_at) with a primary key and nothing else, written and drained
+// through pgx's native API on pinned connections. Its producer inserts the
+// business row and one multi-row INSERT of the messages; two workers each
+// delete up to 1,000 rows per DELETE … RETURNING, hand them to the sink
+// before the commit, and poll every 10 ms when idle. It is the database's
+// limit for an outbox; the hand-written loop, on Relayer's own table,
+// shows what Relayer's layout costs on top of it.
+type Minimal struct{}
+
+// Name implements [Contender].
+func (Minimal) Name() string { return "minimal loop" }
+
+// Runs implements [Contender]: every scenario but ordered, which it cannot
+// keep.
+func (Minimal) Runs(scenario string) bool { return scenario != ScenarioOrdered }
+
+// New implements [Contender].
+func (Minimal) New(ctx context.Context, env Env) (Instance, error) {
+	table := quoteTable(env.Schema, env.Prefix+"minimal")
+	if _, err := env.DB.ExecContext(ctx, `CREATE TABLE `+table+` (
+    id         uuid PRIMARY KEY,
+    payload    bytea NOT NULL,
+    headers    bytea NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return nil, err
+	}
+	hdrs, err := headers.Encode(append([]headers.Header{{Name: relayer.HeaderContentType, Value: []byte("application/octet-stream")}}, env.Headers...))
+	if err != nil {
+		return nil, err
+	}
+	return &minimalInstance{env: env, table: table, hdrs: hdrs, stopping: make(chan struct{})}, nil
+}
+
+type minimalInstance struct {
+	env   Env
+	table string
+	hdrs  []byte
+
+	mu    sync.Mutex
+	conns []*sql.Conn // pinned by the workers, closed at Stop
+
+	stopping chan struct{}
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	err      error
+}
+
+// minimalInsert returns the multi-row INSERT of n messages into table.
+func minimalInsert(table string, n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO ` + table + ` (id, payload, headers) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		p := i * 3
+		b.WriteString("($" + strconv.Itoa(p+1) + ",$" + strconv.Itoa(p+2) + ",$" + strconv.Itoa(p+3) + ")")
+	}
+	return b.String()
+}
+
+// pin pins a connection of the pool until Stop, for a worker.
+func (m *minimalInstance) pin(ctx context.Context) (*sql.Conn, error) {
+	c, err := m.env.DB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.conns = append(m.conns, c)
+	m.mu.Unlock()
+	return c, nil
+}
+
+// native runs f on the pgx connection under c.
+func native(c *sql.Conn, f func(*pgx.Conn) error) error {
+	return c.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return errors.New("bench: the minimal loop needs pgx's database/sql driver")
+		}
+		return f(sc.Conn())
+	})
+}
+
+// commit runs one transaction on a connection of the pool: the business
+// row when business is set, then n messages in one statement; it returns
+// their ids in ids[:0].
+func (m *minimalInstance) commit(ctx context.Context, business bool, insert string, n int, args []any, ids []uuid.UUID) ([]uuid.UUID, error) {
+	ids = ids[:0]
+	c, err := m.env.DB.Conn(ctx)
+	if err != nil {
+		return ids, err
+	}
+	defer c.Close()
+	err = native(c, func(pc *pgx.Conn) error {
+		tx, err := pc.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if business {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+m.env.Orders+` (note) VALUES ($1)`, "order"); err != nil {
+				return err
+			}
+		}
+		args = args[:0]
+		for range n {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+			args = append(args, id, m.env.Body, m.hdrs)
+		}
+		if n > 0 {
+			if _, err := tx.Exec(ctx, insert, args...); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(ctx)
+	})
+	return ids, err
+}
+
+// Producer implements [Instance].
+func (m *minimalInstance) Producer(_, perTx int) (func(context.Context) error, error) {
+	insert := minimalInsert(m.table, perTx)
+	args := make([]any, 0, 3*perTx)
+	var ids []uuid.UUID
+	return func(ctx context.Context) error {
+		var err error
+		if ids, err = m.commit(ctx, true, insert, perTx, args, ids); err != nil || m.env.Committed == nil {
+			return err
+		}
+		m.env.Committed(time.Now(), ids)
+		return nil
+	}, nil
+}
+
+// Fill implements [Instance], 1,000 messages per statement.
+func (m *minimalInstance) Fill(ctx context.Context, n int) ([]uuid.UUID, error) {
+	all := make([]uuid.UUID, 0, n)
+	args := make([]any, 0, 3*1000)
+	var ids []uuid.UUID
+	for start := 0; start < n; start += 1000 {
+		size := min(1000, n-start)
+		var err error
+		if ids, err = m.commit(ctx, false, minimalInsert(m.table, size), size, args, ids); err != nil {
+			return nil, err
+		}
+		all = append(all, ids...)
+	}
+	_, err := m.env.DB.ExecContext(ctx, `ANALYZE `+m.table)
+	return all, err
+}
+
+// Start implements [Instance]: two workers, each on a pinned connection.
+func (m *minimalInstance) Start(ctx context.Context) error {
+	take := `DELETE FROM ` + m.table + ` WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + m.table + ` ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED))
+RETURNING id, payload, headers`
+	for range loopDrainers {
+		c, err := m.pin(ctx)
+		if err != nil {
+			return err
+		}
+		m.wg.Go(func() {
+			for {
+				select {
+				case <-m.stopping:
+					return
+				default:
+				}
+				n, err := m.once(ctx, c, take)
+				if err != nil {
+					m.errMu.Lock()
+					m.err = errors.Join(m.err, err)
+					m.errMu.Unlock()
+					return
+				}
+				if n == 0 {
+					select {
+					case <-m.stopping:
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// once takes, sends and commits one batch on c, returning its size.
+func (m *minimalInstance) once(ctx context.Context, c *sql.Conn, take string) (int, error) {
+	var msgs []*relayer.Message
+	err := native(c, func(pc *pgx.Conn) error {
+		tx, err := pc.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		rows, err := tx.Query(ctx, take)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			msg := &relayer.Message{Type: eventType, Transport: "bench", Destination: m.env.Destination}
+			var hdrs []byte
+			if err := rows.Scan(&msg.ID, &msg.Body, &hdrs); err != nil {
+				rows.Close()
+				return err
+			}
+			if msg.Headers, err = headers.Decode(hdrs, nil); err != nil {
+				rows.Close()
+				return err
+			}
+			msgs = append(msgs, msg)
+		}
+		if err := rows.Err(); err != nil || len(msgs) == 0 {
+			return err
+		}
+		caps, err := m.env.Sink.Capabilities(ctx, m.env.Destination)
+		if err != nil {
+			return err
+		}
+		size := max(1, caps.MaxBatchSize)
+		for start := 0; start < len(msgs); start += size {
+			if err := m.env.Sink.SendBatch(ctx, msgs[start:min(start+size, len(msgs))]); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(ctx)
+	})
+	return len(msgs), err
+}
+
+// Stop implements [Instance]: it stops the workers and returns the pinned
+// connections.
+func (m *minimalInstance) Stop(context.Context) error {
+	close(m.stopping)
+	m.wg.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.conns {
+		c.Close()
+	}
+	m.conns = nil
+	return m.Err()
+}
+
+// Err implements [Instance].
+func (m *minimalInstance) Err() error {
+	m.errMu.Lock()
+	defer m.errMu.Unlock()
+	return m.err
+}
+
+// Backlog implements [Instance].
+func (m *minimalInstance) Backlog(ctx context.Context) (n int64, err error) {
+	err = m.env.DB.QueryRowContext(ctx, `SELECT count(*) FROM `+m.table).Scan(&n)
+	return n, err
+}
