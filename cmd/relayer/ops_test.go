@@ -926,7 +926,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 	}
-	if !strings.Contains(errOut.String(), "step 20/20") {
+	if !strings.Contains(errOut.String(), "step 26/26") {
 		t.Errorf("progress lines missing:\n%s", errOut.String())
 	}
 	// The table form, one scenario, on NATS.
