@@ -110,33 +110,49 @@ func (l *loopInstance) commit(ctx context.Context, business bool, insert string,
 
 // Producer implements [Instance].
 func (l *loopInstance) Producer(_, perTx int) (func(context.Context) error, error) {
-	insert := loopInsert(l.table, perTx)
-	args := make([]any, 0, 7*perTx)
-	var ids []uuid.UUID
-	return func(ctx context.Context) error {
-		var err error
-		if ids, err = l.commit(ctx, true, insert, perTx, args, ids); err != nil || l.env.Committed == nil {
-			return err
-		}
-		l.env.Committed(time.Now(), ids)
-		return nil
-	}, nil
+	return produce(l.env, loopInsert(l.table, perTx), 7, perTx, l.commit), nil
 }
 
 // Fill implements [Instance], 1,000 messages per statement.
 func (l *loopInstance) Fill(ctx context.Context, n int) ([]uuid.UUID, error) {
+	return fill(ctx, l.env, l.table, func(n int) string { return loopInsert(l.table, n) }, 7, n, l.commit)
+}
+
+// committer commits one transaction: the business row when business is
+// set, then n messages with insert and args (reused); it returns their ids
+// in ids[:0].
+type committer func(ctx context.Context, business bool, insert string, n int, args []any, ids []uuid.UUID) ([]uuid.UUID, error)
+
+// produce returns a producer of perTx messages per transaction, committed
+// by commit with insert, whose messages take argsPer arguments each.
+func produce(env Env, insert string, argsPer, perTx int, commit committer) func(context.Context) error {
+	args := make([]any, 0, argsPer*perTx)
+	var ids []uuid.UUID
+	return func(ctx context.Context) error {
+		var err error
+		if ids, err = commit(ctx, true, insert, perTx, args, ids); err != nil || env.Committed == nil {
+			return err
+		}
+		env.Committed(time.Now(), ids)
+		return nil
+	}
+}
+
+// fill commits n messages without business rows, 1,000 per statement, and
+// analyzes table.
+func fill(ctx context.Context, env Env, table string, insert func(n int) string, argsPer, n int, commit committer) ([]uuid.UUID, error) {
 	all := make([]uuid.UUID, 0, n)
-	args := make([]any, 0, 7*1000)
+	args := make([]any, 0, argsPer*1000)
 	var ids []uuid.UUID
 	for start := 0; start < n; start += 1000 {
 		size := min(1000, n-start)
 		var err error
-		if ids, err = l.commit(ctx, false, loopInsert(l.table, size), size, args, ids); err != nil {
+		if ids, err = commit(ctx, false, insert(size), size, args, ids); err != nil {
 			return nil, err
 		}
 		all = append(all, ids...)
 	}
-	_, err := l.env.DB.ExecContext(ctx, `ANALYZE `+l.table)
+	_, err := env.DB.ExecContext(ctx, `ANALYZE `+table)
 	return all, err
 }
 
@@ -149,15 +165,10 @@ func (l *loopInstance) Backlog(ctx context.Context) (n int64, err error) {
 	return n, err
 }
 
-// loopDrainer is the hand-written loop's dispatcher: workers goroutines each
-// delete up to batch unordered rows in one statement inside a transaction,
-// hand them to the sink, and commit; a worker that found nothing sleeps for
-// poll. The broker gets the rows before the commit, so a crash sends them
-// again and never loses them.
-type loopDrainer struct {
-	db      *sql.DB
-	take    string
-	sink    relayer.Transport
+// drainer runs a loop's workers: each calls once (with its number) until
+// it finds nothing, then sleeps for poll; an error ends the worker.
+type drainer struct {
+	once    func(ctx context.Context, worker int) (int, error)
 	workers int
 	poll    time.Duration
 
@@ -167,37 +178,32 @@ type loopDrainer struct {
 	err      error
 }
 
-func newLoopDrainer(db *sql.DB, table string, sk relayer.Transport, workers, batch int, poll time.Duration) *loopDrainer {
-	return &loopDrainer{
-		db: db, sink: sk, workers: workers, poll: poll, stopping: make(chan struct{}),
-		take: `DELETE FROM ` + table + ` WHERE id = ANY(ARRAY(
-    SELECT id FROM ` + table + ` WHERE lane IS NULL ORDER BY id LIMIT ` + strconv.Itoa(batch) + ` FOR UPDATE SKIP LOCKED))
-RETURNING id, message_type, transport, destination, body, headers`,
-	}
+func newDrainer(workers int, poll time.Duration, once func(ctx context.Context, worker int) (int, error)) *drainer {
+	return &drainer{once: once, workers: workers, poll: poll, stopping: make(chan struct{})}
 }
 
 // start starts the workers; they run until stop.
-func (l *loopDrainer) start(ctx context.Context) error {
-	for range l.workers {
-		l.wg.Go(func() {
+func (d *drainer) start(ctx context.Context) error {
+	for w := range d.workers {
+		d.wg.Go(func() {
 			for {
 				select {
-				case <-l.stopping:
+				case <-d.stopping:
 					return
 				default:
 				}
-				n, err := l.once(ctx)
+				n, err := d.once(ctx, w)
 				if err != nil {
-					l.errMu.Lock()
-					l.err = errors.Join(l.err, err)
-					l.errMu.Unlock()
+					d.errMu.Lock()
+					d.err = errors.Join(d.err, err)
+					d.errMu.Unlock()
 					return
 				}
 				if n == 0 {
 					select {
-					case <-l.stopping:
+					case <-d.stopping:
 						return
-					case <-time.After(l.poll):
+					case <-time.After(d.poll):
 					}
 				}
 			}
@@ -207,17 +213,56 @@ func (l *loopDrainer) start(ctx context.Context) error {
 }
 
 // failed returns the errors that ended workers so far.
-func (l *loopDrainer) failed() error {
-	l.errMu.Lock()
-	defer l.errMu.Unlock()
-	return l.err
+func (d *drainer) failed() error {
+	d.errMu.Lock()
+	defer d.errMu.Unlock()
+	return d.err
 }
 
-// stop stops the workers and returns the first error one met.
-func (l *loopDrainer) stop(context.Context) error {
-	close(l.stopping)
-	l.wg.Wait()
-	return l.err
+// stop stops the workers and returns the errors they met.
+func (d *drainer) stop(context.Context) error {
+	close(d.stopping)
+	d.wg.Wait()
+	return d.failed()
+}
+
+// loopDrainer is the hand-written loop's dispatcher: workers goroutines each
+// delete up to batch unordered rows in one statement inside a transaction,
+// hand them to the sink, and commit; a worker that found nothing sleeps for
+// poll. The broker gets the rows before the commit, so a crash sends them
+// again and never loses them.
+type loopDrainer struct {
+	*drainer
+	db   *sql.DB
+	take string
+	sink relayer.Transport
+}
+
+func newLoopDrainer(db *sql.DB, table string, sk relayer.Transport, workers, batch int, poll time.Duration) *loopDrainer {
+	l := &loopDrainer{
+		db: db, sink: sk,
+		take: `DELETE FROM ` + table + ` WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + table + ` WHERE lane IS NULL ORDER BY id LIMIT ` + strconv.Itoa(batch) + ` FOR UPDATE SKIP LOCKED))
+RETURNING id, message_type, transport, destination, body, headers`,
+	}
+	l.drainer = newDrainer(workers, poll, func(ctx context.Context, _ int) (int, error) { return l.once(ctx) })
+	return l
+}
+
+// sendAll sends msgs, all to one destination, in batches of the sink's
+// size.
+func sendAll(ctx context.Context, sink relayer.Transport, msgs []*relayer.Message) error {
+	caps, err := sink.Capabilities(ctx, msgs[0].Destination)
+	if err != nil {
+		return err
+	}
+	size := max(1, caps.MaxBatchSize)
+	for start := 0; start < len(msgs); start += size {
+		if err := sink.SendBatch(ctx, msgs[start:min(start+size, len(msgs))]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // once takes, sends and commits one batch, returning its size.
@@ -251,15 +296,8 @@ func (l *loopDrainer) once(ctx context.Context) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	caps, err := l.sink.Capabilities(ctx, msgs[0].Destination)
-	if err != nil {
+	if err := sendAll(ctx, l.sink, msgs); err != nil {
 		return 0, err
-	}
-	size := max(1, caps.MaxBatchSize)
-	for start := 0; start < len(msgs); start += size {
-		if err := l.sink.SendBatch(ctx, msgs[start:min(start+size, len(msgs))]); err != nil {
-			return 0, err
-		}
 	}
 	return len(msgs), tx.Commit()
 }

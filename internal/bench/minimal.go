@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,21 +49,15 @@ func (Minimal) New(ctx context.Context, env Env) (Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &minimalInstance{env: env, table: table, hdrs: hdrs, stopping: make(chan struct{})}, nil
+	return &minimalInstance{env: env, table: table, hdrs: hdrs}, nil
 }
 
 type minimalInstance struct {
-	env   Env
-	table string
-	hdrs  []byte
-
-	mu    sync.Mutex
-	conns []*sql.Conn // pinned by the workers, closed at Stop
-
-	stopping chan struct{}
-	wg       sync.WaitGroup
-	errMu    sync.Mutex
-	err      error
+	env     Env
+	table   string
+	hdrs    []byte
+	drainer *drainer    // set by Start
+	conns   []*sql.Conn // the workers', closed at Stop
 }
 
 // minimalInsert returns the multi-row INSERT of n messages into table.
@@ -79,18 +72,6 @@ func minimalInsert(table string, n int) string {
 		b.WriteString("($" + strconv.Itoa(p+1) + ",$" + strconv.Itoa(p+2) + ",$" + strconv.Itoa(p+3) + ")")
 	}
 	return b.String()
-}
-
-// pin pins a connection of the pool until Stop, for a worker.
-func (m *minimalInstance) pin(ctx context.Context) (*sql.Conn, error) {
-	c, err := m.env.DB.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	m.conns = append(m.conns, c)
-	m.mu.Unlock()
-	return c, nil
 }
 
 // native runs f on the pgx connection under c.
@@ -146,71 +127,33 @@ func (m *minimalInstance) commit(ctx context.Context, business bool, insert stri
 
 // Producer implements [Instance].
 func (m *minimalInstance) Producer(_, perTx int) (func(context.Context) error, error) {
-	insert := minimalInsert(m.table, perTx)
-	args := make([]any, 0, 3*perTx)
-	var ids []uuid.UUID
-	return func(ctx context.Context) error {
-		var err error
-		if ids, err = m.commit(ctx, true, insert, perTx, args, ids); err != nil || m.env.Committed == nil {
-			return err
-		}
-		m.env.Committed(time.Now(), ids)
-		return nil
-	}, nil
+	return produce(m.env, minimalInsert(m.table, perTx), 3, perTx, m.commit), nil
 }
 
 // Fill implements [Instance], 1,000 messages per statement.
 func (m *minimalInstance) Fill(ctx context.Context, n int) ([]uuid.UUID, error) {
-	all := make([]uuid.UUID, 0, n)
-	args := make([]any, 0, 3*1000)
-	var ids []uuid.UUID
-	for start := 0; start < n; start += 1000 {
-		size := min(1000, n-start)
-		var err error
-		if ids, err = m.commit(ctx, false, minimalInsert(m.table, size), size, args, ids); err != nil {
-			return nil, err
-		}
-		all = append(all, ids...)
-	}
-	_, err := m.env.DB.ExecContext(ctx, `ANALYZE `+m.table)
-	return all, err
+	return fill(ctx, m.env, m.table, func(n int) string { return minimalInsert(m.table, n) }, 3, n, m.commit)
 }
 
-// Start implements [Instance]: two workers, each on a pinned connection.
+// Start implements [Instance]: two workers, each on a connection pinned
+// until Stop.
 func (m *minimalInstance) Start(ctx context.Context) error {
 	take := `DELETE FROM ` + m.table + ` WHERE id = ANY(ARRAY(
     SELECT id FROM ` + m.table + ` ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED))
 RETURNING id, payload, headers`
-	for range loopDrainers {
-		c, err := m.pin(ctx)
+	conns := make([]*sql.Conn, loopDrainers)
+	for i := range conns {
+		c, err := m.env.DB.Conn(ctx)
 		if err != nil {
 			return err
 		}
-		m.wg.Go(func() {
-			for {
-				select {
-				case <-m.stopping:
-					return
-				default:
-				}
-				n, err := m.once(ctx, c, take)
-				if err != nil {
-					m.errMu.Lock()
-					m.err = errors.Join(m.err, err)
-					m.errMu.Unlock()
-					return
-				}
-				if n == 0 {
-					select {
-					case <-m.stopping:
-						return
-					case <-time.After(10 * time.Millisecond):
-					}
-				}
-			}
-		})
+		m.conns = append(m.conns, c)
+		conns[i] = c
 	}
-	return nil
+	m.drainer = newDrainer(loopDrainers, 10*time.Millisecond, func(ctx context.Context, w int) (int, error) {
+		return m.once(ctx, conns[w], take)
+	})
+	return m.drainer.start(ctx)
 }
 
 // once takes, sends and commits one batch on c, returning its size.
@@ -242,40 +185,34 @@ func (m *minimalInstance) once(ctx context.Context, c *sql.Conn, take string) (i
 		if err := rows.Err(); err != nil || len(msgs) == 0 {
 			return err
 		}
-		caps, err := m.env.Sink.Capabilities(ctx, m.env.Destination)
-		if err != nil {
+		if err := sendAll(ctx, m.env.Sink, msgs); err != nil {
 			return err
-		}
-		size := max(1, caps.MaxBatchSize)
-		for start := 0; start < len(msgs); start += size {
-			if err := m.env.Sink.SendBatch(ctx, msgs[start:min(start+size, len(msgs))]); err != nil {
-				return err
-			}
 		}
 		return tx.Commit(ctx)
 	})
 	return len(msgs), err
 }
 
-// Stop implements [Instance]: it stops the workers and returns the pinned
+// Stop implements [Instance]: it stops the workers and returns their
 // connections.
-func (m *minimalInstance) Stop(context.Context) error {
-	close(m.stopping)
-	m.wg.Wait()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *minimalInstance) Stop(ctx context.Context) error {
+	var err error
+	if m.drainer != nil {
+		err = m.drainer.stop(ctx)
+	}
 	for _, c := range m.conns {
 		c.Close()
 	}
 	m.conns = nil
-	return m.Err()
+	return err
 }
 
 // Err implements [Instance].
 func (m *minimalInstance) Err() error {
-	m.errMu.Lock()
-	defer m.errMu.Unlock()
-	return m.err
+	if m.drainer == nil {
+		return nil
+	}
+	return m.drainer.failed()
 }
 
 // Backlog implements [Instance].

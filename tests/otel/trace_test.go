@@ -566,7 +566,7 @@ func TestPassThrough(t *testing.T) {
 // Kafka and RabbitMQ transports do.
 type described struct{ relayer.Transport }
 
-func (described) MessagingSystem() string               { return "nats" }
+func (described) MessagingSystem() string                { return "nats" }
 func (described) ServerAddress() (host string, port int) { return "broker.internal", 4222 }
 
 // messaging.system is required by the conventions: it comes from the
@@ -580,7 +580,7 @@ func TestSystemAndServerFromTheTransport(t *testing.T) {
 		port         int64
 	}{
 		"described": {described{memory.New()}, "nats", "broker.internal", 4222},
-		"plain":      {memory.New(), "mem", "", 0},
+		"plain":     {memory.New(), "mem", "", 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
