@@ -40,6 +40,13 @@ var _ relayer.Transport = (*Transport)(nil)
 //     The default (kgo.UniformBytesPartitioner) hashes keys like the Java
 //     client does; New cannot check a custom one.
 //
+// Set kgo.RecordDeliveryTimeout below the dispatcher's claim duration (30 s
+// by default): the client then gives up on a record whose cluster is down
+// with an error the transport marks relayer.ErrUnavailable, which charges
+// the message no attempt. Without it, the send runs into the claim's
+// deadline, which the dispatcher counts as a failed attempt, so that a long
+// outage moves the messages it probes with to the dead letters.
+//
 // New rejects the settings it can read back from the client with
 // [ErrUnsupportedClient], and options out of range with [ErrInvalidOptions].
 func New(client *kgo.Client, opts Options) (*Transport, error) {
