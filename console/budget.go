@@ -109,5 +109,36 @@ func (c *Console) dbFailure(r *http.Request, what string, err error, attrs ...sl
 		return fmt.Sprintf("the database did not answer within %s, the console's query timeout: the outbox may be locked or the database busy; try again later", c.opts.QueryTimeout),
 			http.StatusServiceUnavailable
 	}
+	if hint := c.migrateHint(r.Context(), err); hint != "" {
+		return what + " failed: " + hint, http.StatusInternalServerError
+	}
 	return what + " failed; the console's log has the database's error", http.StatusInternalServerError
+}
+
+// SQLSTATEs of a statement that names a table or column the database does
+// not have: the outbox's tables are missing or lack a migration.
+const (
+	sqlStateUndefinedTable  = "42P01"
+	sqlStateUndefinedColumn = "42703"
+)
+
+// migrateHint returns, when err is a missing table or column and the
+// outbox's schema is indeed missing or outdated, the command that migrates
+// it; "" otherwise.
+func (c *Console) migrateHint(ctx context.Context, err error) string {
+	var pg interface{ SQLState() string }
+	if !errors.As(err, &pg) || (pg.SQLState() != sqlStateUndefinedTable && pg.SQLState() != sqlStateUndefinedColumn) {
+		return ""
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if _, cerr := c.store.CheckSchema(cctx); !errors.Is(cerr, store.ErrSchemaOutdated) {
+		return ""
+	}
+	o := c.store.Options()
+	cmd := "relayer migrate --database-url URL --schema " + o.Schema
+	if o.TablePrefix != "" {
+		cmd += " --prefix " + o.TablePrefix
+	}
+	return fmt.Sprintf("the outbox's tables (schema %s, prefix %q) are missing or lack a migration; run `%s`, or store.Migrate", o.Schema, o.TablePrefix, cmd)
 }

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"fmt"
+	"html"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/relayer-go/relayer/console"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
 )
 
 // databaseText are fragments of PostgreSQL's and the store's error texts,
@@ -193,6 +196,29 @@ func TestSessionCookieKeepsTheTokenSecret(t *testing.T) {
 			if resp.StatusCode != want {
 				t.Errorf("%s: cookie %q: %d, want %d", tc.name, value, resp.StatusCode, want)
 			}
+		}
+	}
+}
+
+// On an outbox whose tables were never made, every page says which
+// command makes them, and shows no database text.
+func TestMissingTablesNameTheMigrateCommand(t *testing.T) {
+	t.Parallel()
+	db := testdb.Open(t, "pgx")
+	schema := testdb.NewSchema(t) // made, empty
+	con, err := console.New(db, store.Options{Schema: schema, TablePrefix: "ob_"}, console.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, con, "")
+	want := "relayer migrate --database-url URL --schema " + schema + " --prefix ob_"
+	for _, path := range []string{"", "lanes", "dead", "parked"} {
+		status, body, _ := c.get(path)
+		if status != http.StatusInternalServerError || !strings.Contains(html.UnescapeString(body), want) {
+			t.Errorf("GET %q on missing tables: %d, want 500 and a page naming %q", path, status, want)
+		}
+		if s := showsDatabaseText(body); s != "" {
+			t.Errorf("GET %q: the page shows the database's error (%q)", path, s)
 		}
 	}
 }
