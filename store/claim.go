@@ -62,7 +62,7 @@ func (s *Store) ClaimBatch(ctx context.Context, dst []Row, ids []uuid.UUID, c Cl
 	if err != nil {
 		return dst[:0], wrap(ctx, "claim batch", err)
 	}
-	dst, err = scanRows(ctx, "claim batch", rows, dst[:0])
+	dst, err = s.scanRows(ctx, "claim batch", rows, dst[:0])
 	if err != nil {
 		return dst, err
 	}

@@ -89,7 +89,7 @@ func (s *Store) ReadLaneHeads(ctx context.Context, dst []Row, lanes []int, limit
 	if err != nil {
 		return dst[:0], wrap(ctx, "read lane heads", err)
 	}
-	return scanRowsKeepingCorrupt(ctx, "read lane heads", rows, dst[:0], true)
+	return s.scanRowsKeepingCorrupt(ctx, "read lane heads", rows, dst[:0], true)
 }
 
 // AcquireLaneLeases is [Store.AcquireLease] for the leases of several lanes

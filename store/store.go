@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +36,11 @@ type Store struct {
 	pq   *pauseQueries
 	oq   *overviewQueries
 	vq   *versionQueries
+
+	// freshBytes is set when db's driver hands out the bytes of every row in
+	// memory of their own (see freshBytesDriver): rows then keep a large
+	// body as the driver returned it instead of copying it.
+	freshBytes bool
 }
 
 // New returns a store for the outbox named by opts, running statements on db.
@@ -53,7 +59,39 @@ func New(db DBTX, opts Options) (*Store, error) {
 func newStore(db DBTX, opts Options) *Store {
 	n := newNames(opts)
 	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n),
-		oq: buildOverviewQueries(n), vq: buildVersionQueries(n)}
+		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), freshBytes: freshBytesDriver(db)}
+}
+
+// freshBytesDrivers are the packages of the database/sql drivers known to
+// return a []byte value for each column of each row in newly allocated
+// memory, never in a buffer they reuse: pgx's stdlib decodes bytea into a
+// new slice per row, in every version the module supports.
+var freshBytesDrivers = []string{"github.com/jackc/pgx/v5/stdlib"}
+
+// freshBytesDriver reports whether db is a *sql.DB whose driver is one of
+// freshBytesDrivers. database/sql lets a driver reuse the memory of a []byte
+// value once the next row is read, so with any other driver, a wrapped one
+// included, the store copies what it keeps; with these it keeps a large
+// body as the driver returned it, which saves the delivery of a body one of
+// its copies.
+func freshBytesDriver(db DBTX) (fresh bool) {
+	d, ok := db.(*sql.DB)
+	if !ok {
+		return false
+	}
+	// A *sql.DB not made by sql.Open or sql.OpenDB has no driver, and
+	// asking for it panics; New does not touch the database, so such a
+	// handle fails only when it is used, as before.
+	defer func() {
+		if recover() != nil {
+			fresh = false
+		}
+	}()
+	t := reflect.TypeOf(d.Driver())
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t != nil && slices.Contains(freshBytesDrivers, t.PkgPath())
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -82,7 +120,13 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	if isNil(db) {
 		return nil, ErrNilDB
 	}
-	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq}, nil
+	fresh := s.freshBytes
+	if _, ok := db.(*sql.DB); ok {
+		fresh = freshBytesDriver(db)
+	}
+	// A transaction or connection does not name its driver: it is taken to
+	// come from the store's own database, as the workers' do.
+	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq, freshBytes: fresh}, nil
 }
 
 // Options returns the store's options with defaults applied.
@@ -157,7 +201,7 @@ func (s *Store) ReadLane(ctx context.Context, dst []Row, lane int, opts ReadOpti
 	if err != nil {
 		return dst[:0], wrap(ctx, "read lane", err)
 	}
-	return scanRows(ctx, "read lane", rows, dst[:0])
+	return s.scanRows(ctx, "read lane", rows, dst[:0])
 }
 
 // ReadUnordered is [Store.ReadLane] for the rows without a lane.
@@ -169,7 +213,7 @@ func (s *Store) ReadUnordered(ctx context.Context, dst []Row, opts ReadOptions) 
 	if err != nil {
 		return dst[:0], wrap(ctx, "read unordered", err)
 	}
-	return scanRows(ctx, "read unordered", rows, dst[:0])
+	return s.scanRows(ctx, "read unordered", rows, dst[:0])
 }
 
 // CountEligible counts the rows that a read at now could return, across every
@@ -207,16 +251,16 @@ func (s *Store) count(ctx context.Context, op, query string, args ...any) (int64
 const rowColumns = `id, message_type, transport, destination, body, headers, ordering_key, lane,
     created_at, deliver_at, attempts, last_error, trace_parent, trace_state, claimed_until, retry_at`
 
-func scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row, error) {
-	return scanRowsKeepingCorrupt(ctx, op, rows, dst, false)
+func (s *Store) scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row, error) {
+	return s.scanRowsKeepingCorrupt(ctx, op, rows, dst, false)
 }
 
 // scanRowsKeepingCorrupt is scanRows that, when keepCorrupt is set, returns a
 // row whose headers do not decode marked Corrupt instead of failing: a take
 // must return every row it deleted.
-func scanRowsKeepingCorrupt(ctx context.Context, op string, rows *sql.Rows, dst []Row, keepCorrupt bool) ([]Row, error) {
+func (s *Store) scanRowsKeepingCorrupt(ctx context.Context, op string, rows *sql.Rows, dst []Row, keepCorrupt bool) ([]Row, error) {
 	defer rows.Close()
-	var sc rowScratch
+	sc := rowScratch{freshBytes: s.freshBytes}
 	for rows.Next() {
 		dst = append(dst, Row{})
 		r := &dst[len(dst)-1]
@@ -250,6 +294,9 @@ type rowScratch struct {
 	retryAt                 sql.NullTime
 	dest                    []any
 	arena                   []byte
+	// freshBytes: the driver's bytes are the row's own (Store.freshBytes),
+	// so that keep need not copy a large body.
+	freshBytes bool
 }
 
 // arenaChunk is the size of the blocks row bodies are copied into.
@@ -262,6 +309,9 @@ func (sc *rowScratch) keep(b []byte) []byte {
 		return []byte{} // an empty body is a body, not a missing one
 	}
 	if len(b) > arenaChunk/4 {
+		if sc.freshBytes {
+			return b[:len(b):len(b)]
+		}
 		return bytes.Clone(b)
 	}
 	if cap(sc.arena)-len(sc.arena) < len(b) {

@@ -141,7 +141,7 @@ func (s *Store) takeRows(ctx context.Context, op string, dst []Row, query string
 	if err != nil {
 		return dst[:0], wrap(ctx, op, err)
 	}
-	dst, err = scanRowsKeepingCorrupt(ctx, op, rows, dst[:0], true)
+	dst, err = s.scanRowsKeepingCorrupt(ctx, op, rows, dst[:0], true)
 	if err != nil {
 		return dst, err
 	}
