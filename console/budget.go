@@ -38,6 +38,19 @@ const setStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
 // rolled back (a read that failed, such as an activity sample, does not
 // fail the page); another is committed when fn succeeds.
 func (c *Console) withStore(r *http.Request, readOnly bool, fn func(ctx context.Context, st *store.Store) error) error {
+	return c.withTx(r, readOnly, func(ctx context.Context, b *budgetTx) error { return fn(ctx, b.st) })
+}
+
+// budgetTx is a request's transaction: its store, and the instant its
+// budget ends.
+type budgetTx struct {
+	tx  *sql.Tx
+	st  *store.Store
+	end time.Time
+}
+
+// withTx is withStore that hands fn the transaction with its budget.
+func (c *Console) withTx(r *http.Request, readOnly bool, fn func(ctx context.Context, b *budgetTx) error) error {
 	start := time.Now()
 	end := start.Add(c.opts.QueryTimeout)
 	ctx, cancel := context.WithDeadline(r.Context(), end.Add(backstopGrace))
@@ -61,20 +74,58 @@ func (c *Console) withStore(r *http.Request, readOnly bool, fn func(ctx context.
 		return fmt.Errorf("console: begin: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, setStatementTimeout, strconv.FormatInt(left.Milliseconds(), 10)); err != nil {
-		return fmt.Errorf("console: statement timeout: %w", err)
-	}
-	st, err := c.store.With(tx)
-	if err != nil {
+	b := &budgetTx{tx: tx, end: end}
+	if err := b.limit(ctx, left); err != nil {
 		return err
 	}
-	if err := fn(ctx, st); err != nil || readOnly {
+	if b.st, err = c.store.With(tx); err != nil {
+		return err
+	}
+	if err := fn(ctx, b); err != nil || readOnly {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("console: commit: %w", err)
 	}
 	return nil
+}
+
+// limit sets the statement timeout of the rest of the transaction to d.
+func (b *budgetTx) limit(ctx context.Context, d time.Duration) error {
+	if _, err := b.tx.ExecContext(ctx, setStatementTimeout, strconv.FormatInt(max(1, d.Milliseconds()), 10)); err != nil {
+		return fmt.Errorf("console: statement timeout: %w", err)
+	}
+	return nil
+}
+
+// optional runs fn, a read the page can do without, within share (0 to 1)
+// of what is left of the budget, in a savepoint. It reports whether fn
+// finished: when fn's statement runs out of its share, the savepoint is
+// rolled back, fn's error dropped, and the rest of the budget left to the
+// page. Any other error of fn is returned.
+func (b *budgetTx) optional(ctx context.Context, share float64, fn func() error) (bool, error) {
+	d := time.Duration(float64(time.Until(b.end)) * share)
+	if d < 10*time.Millisecond {
+		return false, nil
+	}
+	if _, err := b.tx.ExecContext(ctx, "SAVEPOINT optional_read"); err != nil {
+		return false, fmt.Errorf("console: savepoint: %w", err)
+	}
+	if err := b.limit(ctx, d); err != nil {
+		return false, err
+	}
+	err := fn()
+	if err != nil && !timedOut(err) {
+		return false, err
+	}
+	end := "RELEASE SAVEPOINT optional_read"
+	if err != nil {
+		end = "ROLLBACK TO SAVEPOINT optional_read"
+	}
+	if _, rerr := b.tx.ExecContext(ctx, end); rerr != nil {
+		return false, fmt.Errorf("console: end of savepoint: %w", rerr)
+	}
+	return err == nil, b.limit(ctx, time.Until(b.end))
 }
 
 // sqlStateQueryCanceled is PostgreSQL's query_canceled, which a statement

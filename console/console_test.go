@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -335,5 +336,41 @@ func TestOptionsValidated(t *testing.T) {
 	}
 	if _, err := console.New(nil, store.Options{}, console.Options{}); !errors.Is(err, store.ErrNilDB) {
 		t.Errorf("no database: %v", err)
+	}
+}
+
+// Messages behind a parked key are blocked, not due, on the overview, and
+// the parked keys page says how many wait behind each key.
+func TestBlockedMessagesAndWaitingCounts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{}), "/ops/outbox")
+	_, body, _ := c.get("")
+	// The ledger's rows: two parked heads and, behind the first, one row
+	// that is due by its own columns but blocked by its key.
+	for _, want := range []string{
+		`<td>ledger</td><td class="r">0</td><td class="r"><a href="parked?destination=ledger">1</a></td>`,
+		"blocked behind parked or retrying keys",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview: no %q in the page", want)
+		}
+	}
+	_, body, _ = c.get("parked")
+	rows := strings.Split(body, "<tr>")
+	waiting := map[string]string{}
+	for _, p := range f.Parked {
+		for _, row := range rows {
+			if strings.Contains(row, p.ID.String()) {
+				if i := strings.Index(row, ` ago</td><td class="r">`); i >= 0 {
+					rest := row[i+len(` ago</td><td class="r">`):]
+					waiting[p.ID.String()] = rest[:strings.Index(rest, "<")]
+				}
+			}
+		}
+	}
+	want := map[string]string{f.Parked[0].ID.String(): "1", f.Parked[1].ID.String(): "0", f.Parked[2].ID.String(): "0"}
+	if !maps.Equal(waiting, want) {
+		t.Errorf("parked page: waiting per head %v, want %v", waiting, want)
 	}
 }

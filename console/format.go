@@ -4,17 +4,24 @@ import (
 	"encoding/hex"
 	"fmt"
 	"html/template"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/relayer-go/relayer/store"
 )
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
-	"age":     age,
-	"ts":      timestamp,
-	"num":     num,
+	"age":   age,
+	"ts":    timestamp,
+	"num":   num,
+	"int64": func(n int) int64 { return int64(n) },
+	"uncounted": func(keys []store.ParkedKey) bool {
+		return slices.ContainsFunc(keys, func(k store.ParkedKey) bool { return k.Waiting < 0 })
+	},
 	"rate":    func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"value":   headerValue,
 	"headers": decodedHeaders,

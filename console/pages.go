@@ -326,7 +326,7 @@ type listData[T any] struct {
 // listPage serves a list page: the filter from the query string, then the
 // items list returns for it, at most ListLimit of them.
 func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, title string,
-	list func(ctx context.Context, st *store.Store, f listFilter, limit int) ([]T, error)) {
+	list func(ctx context.Context, b *budgetTx, f listFilter, limit int) ([]T, error)) {
 	p := c.newPage(r, nav, title)
 	name := nav + ".html"
 	f, err := parseFilter(r.URL.Query())
@@ -337,9 +337,9 @@ func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, ti
 		return
 	}
 	var items []T
-	err = c.withStore(r, true, func(ctx context.Context, st *store.Store) error {
+	err = c.withTx(r, true, func(ctx context.Context, b *budgetTx) error {
 		var err error
-		items, err = list(ctx, st, f, c.opts.ListLimit)
+		items, err = list(ctx, b, f, c.opts.ListLimit)
 		return err
 	})
 	if err != nil {
@@ -351,8 +351,19 @@ func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, ti
 }
 
 func (c *Console) parked(w http.ResponseWriter, r *http.Request) {
-	listPage(c, w, r, "parked", "Parked keys", func(ctx context.Context, st *store.Store, f listFilter, limit int) ([]store.ParkedKey, error) {
-		return st.ParkedHeads(ctx, f.parked(), limit)
+	listPage(c, w, r, "parked", "Parked keys", func(ctx context.Context, b *budgetTx, f listFilter, limit int) ([]store.ParkedKey, error) {
+		// Counting the rows that wait behind each key reads the pending rows
+		// of its lane: the count has half the budget, and past it the keys
+		// are listed without it (Waiting -1).
+		var keys []store.ParkedKey
+		counted, err := b.optional(ctx, 0.5, func() (err error) {
+			keys, err = b.st.ParkedKeys(ctx, f.parked(), limit)
+			return err
+		})
+		if err != nil || counted {
+			return keys, err
+		}
+		return b.st.ParkedHeads(ctx, f.parked(), limit)
 	})
 }
 
@@ -381,7 +392,8 @@ func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
-	listPage(c, w, r, "dead", "Dead letters", func(ctx context.Context, st *store.Store, f listFilter, limit int) ([]store.DeadLetter, error) {
+	listPage(c, w, r, "dead", "Dead letters", func(ctx context.Context, b *budgetTx, f listFilter, limit int) ([]store.DeadLetter, error) {
+		st := b.st
 		return st.DeadLetters(ctx, f.dead(), limit)
 	})
 }

@@ -21,13 +21,17 @@ import (
 // an instant, in the disjoint classes of [Stats], with its dead letters.
 type DestinationBacklog struct {
 	Transport, Destination string
-	// Due counts the rows that may be sent now (Stats.Eligible); Scheduled
-	// those whose delivery time is ahead; Claimed those being sent; Retrying
-	// those waiting for the retry time of a failed send; Parked the parked
-	// rows; Dead the dead letters.
-	Due, Scheduled, Claimed, Retrying, Parked, Dead int64
+	// Due counts the rows that may be sent now: eligible (Stats.Eligible)
+	// and not blocked. Blocked counts the eligible ordered rows whose key is
+	// held (Stats.Blocked): they wait for their key's parked head, or for its
+	// head's retry, not for a worker. Scheduled counts those whose delivery
+	// time is ahead; Claimed those being sent; Retrying those waiting for the
+	// retry time of a failed send; Parked the parked rows; Dead the dead
+	// letters.
+	Due, Blocked, Scheduled, Claimed, Retrying, Parked, Dead int64
 	// OldestDueAt is when the longest-waiting due row became deliverable
-	// (see Stats.OldestDueAt), or zero.
+	// (see Stats.OldestDueAt), or zero. Blocked rows do not count: their
+	// wait is their key's, which Parked and Retrying show.
 	OldestDueAt time.Time
 }
 
@@ -47,9 +51,9 @@ type Backlog struct {
 	// ParkedKeys counts the distinct parked keys, exactly.
 	ParkedKeys int64
 	// OldestDueAt is the due time of the first due row in id order, of the
-	// unordered rows and of each lane: the longest wait, read exactly
-	// through the pending-row indexes whatever Sample is. Zero when no row
-	// is due.
+	// unordered rows and of each lane, blocked rows passed over: the longest
+	// wait, read exactly through the pending-row indexes whatever Sample is.
+	// Zero when no row is due.
 	OldestDueAt time.Time
 }
 
@@ -72,6 +76,7 @@ func buildOverviewQueries(n names) *overviewQueries {
 	elig := strings.ReplaceAll(eligible, "$now", "$1")
 	eligO := strings.NewReplacer("parked_at", "o.parked_at", "deliver_at", "o.deliver_at", "retry_at", "o.retry_at",
 		"claimed_until", "o.claimed_until").Replace(elig)
+	unheldO := strings.ReplaceAll(unheld(n.Outbox), "now()", "$1")
 	// lanes walks the distinct lanes of the pending ordered rows, one
 	// probe of the lane index each, however many rows they hold.
 	lanes := `WITH RECURSIVE lanes(l) AS (
@@ -86,16 +91,22 @@ func buildOverviewQueries(n names) *overviewQueries {
     coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass($2)), -1)`,
 		// Counts over a sample of $2 percent of the outbox's pages and $3
 		// percent of the dead letters' (100: all), scaled back up.
-		backlog: `SELECT coalesce(o.transport, d.transport), coalesce(o.destination, d.destination),
-    coalesce(o.due, 0), coalesce(o.scheduled, 0), coalesce(o.claimed, 0), coalesce(d.dead, 0), o.oldest_due
+		// The held keys are few and found through their index; the sample
+		// joins them by hash to tell blocked rows from due ones.
+		backlog: heldKeys(n, "$1") + `SELECT coalesce(o.transport, d.transport), coalesce(o.destination, d.destination),
+    coalesce(o.due, 0), coalesce(o.blocked, 0), coalesce(o.scheduled, 0), coalesce(o.claimed, 0), coalesce(d.dead, 0),
+    o.oldest_due
 FROM (
     SELECT transport, destination,
-        round(count(*) FILTER (WHERE ` + elig + `) * 100 / $2::float8)::bigint AS due,
+        round(count(*) FILTER (WHERE ` + elig + ` AND h.lane IS NULL) * 100 / $2::float8)::bigint AS due,
+        round(count(*) FILTER (WHERE ` + elig + ` AND h.lane IS NOT NULL) * 100 / $2::float8)::bigint AS blocked,
         round(count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1) * 100 / $2::float8)::bigint AS scheduled,
         round(count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
             AND claimed_until > $1) * 100 / $2::float8)::bigint AS claimed,
-        min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + `) AS oldest_due
-    FROM ` + n.Outbox + ` TABLESAMPLE SYSTEM ($2) GROUP BY transport, destination) AS o
+        min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + ` AND h.lane IS NULL) AS oldest_due
+    FROM ` + n.Outbox + ` AS s TABLESAMPLE SYSTEM ($2)
+    LEFT JOIN held AS h ON h.lane = s.lane AND h.ordering_key = s.ordering_key
+    GROUP BY transport, destination) AS o
 FULL JOIN (
     SELECT transport, destination, round(count(*) * 100 / $3::float8)::bigint AS dead
     FROM ` + n.Dead + ` TABLESAMPLE SYSTEM ($3) GROUP BY transport, destination) AS d
@@ -115,7 +126,8 @@ GROUP BY transport, destination`,
         WHERE lane IS NULL AND ` + elig + ` ORDER BY id LIMIT 1) AS t
     UNION ALL
     SELECT (SELECT GREATEST(o.created_at, o.deliver_at) FROM ` + n.Outbox + ` AS o
-        WHERE o.lane = lanes.l AND o.lane IS NOT NULL AND ` + eligO + ` ORDER BY o.id LIMIT 1)
+        WHERE o.lane = lanes.l AND o.lane IS NOT NULL AND ` + eligO + `
+          AND ` + unheldO + ` ORDER BY o.id LIMIT 1)
     FROM lanes WHERE lanes.l IS NOT NULL) AS firsts`,
 		lanePending: `SELECT lane, round(count(*) * 100 / $1::float8)::bigint
 FROM ` + n.Outbox + ` TABLESAMPLE SYSTEM ($1)
@@ -170,7 +182,7 @@ func (s *Store) Backlog(ctx context.Context, now time.Time, exactUpTo int64) (Ba
 	for rows.Next() {
 		var d DestinationBacklog
 		var oldest sql.NullTime
-		if err := rows.Scan(&d.Transport, &d.Destination, &d.Due, &d.Scheduled, &d.Claimed, &d.Dead, &oldest); err != nil {
+		if err := rows.Scan(&d.Transport, &d.Destination, &d.Due, &d.Blocked, &d.Scheduled, &d.Claimed, &d.Dead, &oldest); err != nil {
 			rows.Close()
 			return Backlog{}, wrap(ctx, op, err)
 		}
@@ -209,12 +221,12 @@ func (s *Store) Backlog(ctx context.Context, now time.Time, exactUpTo int64) (Ba
 		return cmp.Or(cmp.Compare(x.Transport, y.Transport), cmp.Compare(x.Destination, y.Destination))
 	})
 	b.Destinations = slices.DeleteFunc(b.Destinations, func(d DestinationBacklog) bool {
-		return d.Due+d.Scheduled+d.Claimed+d.Retrying+d.Parked+d.Dead == 0 // a sampled count rounded down
+		return d.Due+d.Blocked+d.Scheduled+d.Claimed+d.Retrying+d.Parked+d.Dead == 0 // a sampled count rounded down
 	})
 	for _, d := range b.Destinations {
 		t := &b.Total
-		t.Due, t.Scheduled, t.Claimed, t.Retrying, t.Parked, t.Dead =
-			t.Due+d.Due, t.Scheduled+d.Scheduled, t.Claimed+d.Claimed, t.Retrying+d.Retrying, t.Parked+d.Parked, t.Dead+d.Dead
+		t.Due, t.Blocked, t.Scheduled, t.Claimed, t.Retrying, t.Parked, t.Dead =
+			t.Due+d.Due, t.Blocked+d.Blocked, t.Scheduled+d.Scheduled, t.Claimed+d.Claimed, t.Retrying+d.Retrying, t.Parked+d.Parked, t.Dead+d.Dead
 	}
 
 	var oldest sql.NullTime

@@ -55,6 +55,16 @@ const eligible = `parked_at IS NULL
     AND (retry_at IS NULL OR retry_at <= $now)
     AND (claimed_until IS NULL OR claimed_until <= $now)`
 
+// heldKeys is a WITH clause naming held the keys (lane, ordering_key) that
+// are held at the instant now (a parameter such as "$1"): one of their rows
+// is parked or waiting for its retry. It reads the held-key index alone.
+func heldKeys(n names, now string) string {
+	return `WITH held AS (
+    SELECT DISTINCT lane, ordering_key FROM ` + n.Outbox + `
+    WHERE lane IS NOT NULL AND (parked_at IS NOT NULL OR retry_at > ` + now + `))
+`
+}
+
 // unheld is the predicate of an ordered row (alias o) whose key is not held:
 // no row of its key is parked or waiting for its retry. Only the first row of
 // a key is ever sent, so only it can fail; while it waits or is parked, the

@@ -26,11 +26,14 @@ func buildStatsQueries(n names) *statsQueries {
 	// and the rest (eligible, exactly the rows CountEligible counts).
 	//
 	// A parked key is a (lane, ordering key) pair of ordered rows, the unit the
-	// lane scan skips; parked unordered rows are counted as rows only.
+	// lane scan skips; parked unordered rows are counted as rows only. The
+	// held keys (parked or waiting for a retry) are joined by hash to count
+	// the eligible rows they block.
 	return &statsQueries{
 		deadByReason: `SELECT reason, count(*) FROM ` + n.Dead + ` GROUP BY reason ORDER BY reason`,
-		stats: `SELECT
+		stats: heldKeys(n, "$1") + `SELECT
     count(*) FILTER (WHERE ` + elig + `),
+    count(*) FILTER (WHERE ` + elig + ` AND h.lane IS NOT NULL),
     count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1),
     count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
         AND claimed_until > $1),
@@ -39,11 +42,11 @@ func buildStatsQueries(n names) *statsQueries {
     min(retry_at) FILTER (WHERE parked_at IS NULL AND retry_at > $1),
     count(*) FILTER (WHERE parked_at IS NOT NULL),
     min(parked_at),
-    count(DISTINCT (lane, ordering_key)) FILTER (WHERE parked_at IS NOT NULL AND lane IS NOT NULL),
-    min(created_at) FILTER (WHERE ` + elig + `),
-    min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + `),
+    count(DISTINCT (o.lane, o.ordering_key)) FILTER (WHERE parked_at IS NOT NULL AND o.lane IS NOT NULL),
+    min(created_at) FILTER (WHERE ` + elig + ` AND h.lane IS NULL),
+    min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + ` AND h.lane IS NULL),
     (SELECT count(*) FROM ` + n.Dead + `)
-FROM ` + n.Outbox,
+FROM ` + n.Outbox + ` AS o LEFT JOIN held AS h ON h.lane = o.lane AND h.ordering_key = o.ordering_key`,
 	}
 }
 
@@ -55,6 +58,10 @@ type Stats struct {
 	// due, and unclaimed or with an expired claim. It equals what
 	// [Store.CountEligible] returns for the same instant.
 	Eligible int64
+	// Blocked counts, of the Eligible rows, the ordered ones whose key is
+	// held: a row of the same key is parked or waiting for its retry. They
+	// are not sent until it is, and wait for the key, not for a worker.
+	Blocked int64
 	// Scheduled counts the rows not parked whose delivery time is still ahead.
 	Scheduled int64
 	// Claimed counts the due rows not parked that a live claim holds: messages
@@ -74,12 +81,14 @@ type Stats struct {
 	ParkedKeys int64
 	// Dead counts the dead-letter rows.
 	Dead int64
-	// OldestCreatedAt is the creation time of the oldest eligible row, or zero
-	// when no row is eligible.
+	// OldestCreatedAt is the creation time of the oldest eligible row that is
+	// not blocked, or zero when there is none.
 	OldestCreatedAt time.Time
 	// OldestDueAt is the earliest instant from which an eligible row has been
 	// deliverable: the later of its creation and its delivery time, minimised
-	// over the eligible rows. Zero when no row is eligible. The instant minus
+	// over the eligible rows that are not blocked (a blocked row waits for
+	// its key: ParkedKeys, OldestParkedAt and Retrying show that). Zero when
+	// there is none. The instant minus
 	// OldestDueAt is how long the longest-waiting message has waited for
 	// delivery; unlike the age of OldestCreatedAt it does not count the time a
 	// scheduled message was meant to wait.
@@ -108,7 +117,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 		st                                                Stats
 		oldestCreated, oldestDue, nextRetry, oldestParked sql.NullTime
 	)
-	if err := rows.Scan(&st.Eligible, &st.Scheduled, &st.Claimed, &st.Retrying, &nextRetry, &st.Parked, &oldestParked,
+	if err := rows.Scan(&st.Eligible, &st.Blocked, &st.Scheduled, &st.Claimed, &st.Retrying, &nextRetry, &st.Parked, &oldestParked,
 		&st.ParkedKeys, &oldestCreated, &oldestDue, &st.Dead); err != nil {
 		return Stats{}, wrap(ctx, op, err)
 	}

@@ -238,10 +238,15 @@ func describe(o store.Options) string {
 
 // statsReport is what stats prints; its JSON form is for machines.
 type statsReport struct {
-	Schema      string    `json:"schema"`
-	Prefix      string    `json:"prefix"`
-	At          time.Time `json:"at"`
-	Eligible    int64     `json:"eligible"`
+	Schema   string    `json:"schema"`
+	Prefix   string    `json:"prefix"`
+	At       time.Time `json:"at"`
+	Eligible int64     `json:"eligible"`
+	// Blocked counts, of Eligible, the ordered rows whose key is held (a
+	// row of the key parked or waiting for its retry): they wait for the
+	// key, not for a worker, and oldest_eligible_age_seconds passes over
+	// them.
+	Blocked     int64     `json:"blocked"`
 	Scheduled   int64     `json:"scheduled"`
 	Claimed     int64     `json:"claimed"`
 	Retrying    int64     `json:"retrying"`
@@ -332,7 +337,7 @@ func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsRep
 	}
 	r := statsReport{
 		Schema: st.Options().Schema, Prefix: opts.TablePrefix, At: now,
-		Eligible: s.Eligible, Scheduled: s.Scheduled, Claimed: s.Claimed,
+		Eligible: s.Eligible, Blocked: s.Blocked, Scheduled: s.Scheduled, Claimed: s.Claimed,
 		Retrying: s.Retrying, NextRetryAt: s.NextRetryAt,
 		Parked: s.Parked, ParkedKeys: s.ParkedKeys, Dead: s.Dead,
 	}
@@ -406,11 +411,15 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func printStats(w io.Writer, r statsReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "outbox\t%s\t(%s)\n", describe(store.Options{Schema: r.Schema, TablePrefix: r.Prefix}), r.At.Format(time.RFC3339))
-	fmt.Fprintf(tw, "eligible\t%d\n", r.Eligible)
+	blocked := ""
+	if r.Blocked > 0 {
+		blocked = fmt.Sprintf(" (%d blocked behind parked or retrying keys)", r.Blocked)
+	}
+	fmt.Fprintf(tw, "eligible\t%d%s\n", r.Eligible, blocked)
 	fmt.Fprintf(tw, "scheduled\t%d\n", r.Scheduled)
 	fmt.Fprintf(tw, "claimed\t%d\n", r.Claimed)
 	age := "-"
-	if r.Eligible > 0 {
+	if r.Eligible > r.Blocked {
 		age = (time.Duration(r.OldestAge * float64(time.Second))).Round(time.Millisecond).String()
 	}
 	fmt.Fprintf(tw, "oldest eligible waits\t%s\n", age)
