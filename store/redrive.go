@@ -28,6 +28,32 @@ type DeadFilter struct {
 	// OlderThan selects the dead letters that died at least this long ago,
 	// on the database's clock; it must not be negative.
 	OlderThan time.Duration
+	// After selects the dead letters that come after a cursor in the order
+	// [Store.DeadLetters] lists them (newest first): those that died
+	// earlier, or at the same instant with a greater id. Set it to the
+	// [DeadLetter.Cursor] of a page's last item for the next page. The
+	// zero Cursor selects from the start.
+	After Cursor
+}
+
+// Cursor is a place in a listing of dead letters or parked keys: the
+// instant the listing sorts by (when the message died, or was parked) and
+// the id that breaks ties. Listing from a cursor is stable while rows come
+// and go: a page starts right after the last item of the one before.
+type Cursor struct {
+	At time.Time
+	ID uuid.UUID
+}
+
+// IsZero reports whether c is the start of a listing.
+func (c Cursor) IsZero() bool { return c.At.IsZero() && c.ID == uuid.Nil }
+
+// args returns the cursor's parameters: NULLs for the start.
+func (c Cursor) args() []any {
+	if c.IsZero() {
+		return []any{nil, nil}
+	}
+	return []any{pgTime(c.At), c.ID.String()}
 }
 
 // ParkedFilter selects parked ordered rows, that is the parked keys. Zero
@@ -38,6 +64,11 @@ type ParkedFilter struct {
 	Type, Destination, Key string
 	// OlderThan selects the rows parked at least this long ago.
 	OlderThan time.Duration
+	// After selects the keys that come after a cursor in the order
+	// [Store.ParkedKeys] lists them (longest parked first): those parked
+	// later, or at the same instant with a head of greater id. Set it to the
+	// [ParkedKey.Cursor] of a page's last item for the next page.
+	After Cursor
 }
 
 // DeadLetter is a message out of delivery for good, as stored in the
@@ -52,6 +83,10 @@ type DeadLetter struct {
 	DeadAt time.Time
 }
 
+// Cursor returns the place of d in the listing of dead letters, for the
+// page after it ([DeadFilter.After]).
+func (d DeadLetter) Cursor() Cursor { return Cursor{At: d.DeadAt, ID: d.ID} }
+
 // ParkedKey is an ordering key whose delivery is stopped at a parked row.
 type ParkedKey struct {
 	// Head is the parked row, the key's first.
@@ -61,6 +96,10 @@ type ParkedKey struct {
 	// Waiting counts the key's later rows, held behind it.
 	Waiting int
 }
+
+// Cursor returns the place of p in the listing of parked keys, for the
+// page after it ([ParkedFilter.After]).
+func (p ParkedKey) Cursor() Cursor { return Cursor{At: p.ParkedAt, ID: p.Head.ID} }
 
 type redriveQueries struct {
 	listDead, requeueDead, purgeDead  string
@@ -75,17 +114,20 @@ const deadColumns = `id, message_type, transport, destination, body, headers, or
 
 // deadMatch and parkedMatch are the filter predicates. deadMatch's
 // parameters: $1 ids (text array literal, NULL for any), $2 type, $3
-// destination, $4 key, $5 reason, $6 OlderThan in microseconds. parkedMatch's:
-// $1 type, $2 destination, $3 key, $4 OlderThan in microseconds.
+// destination, $4 key, $5 reason, $6 OlderThan in microseconds, $7 and $8
+// the cursor (NULL, NULL for the start). parkedMatch's: $1 type, $2
+// destination, $3 key, $4 OlderThan in microseconds, $5 and $6 the cursor.
 const (
 	deadMatch = `($1::text IS NULL OR id = ANY($1::text::uuid[]))
   AND ($2 = '' OR message_type = $2) AND ($3 = '' OR destination = $3)
   AND ($4 = '' OR ordering_key = $4) AND ($5 = '' OR reason = $5)
-  AND dead_at <= now() - $6 * interval '1 microsecond'`
+  AND dead_at <= now() - $6 * interval '1 microsecond'
+  AND ($7::timestamptz IS NULL OR dead_at < $7 OR (dead_at = $7 AND id > $8::text::uuid))`
 	parkedMatch = `o.lane IS NOT NULL AND o.parked_at IS NOT NULL
   AND ($1 = '' OR o.message_type = $1) AND ($2 = '' OR o.destination = $2)
   AND ($3 = '' OR o.ordering_key = $3)
-  AND o.parked_at <= now() - $4 * interval '1 microsecond'`
+  AND o.parked_at <= now() - $4 * interval '1 microsecond'
+  AND ($5::timestamptz IS NULL OR o.parked_at > $5 OR (o.parked_at = $5 AND o.id > $6::text::uuid))`
 )
 
 func buildRedriveQueries(n names) *redriveQueries {
@@ -94,7 +136,7 @@ func buildRedriveQueries(n names) *redriveQueries {
 	return &redriveQueries{
 		listDead: `SELECT ` + deadColumns + `, reason, dead_at FROM ` + n.Dead + `
 WHERE ` + deadMatch + `
-ORDER BY dead_at DESC, id LIMIT $7`,
+ORDER BY dead_at DESC, id LIMIT $9`,
 		// Requeued messages keep their ids and content; their attempts start
 		// again from zero and their last error stays for the record. A
 		// requeued ordered message goes back into its lane at its original
@@ -115,12 +157,12 @@ SELECT id, message_type, transport, destination, body, headers, ordering_key, la
         WHERE w.lane = o.lane AND w.ordering_key = o.ordering_key AND w.id <> o.id)
 FROM ` + n.Outbox + ` AS o
 WHERE ` + parkedMatch + `
-ORDER BY o.parked_at, o.id LIMIT $5`,
+ORDER BY o.parked_at, o.id LIMIT $7`,
 		// listParked without the count of the rows behind each key.
 		listParkedHeads: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at, -1
 FROM ` + n.Outbox + ` AS o
 WHERE ` + parkedMatch + `
-ORDER BY o.parked_at, o.id LIMIT $5`,
+ORDER BY o.parked_at, o.id LIMIT $7`,
 		// The key's head becomes eligible again with its attempts from zero;
 		// its later rows follow it in order.
 		retryParked: `UPDATE ` + n.Outbox + ` AS o SET parked_at = NULL, attempts = 0, retry_at = NULL
@@ -170,14 +212,14 @@ func (f DeadFilter) args() ([]any, error) {
 		}
 		ids = sql.NullString{String: a.String(), Valid: true}
 	}
-	return []any{ids, f.Type, f.Destination, f.Key, f.Reason, f.OlderThan.Microseconds()}, nil
+	return append([]any{ids, f.Type, f.Destination, f.Key, f.Reason, f.OlderThan.Microseconds()}, f.After.args()...), nil
 }
 
 func (f ParkedFilter) args() ([]any, error) {
 	if f.OlderThan < 0 {
 		return nil, fmt.Errorf("%w: OlderThan must not be negative, got %s", ErrInvalidArgument, f.OlderThan)
 	}
-	return []any{f.Type, f.Destination, f.Key, f.OlderThan.Microseconds()}, nil
+	return append([]any{f.Type, f.Destination, f.Key, f.OlderThan.Microseconds()}, f.After.args()...), nil
 }
 
 // DeadLetters returns up to limit dead letters matching f, newest first, with

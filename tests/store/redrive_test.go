@@ -3,7 +3,9 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -250,4 +252,88 @@ func TestPublishedPauses(t *testing.T) {
 	if got, _ := b.store.Pauses(ctx); len(got) != 0 {
 		t.Errorf("stale pauses listed: %+v", got)
 	}
+}
+
+// Listing from a cursor walks every dead letter and every parked key once,
+// in the listing's order, however many share an instant, and the cursor
+// narrows the changes as it narrows the listing.
+func TestListingPagesFromACursor(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		var dead []relayer.Message
+		for range 7 {
+			dead = append(dead, b.unordered(t))
+		}
+		b.insert(t, dead...)
+		b.bury(t, store.ReasonPermanent, dead[:5]...) // one statement: one dead_at for five
+		b.bury(t, store.ReasonExhausted, dead[5:]...)
+		all, err := b.store.DeadLetters(ctx, store.DeadFilter{}, 100)
+		if err != nil || len(all) != 7 {
+			t.Fatalf("DeadLetters = %d, %v; want 7", len(all), err)
+		}
+		var paged []uuid.UUID
+		f := store.DeadFilter{}
+		for range 10 {
+			page, err := b.store.DeadLetters(ctx, f, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, d := range page {
+				paged = append(paged, d.ID)
+			}
+			f.After = page[len(page)-1].Cursor()
+		}
+		want := make([]uuid.UUID, len(all))
+		for i, d := range all {
+			want[i] = d.ID
+		}
+		if !slices.Equal(paged, want) {
+			t.Errorf("dead letters by pages of 2 = %v, want %v", paged, want)
+		}
+		// Purging after the third one purges the last four only.
+		n, err := b.store.PurgeDead(ctx, store.DeadFilter{After: all[2].Cursor()})
+		if err != nil || n != 4 {
+			t.Errorf("PurgeDead after the third = %d, %v; want 4", n, err)
+		}
+
+		var heads []relayer.Message
+		for i := range 5 {
+			m := b.ordered(t, fmt.Sprintf("key-%d", i), 32)
+			heads = append(heads, m)
+		}
+		b.insert(t, heads...)
+		for _, m := range heads {
+			b.park(t, m)
+		}
+		keys, err := b.store.ParkedKeys(ctx, store.ParkedFilter{}, 100)
+		if err != nil || len(keys) != 5 {
+			t.Fatalf("ParkedKeys = %d, %v; want 5", len(keys), err)
+		}
+		var pagedKeys []string
+		pf := store.ParkedFilter{}
+		for range 10 {
+			page, err := b.store.ParkedHeads(ctx, pf, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, p := range page {
+				pagedKeys = append(pagedKeys, p.Head.Key)
+			}
+			pf.After = page[len(page)-1].Cursor()
+		}
+		var wantKeys []string
+		for _, p := range keys {
+			wantKeys = append(wantKeys, p.Head.Key)
+		}
+		if !slices.Equal(pagedKeys, wantKeys) {
+			t.Errorf("parked keys by pages of 2 = %v, want %v", pagedKeys, wantKeys)
+		}
+	})
 }
