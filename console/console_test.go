@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
 	"maps"
@@ -372,5 +373,92 @@ func TestBlockedMessagesAndWaitingCounts(t *testing.T) {
 	want := map[string]string{f.Parked[0].ID.String(): "1", f.Parked[1].ID.String(): "0", f.Parked[2].ID.String(): "0"}
 	if !maps.Equal(waiting, want) {
 		t.Errorf("parked page: waiting per head %v, want %v", waiting, want)
+	}
+}
+
+var nextLink = regexp.MustCompile(`<a class="next" href="([^"]+)">`)
+
+// The list pages go on page by page, and the dead letters filter by
+// reason; a bad cursor is refused with a reason.
+func TestListsPageByPageAndFilterByReason(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{ListLimit: 3}), "/ops/outbox")
+	for _, tc := range []struct {
+		page string
+		want []string
+	}{
+		{"dead", []string{f.Dead[0].ID.String(), f.Dead[1].ID.String(), f.Dead[2].ID.String(), f.Dead[3].ID.String()}},
+		{"parked", []string{f.Parked[0].ID.String(), f.Parked[1].ID.String(), f.Parked[2].ID.String()}},
+	} {
+		seen := map[string]int{}
+		path, pages := tc.page, 0
+		for path != "" && pages < 10 {
+			status, body, _ := c.get(path)
+			if status != http.StatusOK {
+				t.Fatalf("GET %s: %d\n%s", path, status, body)
+			}
+			pages++
+			for _, id := range tc.want {
+				if strings.Contains(body, `href="message?id=`+id+`"`) {
+					seen[id]++
+				}
+			}
+			path = ""
+			if m := nextLink.FindStringSubmatch(body); m != nil {
+				path = html.UnescapeString(m[1])
+				if !strings.Contains(path, "after=") {
+					t.Errorf("%s: next page link %q has no cursor", tc.page, path)
+				}
+			}
+		}
+		for _, id := range tc.want {
+			if seen[id] != 1 {
+				t.Errorf("%s: %s listed on %d pages, want 1 (pages read: %d)", tc.page, id, seen[id], pages)
+			}
+		}
+	}
+
+	_, body, _ := c.get("dead?reason=" + store.ReasonPermanent)
+	if !strings.Contains(body, f.Dead[2].ID.String()) || !strings.Contains(body, f.Dead[3].ID.String()) ||
+		strings.Contains(body, `href="message?id=`+f.Dead[0].ID.String()) || !strings.Contains(body, "<option selected>permanent</option>") {
+		t.Errorf("dead?reason=permanent does not list exactly the permanent dead letters:\n%s", body)
+	}
+	if status, body, _ := c.get("dead?after=yesterday"); status != http.StatusBadRequest || !strings.Contains(body, "page cursor") {
+		t.Errorf("dead?after=yesterday: %d, want 400 naming the page cursor\n%s", status, body)
+	}
+}
+
+// A dead letter's page offers requeue and purge; a parked head's, retry and
+// skip of its key; and they work from there.
+func TestMessagePageActions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{}), "/ops/outbox")
+	_, body, _ := c.get("message?id=" + f.Dead[1].ID.String())
+	for _, want := range []string{`value="requeue"`, `value="purge"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("dead letter's page: no %s", want)
+		}
+	}
+	_, body, _ = c.get("message?id=" + f.Parked[1].ID.String())
+	for _, want := range []string{`value="retry"`, `value="skip"`, `value="account-77"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("parked head's page: no %s", want)
+		}
+	}
+	if _, body, _ = c.get("message?id=" + f.Plain.ID.String()); strings.Contains(body, `value="retry"`) || strings.Contains(body, `value="requeue"`) {
+		t.Errorf("a due message's page offers actions")
+	}
+	token := c.csrf("message?id=" + f.Dead[1].ID.String())
+	if status, _, hdr := c.post("dead", url.Values{"csrf": {token}, "op": {"requeue"}, "id": {f.Dead[1].ID.String()}}); status != http.StatusSeeOther || hdr.Get("Location") != "dead?did=requeue&n=1" {
+		t.Errorf("requeue from the message page: %d to %q", status, hdr.Get("Location"))
+	}
+	if _, _, found, err := f.st.Message(context.Background(), f.Dead[1].ID); err != nil || !found {
+		t.Errorf("the requeued dead letter is not in the outbox: %t, %v", found, err)
+	}
+	ro := newClient(t, f.console(t, console.Options{ReadOnly: true}), "/ops/outbox")
+	if _, body, _ = ro.get("message?id=" + f.Dead[0].ID.String()); strings.Contains(body, `value="requeue"`) {
+		t.Errorf("a read-only console offers actions on the message page")
 	}
 }

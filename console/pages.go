@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"html/template"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -230,6 +231,32 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 type listFilter struct {
 	Type, Destination, Key, Older string
 	older                         time.Duration
+	// Reason matches the dead letters' reason (the dead page only).
+	Reason string
+	// After is the page's cursor as the URL carries it, empty for the
+	// first page; after is what it reads as.
+	After string
+	after store.Cursor
+}
+
+// formatCursor writes c as a URL carries it: the instant in Unix
+// microseconds, a colon, the id.
+func formatCursor(c store.Cursor) string {
+	return strconv.FormatInt(c.At.UnixMicro(), 10) + ":" + c.ID.String()
+}
+
+// parseCursor reads what formatCursor writes.
+func parseCursor(s string) (store.Cursor, error) {
+	at, id, ok := strings.Cut(s, ":")
+	micros, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil {
+		return store.Cursor{}, fmt.Errorf("page cursor %q: want <unix microseconds>:<uuid>", s)
+	}
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return store.Cursor{}, fmt.Errorf("page cursor %q: %q is not a UUID", s, id)
+	}
+	return store.Cursor{At: time.UnixMicro(micros).UTC(), ID: u}, nil
 }
 
 // parseFilter reads the filter form. A field that fails checkField is
@@ -241,7 +268,7 @@ func parseFilter(q url.Values) (listFilter, error) {
 	for _, field := range []struct {
 		name string
 		dst  *string
-	}{{"type", &f.Type}, {"destination", &f.Destination}, {"key", &f.Key}, {"older", &f.Older}} {
+	}{{"type", &f.Type}, {"destination", &f.Destination}, {"key", &f.Key}, {"older", &f.Older}, {"reason", &f.Reason}, {"after", &f.After}} {
 		v := q.Get(field.name)
 		if err := checkField(field.name, v); err != nil {
 			bad = cmp.Or(bad, err)
@@ -258,6 +285,14 @@ func parseFilter(q url.Values) (listFilter, error) {
 			return f, err
 		}
 		f.older = d
+	}
+	if f.After != "" {
+		c, err := parseCursor(f.After)
+		if err != nil {
+			f.After = ""
+			return f, err
+		}
+		f.after = c
 	}
 	return f, nil
 }
@@ -296,18 +331,18 @@ func parseAge(s string) (time.Duration, error) {
 
 // dead returns the store's filter of the dead letters the form selects.
 func (f listFilter) dead() store.DeadFilter {
-	return store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}
+	return store.DeadFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, Reason: f.Reason, OlderThan: f.older, After: f.after}
 }
 
 // parked returns the store's filter of the parked keys the form selects.
 func (f listFilter) parked() store.ParkedFilter {
-	return store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older}
+	return store.ParkedFilter{Type: f.Type, Destination: f.Destination, Key: f.Key, OlderThan: f.older, After: f.after}
 }
 
-// query returns the filter as URL parameters.
+// query returns the filter as URL parameters, without the page's cursor.
 func (f listFilter) query() url.Values {
 	q := url.Values{}
-	for k, v := range map[string]string{"type": f.Type, "destination": f.Destination, "key": f.Key, "older": f.Older} {
+	for k, v := range map[string]string{"type": f.Type, "destination": f.Destination, "key": f.Key, "older": f.Older, "reason": f.Reason} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -321,12 +356,21 @@ type listData[T any] struct {
 	Filter listFilter
 	Items  []T
 	Limit  int
+	// Next is the address of the next page, empty on the last; First that
+	// of the first page, empty on it. Both are built from encoded values.
+	Next, First template.URL
+}
+
+// Reasons are the reasons a dead letter is filtered by.
+func (listData[T]) Reasons() []string {
+	return []string{store.ReasonPermanent, store.ReasonExhausted, store.ReasonCorrupt, store.ReasonSkipped, store.ReasonOverLimit}
 }
 
 // listPage serves a list page: the filter from the query string, then the
-// items list returns for it, at most ListLimit of them.
+// items list returns for it, at most ListLimit of them, from the page's
+// cursor; cursor is an item's place, for the link to the next page.
 func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, title string,
-	list func(ctx context.Context, b *budgetTx, f listFilter, limit int) ([]T, error)) {
+	list func(ctx context.Context, b *budgetTx, f listFilter, limit int) ([]T, error), cursor func(T) store.Cursor) {
 	p := c.newPage(r, nav, title)
 	name := nav + ".html"
 	f, err := parseFilter(r.URL.Query())
@@ -346,7 +390,16 @@ func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, nav, ti
 		c.failed(w, r, p, name, err)
 		return
 	}
-	p.Data = listData[T]{Page: nav, Filter: f, Items: items, Limit: c.opts.ListLimit}
+	d := listData[T]{Page: nav, Filter: f, Items: items, Limit: c.opts.ListLimit}
+	if len(items) == c.opts.ListLimit {
+		q := f.query()
+		q.Set("after", formatCursor(cursor(items[len(items)-1])))
+		d.Next = template.URL(nav + "?" + q.Encode())
+	}
+	if f.After != "" {
+		d.First = template.URL(nav + "?" + f.query().Encode())
+	}
+	p.Data = d
 	c.render(w, name, p, http.StatusOK)
 }
 
@@ -364,7 +417,7 @@ func (c *Console) parked(w http.ResponseWriter, r *http.Request) {
 			return keys, err
 		}
 		return b.st.ParkedHeads(ctx, f.parked(), limit)
-	})
+	}, store.ParkedKey.Cursor)
 }
 
 func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
@@ -393,9 +446,8 @@ func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
 	listPage(c, w, r, "dead", "Dead letters", func(ctx context.Context, b *budgetTx, f listFilter, limit int) ([]store.DeadLetter, error) {
-		st := b.st
-		return st.DeadLetters(ctx, f.dead(), limit)
-	})
+		return b.st.DeadLetters(ctx, f.dead(), limit)
+	}, store.DeadLetter.Cursor)
 }
 
 // deadAction requeues or purges dead letters: those whose ids the form
@@ -410,6 +462,7 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	filter := f.dead()
+	filter.After = store.Cursor{} // the filter's matches, whatever page the form was on
 	for _, s := range r.PostForm["id"] {
 		id, err := uuid.Parse(s)
 		if err != nil {
@@ -438,7 +491,7 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.act(w, r, "dead", op, act, slog.Int("ids", len(filter.IDs)), slog.String("type", f.Type),
-		slog.String("destination", f.Destination), slog.String("key", f.Key), slog.String("older_than", f.Older))
+		slog.String("destination", f.Destination), slog.String("key", f.Key), slog.String("reason", f.Reason), slog.String("older_than", f.Older))
 }
 
 // act runs an action within the request's database budget, logs it, and

@@ -4,6 +4,17 @@
 (function () {
   "use strict";
   var seconds = parseInt(document.body.getAttribute("data-refresh"), 10) || 0;
+  // The outcome of an action comes in the address (did, n) once: drop it, so
+  // that a reload or a refresh does not announce it again.
+  if (window.history && window.history.replaceState && window.URLSearchParams) {
+    var params = new URLSearchParams(window.location.search);
+    if (params.has("did") || params.has("n")) {
+      params.delete("did");
+      params.delete("n");
+      var rest = params.toString();
+      window.history.replaceState(null, "", window.location.pathname + (rest ? "?" + rest : "") + window.location.hash);
+    }
+  }
   var paused = false;
   var pause = document.getElementById("pause");
   if (pause) {

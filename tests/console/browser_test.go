@@ -268,6 +268,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	if keys, err := fx.Store.ParkedKeys(ctx, store.ParkedFilter{Key: "account-77"}, 10); err != nil || len(keys) != 0 {
 		t.Errorf("account-77 still parked after retry: %v, %v", keys, err)
 	}
+	// The outcome is announced once: a reload (as the page's refresh does)
+	// shows the page without it.
+	b.run(t, "reload after the retry", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("h1")))
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll(".flash").length`)); err != nil || n != 0 {
+		t.Errorf("after a reload the retry's outcome is still shown (%d, %v)", n, err)
+	}
 	b.run(t, "skip the key with markup in it",
 		chromedp.Click(`//tr[td[@class="key" and contains(text(), "<script>")]]//button[@class="skip"]`),
 		chromedp.WaitVisible(chromedp.CSS(".flash")),
@@ -296,6 +302,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if got := b.text(t, "main"); strings.Contains(got, requeued) {
 		t.Errorf("the requeued message is still listed as dead")
+	}
+
+	// Dead letters of one reason, through the filter's menu.
+	b.run(t, "filter the dead letters by reason",
+		chromedp.SetValue(chromedp.CSS(`select[name="reason"]`), store.ReasonExhausted),
+		chromedp.Click(chromedp.CSS(`form.filter button[type="submit"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`a[href="message?id=`+fx.Dead[3].ID.String()+`"]`)))
+	if got := b.text(t, "main"); !strings.Contains(got, fx.Dead[0].ID.String()) || strings.Contains(got, fx.Dead[3].ID.String()) {
+		t.Errorf("dead letters filtered by reason exhausted show:\n%s", got)
+	}
+
+	// A dead letter purged from its own page.
+	purged := fx.Dead[3].ID.String()
+	b.run(t, "purge a dead letter from its page", chromedp.Navigate(base+"message?id="+purged), chromedp.WaitVisible(chromedp.CSS("h1")),
+		chromedp.Click(chromedp.CSS(`button.purge`)), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	if f := b.text(t, ".flash"); !strings.Contains(f, "purged 1 dead letter") {
+		t.Errorf("after purge from the message page the page says %q", f)
 	}
 
 	// A message, from its link.
