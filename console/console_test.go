@@ -21,6 +21,7 @@ import (
 	"github.com/relayer-go/relayer/console"
 	"github.com/relayer-go/relayer/internal/testkit/consolefixture"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/vocab"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -133,7 +134,7 @@ func TestPagesShowTheOutbox(t *testing.T) {
 		path string
 		want []string
 	}{
-		{"", []string{"Backlog by destination", "orders.placed", "billing.reminders", "ledger", "audit", "waiting for backoff", "parked (3 keys)",
+		{"", []string{"Backlog by destination", "orders.placed", "billing.reminders", "ledger", "audit", "parked (3 keys)",
 			"amqp: connection refused (broker unavailable)", "exhausted"}},
 		{"lanes", []string{"Lanes", "Ordered workers", "billing-7f9c ordered-1", "billing-2b41 ordered-1", "recovery"}},
 		{"parked", []string{"ledger.Posted", f.Parked[0].ID.String(), "account 77 is closed", `value="retry"`, `value="skip"`}},
@@ -351,7 +352,7 @@ func TestBlockedMessagesAndWaitingCounts(t *testing.T) {
 	// that is due by its own columns but blocked by its key.
 	for _, want := range []string{
 		`<td>ledger</td><td class="r">0</td><td class="r"><a href="parked?destination=ledger">1</a></td>`,
-		"blocked behind parked or retrying keys",
+		"Blocked messages wait behind a key whose head is parked or waiting for its retry",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview: no %q in the page", want)
@@ -460,5 +461,19 @@ func TestMessagePageActions(t *testing.T) {
 	ro := newClient(t, f.console(t, console.Options{ReadOnly: true}), "/ops/outbox")
 	if _, body, _ = ro.get("message?id=" + f.Dead[0].ID.String()); strings.Contains(body, `value="requeue"`) {
 		t.Errorf("a read-only console offers actions on the message page")
+	}
+}
+
+// The overview names the backlog's classes in the words the relayer
+// command uses: each is a column of the table by destination.
+func TestOverviewSpeaksTheCommandsWords(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	c := newClient(t, f.console(t, console.Options{}), "/ops/outbox")
+	_, body, _ := c.get("")
+	for _, word := range vocab.All {
+		if !strings.Contains(body, `<th class="r">`+word+`</th>`) {
+			t.Errorf("the overview's table has no column %q", word)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
+	"github.com/relayer-go/relayer/internal/vocab"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -238,10 +239,13 @@ func describe(o store.Options) string {
 
 // statsReport is what stats prints; its JSON form is for machines.
 type statsReport struct {
-	Schema   string    `json:"schema"`
-	Prefix   string    `json:"prefix"`
-	At       time.Time `json:"at"`
-	Eligible int64     `json:"eligible"`
+	Schema string    `json:"schema"`
+	Prefix string    `json:"prefix"`
+	At     time.Time `json:"at"`
+	// Due counts the rows that may be sent now: Eligible less Blocked.
+	// Eligible is the store's count of rows a read could return.
+	Due      int64 `json:"due"`
+	Eligible int64 `json:"eligible"`
 	// Blocked counts, of Eligible, the ordered rows whose key is held (a
 	// row of the key parked or waiting for its retry): they wait for the
 	// key, not for a worker, and oldest_eligible_age_seconds passes over
@@ -337,7 +341,7 @@ func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsRep
 	}
 	r := statsReport{
 		Schema: st.Options().Schema, Prefix: opts.TablePrefix, At: now,
-		Eligible: s.Eligible, Blocked: s.Blocked, Scheduled: s.Scheduled, Claimed: s.Claimed,
+		Due: s.Eligible - s.Blocked, Eligible: s.Eligible, Blocked: s.Blocked, Scheduled: s.Scheduled, Claimed: s.Claimed,
 		Retrying: s.Retrying, NextRetryAt: s.NextRetryAt,
 		Parked: s.Parked, ParkedKeys: s.ParkedKeys, Dead: s.Dead,
 	}
@@ -365,7 +369,7 @@ func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsRep
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f outboxFlags
-	fs := newFlagSet("stats", "Shows the backlog (eligible, scheduled, claimed, waiting for retry), the age of the oldest eligible message, parked keys, dead letters by reason, paused destinations, live ordered workers and the lanes they hold, and the recovery lease.",
+	fs := newFlagSet("stats", "Shows the backlog (due, blocked, scheduled, being sent, waiting for retry, parked, dead), the longest wait of a due message, parked keys, dead letters by reason, paused destinations, live ordered workers and the lanes they hold, and the recovery lease.",
 		"relayer stats --database-url postgres://app@db:5432/app --schema messaging --watch", stderr)
 	f.register(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON (one object per refresh with --watch)")
@@ -413,27 +417,28 @@ func printStats(w io.Writer, r statsReport) {
 	fmt.Fprintf(tw, "outbox\t%s\t(%s)\n", describe(store.Options{Schema: r.Schema, TablePrefix: r.Prefix}), r.At.Format(time.RFC3339))
 	blocked := ""
 	if r.Blocked > 0 {
-		blocked = fmt.Sprintf(" (%d blocked behind parked or retrying keys)", r.Blocked)
+		blocked = " (behind parked or retrying keys)"
 	}
-	fmt.Fprintf(tw, "eligible\t%d%s\n", r.Eligible, blocked)
-	fmt.Fprintf(tw, "scheduled\t%d\n", r.Scheduled)
-	fmt.Fprintf(tw, "claimed\t%d\n", r.Claimed)
-	age := "-"
-	if r.Eligible > r.Blocked {
-		age = (time.Duration(r.OldestAge * float64(time.Second))).Round(time.Millisecond).String()
-	}
-	fmt.Fprintf(tw, "oldest eligible waits\t%s\n", age)
+	fmt.Fprintf(tw, "%s\t%d\n", vocab.Due, r.Due)
+	fmt.Fprintf(tw, "%s\t%d%s\n", vocab.Blocked, r.Blocked, blocked)
+	fmt.Fprintf(tw, "%s\t%d\n", vocab.Scheduled, r.Scheduled)
+	fmt.Fprintf(tw, "%s\t%d\n", vocab.BeingSent, r.Claimed)
 	retry := ""
 	if r.Retrying > 0 {
 		retry = fmt.Sprintf(" (next at %s)", r.NextRetryAt.Format(time.RFC3339))
 	}
-	fmt.Fprintf(tw, "waiting for retry\t%d%s\n", r.Retrying, retry)
+	fmt.Fprintf(tw, "%s\t%d%s\n", vocab.WaitingForRetry, r.Retrying, retry)
 	parked := ""
 	if r.Parked > 0 {
 		parked = fmt.Sprintf(", oldest parked %s ago", seconds(r.OldestParkedAge))
 	}
-	fmt.Fprintf(tw, "parked\t%d rows, %d keys%s\n", r.Parked, r.ParkedKeys, parked)
-	fmt.Fprintf(tw, "dead\t%d%s\n", r.Dead, byReason(r.DeadByReason))
+	fmt.Fprintf(tw, "%s\t%d rows, %d keys%s\n", vocab.Parked, r.Parked, r.ParkedKeys, parked)
+	fmt.Fprintf(tw, "%s\t%d%s\n", vocab.Dead, r.Dead, byReason(r.DeadByReason))
+	age := "-"
+	if r.Due > 0 {
+		age = (time.Duration(r.OldestAge * float64(time.Second))).Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(tw, "%s\t%s\n", vocab.LongestWait, age)
 	if len(r.Paused) == 0 {
 		fmt.Fprintf(tw, "paused destinations\tnone\n")
 	}
