@@ -51,9 +51,14 @@ type budgetTx struct {
 
 // withTx is withStore that hands fn the transaction with its budget.
 func (c *Console) withTx(r *http.Request, readOnly bool, fn func(ctx context.Context, b *budgetTx) error) error {
+	return c.withBudget(r.Context(), readOnly, fn)
+}
+
+// withBudget is withTx for work that no request asked for, ending with ctx.
+func (c *Console) withBudget(ctx context.Context, readOnly bool, fn func(ctx context.Context, b *budgetTx) error) error {
 	start := time.Now()
 	end := start.Add(c.opts.QueryTimeout)
-	ctx, cancel := context.WithDeadline(r.Context(), end.Add(backstopGrace))
+	ctx, cancel := context.WithDeadline(ctx, end.Add(backstopGrace))
 	defer cancel()
 	wait := time.NewTimer(c.opts.QueryTimeout)
 	defer wait.Stop()

@@ -94,11 +94,11 @@ type Options struct {
 	// ListLimit is how many parked keys or dead letters a page lists, 1 to
 	// 10,000. Default: 200.
 	ListLimit int
-	// SampleEvery is the least time between two samples of the outbox
-	// table's insert and delete counters, from which the overview charts
-	// messages written and delivered per second; the chart keeps the last
-	// 180 samples taken while the overview was open. 1 s to 1 min.
-	// Default: 5 s.
+	// SampleEvery is the time between two samples of the outbox table's
+	// insert and delete counters, from which the overview charts messages
+	// written and delivered per second; the chart keeps the last 180
+	// samples, taken all along by [Console.Run], else while the overview is
+	// open. 1 s to 1 min. Default: 5 s.
 	SampleEvery time.Duration
 	// QueryTimeout bounds the database work of one page or action, from
 	// the moment the request arrives, its wait for a free slot (see

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"html/template"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,7 +99,9 @@ func hexDump(b []byte) string {
 	return hex.Dump(b)
 }
 
-// chart is the throughput chart: two polylines in a 600×120 box.
+// chart is the throughput chart: two polylines, in messages per second
+// against time, in the plot area of a chartW×chartH box whose margins hold
+// the axes' labels.
 type chart struct {
 	Written, Delivered string
 	Max                float64
@@ -106,9 +109,41 @@ type chart struct {
 	LastWritten        float64
 	LastDelivered      float64
 	Points             int
+	// YTicks are the rate axis's gridlines and labels (messages per
+	// second), XTicks the time axis's (how long before the last sample).
+	YTicks, XTicks []tick
 }
 
-const chartW, chartH = 600.0, 120.0
+// tick is an axis label at Pos (y for the rate axis, x for time).
+type tick struct {
+	Pos   string
+	Label string
+}
+
+// The chart's box and its plot area.
+const (
+	chartW, chartH          = 640.0, 170.0
+	plotLeft, plotRight     = 56.0, 628.0
+	plotTop, plotBottom     = 24.0, 140.0
+	plotWidth, plotHeight   = plotRight - plotLeft, plotBottom - plotTop
+	rateTicks, timeTicks    = 4, 4
+	minRateTop, minTimeSpan = 1.0, time.Second
+)
+
+// niceStep returns the least of 1, 2 and 5 times a power of ten that is at
+// least x: the step of an axis whose labels read well.
+func niceStep(x float64) float64 {
+	if x <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(x)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= x {
+			return m * p
+		}
+	}
+	return 10 * p
+}
 
 func newChart(rates []rate) chart {
 	var c chart
@@ -119,27 +154,58 @@ func newChart(rates []rate) chart {
 	for _, r := range rates {
 		c.Max = max(c.Max, r.Written, r.Delivered)
 	}
-	top := c.Max * 1.15 // headroom above the peak
-	if top == 0 {
-		top = 1
+	step := niceStep(max(c.Max, minRateTop) / rateTicks)
+	top := step * math.Ceil(max(c.Max, minRateTop)/step)
+	for v := 0.0; v <= top+step/2; v += step {
+		c.YTicks = append(c.YTicks, tick{Pos: fmt.Sprintf("%.1f", plotBottom-v/top*plotHeight), Label: rateLabel(v)})
 	}
 	first, last := rates[0].At, rates[len(rates)-1].At
-	span := last.Sub(first).Seconds()
+	span := max(last.Sub(first), minTimeSpan)
+	for i := timeTicks; i >= 0; i-- {
+		before := span * time.Duration(i) / timeTicks
+		label := "now"
+		if i > 0 {
+			label = "−" + shortDuration(before)
+		}
+		x := plotRight - float64(before)/float64(span)*plotWidth
+		c.XTicks = append(c.XTicks, tick{Pos: fmt.Sprintf("%.1f", x), Label: label})
+	}
 	var w, d strings.Builder
 	for i, r := range rates {
-		x := chartW
-		if span > 0 {
-			x = r.At.Sub(first).Seconds() / span * chartW
-		}
+		x := plotRight - float64(last.Sub(r.At))/float64(span)*plotWidth
 		if i > 0 {
 			w.WriteByte(' ')
 			d.WriteByte(' ')
 		}
-		fmt.Fprintf(&w, "%.1f,%.1f", x, chartH-r.Written/top*chartH)
-		fmt.Fprintf(&d, "%.1f,%.1f", x, chartH-r.Delivered/top*chartH)
+		fmt.Fprintf(&w, "%.1f,%.1f", x, plotBottom-r.Written/top*plotHeight)
+		fmt.Fprintf(&d, "%.1f,%.1f", x, plotBottom-r.Delivered/top*plotHeight)
 	}
 	c.Written, c.Delivered = w.String(), d.String()
 	c.LastWritten, c.LastDelivered = rates[len(rates)-1].Written, rates[len(rates)-1].Delivered
 	c.Span = age(last, first)
 	return c
+}
+
+// rateLabel writes a rate axis label: 2,500 as 2.5k.
+func rateLabel(v float64) string {
+	switch {
+	case v >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'g', 3, 64) + "M"
+	case v >= 1e3:
+		return strconv.FormatFloat(v/1e3, 'g', 3, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// shortDuration writes a time axis label: 90s as 1m30s, 15m0s as 15m.
+func shortDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

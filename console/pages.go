@@ -143,6 +143,30 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	c.render(w, "overview.html", p, http.StatusOK)
 }
 
+// Run samples the outbox table's activity every [Options.SampleEvery] until
+// ctx ends, so that the overview's chart shows the time the console has run,
+// not only the time its overview was open; it returns ctx's error. Each
+// sample is one statement within the console's database budget. Without
+// Run, the overview samples as it is served.
+func (c *Console) Run(ctx context.Context) error {
+	t := time.NewTicker(c.opts.SampleEvery)
+	defer t.Stop()
+	for {
+		err := c.withBudget(ctx, true, func(ctx context.Context, b *budgetTx) error {
+			c.sample(ctx, b.st)
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			c.opts.Logger.Warn("console: activity sample", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // sample records the table's activity counters when the last sample is old
 // enough; a failure only leaves a gap in the chart.
 func (c *Console) sample(ctx context.Context, st *store.Store) {

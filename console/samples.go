@@ -14,8 +14,8 @@ type sample struct {
 	inserted, deleted int64
 }
 
-// samples is a ring of activity samples, taken as pages are served: the
-// chart covers the time the console has been watched.
+// samples is a ring of activity samples, taken by Run and as the overview
+// is served.
 type samples struct {
 	mu    sync.Mutex
 	ring  []sample
@@ -25,11 +25,13 @@ type samples struct {
 
 func newSamples(max int, every time.Duration) *samples { return &samples{max: max, every: every} }
 
-// due reports whether a new sample should be taken at now.
+// due reports whether a new sample should be taken at now: every has
+// passed since the last one, within a tenth of it, so that a ticker's
+// jitter does not skip a sample.
 func (s *samples) due(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.ring) == 0 || now.Sub(s.ring[len(s.ring)-1].at) >= s.every
+	return len(s.ring) == 0 || now.Sub(s.ring[len(s.ring)-1].at) >= s.every-s.every/10
 }
 
 func (s *samples) add(x sample) {

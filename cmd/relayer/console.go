@@ -137,6 +137,11 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
+	sampling, stopSampling := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	sampler.Go(func() { c.Run(sampling) })
+	defer sampler.Wait()
+	defer stopSampling()
 	select {
 	case err := <-done:
 		return err

@@ -243,6 +243,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	if points != 2 {
 		t.Errorf("the throughput chart has %d lines, want written and delivered", points)
 	}
+	axes, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll("figure.chart g.axes text")).map(t => t.textContent).join(" ")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(axes, "msg/s") || !strings.Contains(axes, "now") || !strings.Contains(axes, "0 ") {
+		t.Errorf("the throughput chart's axes read %q, want a rate axis from 0 in msg/s and a time axis to now", axes)
+	}
 	b.shoot(t, "overview")
 
 	// Lanes, through the navigation.
