@@ -152,12 +152,20 @@ SELECT id, message_type, transport, destination, body, headers, ordering_key, la
     created_at, deliver_at, trace_parent, trace_state, 0, last_error FROM moved`,
 		purgeDead: `DELETE FROM ` + n.Dead + ` WHERE id = ANY(ARRAY(
     SELECT id FROM ` + n.Dead + ` WHERE ` + deadMatch + ` FOR UPDATE SKIP LOCKED))`,
-		listParked: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at,
-    (SELECT count(*) FROM ` + n.Outbox + ` AS w
-        WHERE w.lane = o.lane AND w.ordering_key = o.ordering_key AND w.id <> o.id)
-FROM ` + n.Outbox + ` AS o
-WHERE ` + parkedMatch + `
-ORDER BY o.parked_at, o.id LIMIT $7`,
+		// The rows of the listed keys are counted in one pass over the
+		// outbox, grouped by key: a count per key would read the table
+		// once for each.
+		listParked: `WITH heads AS (
+    SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at FROM ` + n.Outbox + ` AS o
+    WHERE ` + parkedMatch + `
+    ORDER BY o.parked_at, o.id LIMIT $7),
+keys AS (
+    SELECT w.lane, w.ordering_key, count(*) AS n FROM ` + n.Outbox + ` AS w
+    WHERE w.lane IS NOT NULL AND (w.lane, w.ordering_key) IN (SELECT lane, ordering_key FROM heads)
+    GROUP BY w.lane, w.ordering_key)
+SELECT ` + prefixed("h.", rowColumns) + `, h.parked_at, coalesce(k.n, 1) - 1
+FROM heads AS h LEFT JOIN keys AS k ON k.lane = h.lane AND k.ordering_key = h.ordering_key
+ORDER BY h.parked_at, h.id`,
 		// listParked without the count of the rows behind each key.
 		listParkedHeads: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at, -1
 FROM ` + n.Outbox + ` AS o
@@ -259,9 +267,9 @@ func (s *Store) PurgeDead(ctx context.Context, f DeadFilter) (int64, error) {
 
 // ParkedKeys returns up to limit parked keys matching f, longest parked
 // first, each with its parked head and how many rows wait behind it.
-// Counting those reads every pending row of each key's lane; on a large
-// backlog, [Store.ParkedHeads] lists the keys at the cost of the parked rows
-// alone.
+// Counting those reads the outbox once, whatever the number of keys; on a
+// large backlog, [Store.ParkedHeads] lists the keys at the cost of the
+// parked rows alone.
 func (s *Store) ParkedKeys(ctx context.Context, f ParkedFilter, limit int) ([]ParkedKey, error) {
 	return s.parked(ctx, "parked keys", s.rdq.listParked, f, limit)
 }
