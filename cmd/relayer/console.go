@@ -28,6 +28,7 @@ type consoleFlags struct {
 	hosts      hostList
 	maxConns   int
 	timeout    time.Duration
+	sample     time.Duration
 }
 
 // hostList is --allowed-host: repeatable, and each value a comma-separated
@@ -81,6 +82,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&f.refresh, "refresh", console.RefreshDefault, "how often pages reload themselves, 1s to 1h")
 	fs.IntVar(&f.maxConns, "max-conns", console.MaxConcurrentDefault, fmt.Sprintf("database connections the console opens at most, one per request using the database, 1 to %d", console.MaxConcurrentMax))
 	fs.DurationVar(&f.timeout, "query-timeout", console.QueryTimeoutDefault, "how long the database work of one page or action may take, 100ms to 10m")
+	fs.DurationVar(&f.sample, "sample-every", console.SampleEveryDefault, "how often the throughput chart samples the outbox's activity, in the background, 1s to 1m")
 	fs.Var(&f.hosts, "allowed-host", "a host name (or name:port) browsers use to reach the console, besides loopback and --listen's;\nrepeat it or separate names with commas, such as ops.example.com,ops.internal:8080")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -93,7 +95,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("--listen %q is not a loopback address: give --token, so that nobody else on the network can use the console", f.listen)
 	}
 	copts := console.Options{Token: f.token, ReadOnly: f.readOnly, ShowBodies: f.showBodies, Refresh: f.refresh,
-		QueryTimeout: f.timeout, MaxConcurrent: f.maxConns, AllowedHosts: allowedHosts(f.listen, f.hosts),
+		QueryTimeout: f.timeout, MaxConcurrent: f.maxConns, SampleEvery: f.sample, AllowedHosts: allowedHosts(f.listen, f.hosts),
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))}
 	// Zero would mean the default to console.Options: refused here.
 	if f.maxConns < 1 || f.maxConns > console.MaxConcurrentMax {
@@ -101,6 +103,9 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if f.timeout < console.QueryTimeoutMin || f.timeout > console.QueryTimeoutMax {
 		return usagef("--query-timeout must be %s to %s, got %s", console.QueryTimeoutMin, console.QueryTimeoutMax, f.timeout)
+	}
+	if f.sample < console.SampleEveryMin || f.sample > console.SampleEveryMax {
+		return usagef("--sample-every must be %s to %s, got %s", console.SampleEveryMin, console.SampleEveryMax, f.sample)
 	}
 	if err := copts.Validate(); err != nil {
 		return usagef("%v", err)

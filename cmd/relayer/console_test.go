@@ -283,12 +283,12 @@ func TestConsoleBoundsItsPool(t *testing.T) {
 func TestConsoleHelpSaysWhatIsBounded(t *testing.T) {
 	t.Parallel()
 	r := runCmd(t, "console", "-h")
-	for _, want := range []string{"--allowed-host", "-max-conns", "-query-timeout", "421", "64 KiB", "1 KiB"} {
+	for _, want := range []string{"--allowed-host", "-max-conns", "-query-timeout", "-sample-every", "421", "64 KiB", "1 KiB"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("console -h does not mention %s:\n%s", want, r.stderr)
 		}
 	}
-	for _, args := range [][]string{{"--max-conns", "0"}, {"--max-conns", "101"}, {"--query-timeout", "0s"}, {"--query-timeout", "1ms"}} {
+	for _, args := range [][]string{{"--max-conns", "0"}, {"--max-conns", "101"}, {"--query-timeout", "0s"}, {"--query-timeout", "1ms"}, {"--sample-every", "0s"}, {"--sample-every", "2m"}} {
 		r := runCmd(t, append([]string{"console", "--database-url", "postgres://nowhere/db"}, args...)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, args[0]) {
 			t.Errorf("%s %s: code %d, stderr %q", args[0], args[1], r.code, r.stderr)
