@@ -113,8 +113,13 @@
 // lanes, run when it has nothing else to do, after a wake-up across
 // processes, at each poll, and at most every 20 ms while busy. It runs up to
 // Concurrency batches at once, each in a transaction on a connection of its
-// own and over up to 16 ready lanes, the ready lanes shared among the free
-// connections. Each step below is one statement for all of a batch's lanes:
+// own and over up to 16 ready lanes. A lane whose sends failed or were slow
+// runs in a batch of its own on a free connection; the others go together:
+// lanes that become ready while one of their batches runs wait for it to end
+// and go in the next, unless they are half a batch or more (a backlog,
+// shared among the free connections), since every transaction costs the
+// database and small ones at once stretch every commit-to-send latency.
+// Each step below is one statement for all of a batch's lanes:
 //
 //  1. take or renew the lane leases ("lane:<n>"): a conditional upsert that
 //     succeeds only for leases free, expired or already this instance's, and

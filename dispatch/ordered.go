@@ -51,7 +51,9 @@ type OrderedOptions struct {
 	// kept until the worker stops; size the pool for them) and over up to 16
 	// ready lanes. A lane whose send failed or was slow runs in batches of
 	// its own until it sends cleanly, so with Concurrency n, up to n-1 slow
-	// lanes leave the rest flowing. Default: 2.
+	// lanes leave the rest flowing. The other lanes share one batch at a
+	// time, unless half a batch of them or more are ready at once, as in a
+	// backlog (see the package documentation). Default: 2.
 	Concurrency int
 	// Name describes the worker in its logs and in the owner column of its
 	// lease rows, for operators; any text. Default: host name and process id.

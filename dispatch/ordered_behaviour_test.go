@@ -514,3 +514,63 @@ func TestOrderedSharesLanesPromptlyWhenMembersJoinAndLeave(t *testing.T) {
 		t.Errorf("%d messages sent, want %d: some twice", n, 3*len(keys))
 	}
 }
+
+// gatedSends holds the sends of one key until opened, and records the most
+// sends in flight at once.
+type gatedSends struct {
+	relayer.Transport
+	key      string
+	open     chan struct{}
+	held     atomic.Int64 // sends of key waiting at the gate
+	inflight atomic.Int64
+	most     atomic.Int64
+}
+
+func (g *gatedSends) Send(ctx context.Context, m *relayer.Message) error {
+	n := g.inflight.Add(1)
+	defer g.inflight.Add(-1)
+	for {
+		most := g.most.Load()
+		if n <= most || g.most.CompareAndSwap(most, n) {
+			break
+		}
+	}
+	if m.Key == g.key {
+		g.held.Add(1)
+		<-g.open
+	}
+	return g.Transport.Send(ctx, m)
+}
+
+// Lanes that become ready while a batch runs wait for it to end and go
+// together in the next batch, rather than each starting a small batch of
+// its own on a free slot: every transaction costs the database, and the
+// latency of every commit with it. Only a backlog of half a batch of lanes
+// or more, or a lane that runs alone, starts a second batch at once.
+func TestOrderedLanesReadyDuringABatchWaitToGoTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	var keys []string
+	lanes := map[int]bool{}
+	for i := 0; len(keys) < 3; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if l, _ := relayer.Lane(k, relayer.LanesDefault); !lanes[l] {
+			lanes[l] = true
+			keys = append(keys, k)
+		}
+	}
+	g := &gatedSends{Transport: b.mem, key: keys[0], open: make(chan struct{})}
+	o := b.orderedWorker(t, b.db, g, dispatch.OrderedOptions{Concurrency: 2, PollInterval: 5 * time.Second})
+	b.shipped(t, keys[:1], 1, 1)
+	o.Wake()
+	waitUntil(t, "the first lane's send at the gate", func() bool { return g.held.Load() == 1 })
+	b.shipped(t, keys[1:], 1, 2)
+	o.Wake()
+	time.Sleep(300 * time.Millisecond) // room for a second batch to start, were it to
+	if n := g.most.Load(); n != 1 {
+		t.Errorf("%d sends in flight at once while a batch ran, want 1: two lanes became ready and started a batch of their own", n)
+	}
+	close(g.open)
+	b.waitSent(t, 3)
+	checkOrder(t, b.mem.Messages("orders.shipped"), keys, 1, false)
+}

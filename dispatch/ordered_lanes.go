@@ -24,6 +24,7 @@ type laneSlot struct {
 type laneDone struct {
 	slot  *laneSlot
 	lanes []int // the batch's lanes
+	solo  bool  // the batch ran a lane alone
 	batchResult
 	err error
 }
@@ -117,6 +118,8 @@ type laneScheduler struct {
 	// probedAt is when the last probe ran, progressAt when a batch last
 	// made progress, and nextProbe, when set, when refill probes again.
 	probedAt, progressAt, nextProbe time.Time
+	// together counts the batches in flight of lanes that do not run alone.
+	together int
 	// fruitless is set by a probe and cleared by any progress: when every
 	// lane the last probe found ended without progress (failing or stalled
 	// heads), the next probe waits for the poll, even while other lanes are
@@ -182,9 +185,15 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 // progress on woken lanes.
 const busyProbeGap = 20 * time.Millisecond
 
-// startPending starts batches for the pending lanes while slots are free,
-// sharing the lanes among the free slots (at most lanesPerBatch each), so
-// that ready lanes go out together instead of waiting for a slot each.
+// startPending starts batches for the pending lanes while slots are free.
+// A lane that runs alone (see solo) gets a batch of its own whenever a slot
+// is free. The other lanes go together: while one of their batches runs,
+// another starts only for at least half a batch of ready lanes, as in a
+// backlog, where the lanes are shared among the free slots (at most
+// lanesPerBatch each). Lanes that commits woke meanwhile wait for the
+// running batch to end and go in the next one: several small batches at
+// once would cost the database a transaction each, and every commit-to-send
+// latency with it.
 func (s *laneScheduler) startPending(ctx context.Context) {
 	assigned := *s.o.assigned.Load()
 	for len(s.pending) > 0 {
@@ -198,29 +207,35 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 		if len(ready) == 0 {
 			return
 		}
-		free := len(s.free) + s.o.opts.Concurrency - len(s.slots)
+		var lanes, rest []int
+		solo := false
+		if i := slices.IndexFunc(ready, func(l int) bool { return s.solo[l] }); i >= 0 {
+			lanes, solo = []int{ready[i]}, true // alone
+			rest = append(slices.Clone(ready[:i]), ready[i+1:]...)
+		} else {
+			if s.together > 0 && len(ready) < lanesPerBatch/2 {
+				return
+			}
+			n := len(ready)
+			if n > lanesPerBatch {
+				free := len(s.free) + s.o.opts.Concurrency - len(s.slots)
+				n = min(lanesPerBatch, (n+max(free, 1)-1)/max(free, 1))
+			}
+			lanes, rest = ready[:n:n], ready[n:]
+		}
 		sl := s.slot()
 		if sl == nil {
 			return
-		}
-		n := min(lanesPerBatch, (len(ready)+free-1)/free)
-		var lanes, rest []int
-		for _, lane := range ready {
-			switch {
-			case len(lanes) == 0 && s.solo[lane]:
-				lanes, n = append(lanes, lane), 1 // alone
-			case len(lanes) < n && !s.solo[lane]:
-				lanes = append(lanes, lane)
-			default:
-				rest = append(rest, lane)
-			}
 		}
 		s.pending = rest
 		for _, lane := range lanes {
 			s.running[lane] = true
 		}
+		if !solo {
+			s.together++
+		}
 		go func() {
-			r := laneDone{slot: sl, lanes: lanes}
+			r := laneDone{slot: sl, lanes: lanes, solo: solo}
 			sl.buf, r.batchResult, r.err = s.o.batch(ctx, sl.conn, sl.buf, lanes)
 			s.results <- r
 		}()
@@ -231,6 +246,9 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 func (s *laneScheduler) finished(r laneDone) bool {
 	for _, lane := range r.lanes {
 		delete(s.running, lane)
+	}
+	if !r.solo {
+		s.together--
 	}
 	s.free = append(s.free, r.slot)
 	if r.err != nil {

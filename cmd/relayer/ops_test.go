@@ -912,8 +912,8 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("code %d, stderr:\n%s", code, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 26 {
-		t.Fatalf("%d JSON lines, want 26:\n%s", len(lines), out.String())
+	if len(lines) != 27 {
+		t.Fatalf("%d JSON lines, want 27:\n%s", len(lines), out.String())
 	}
 	for _, l := range lines {
 		var r struct {
@@ -934,7 +934,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 	}
-	if !strings.Contains(errOut.String(), "step 26/26") {
+	if !strings.Contains(errOut.String(), "step 27/27") {
 		t.Errorf("progress lines missing:\n%s", errOut.String())
 	}
 	// The table form, one scenario, on NATS.

@@ -36,13 +36,12 @@ func (r *runner) all(scenario string) []Contender {
 		// no other contender keeps per-key order with several workers.
 		return []Contender{relayerPath{PathOrdered, 1}, relayerPath{PathOrdered, 2}, relayerPath{PathOrdered, 4}}
 	}
-	ordered := Relayer(PathOrdered)
+	all := []Contender{Loop{}, Minimal{}, Relayer(PathDirect), Relayer(PathRecovery), Relayer(PathOrdered)}
 	if scenario == ScenarioLatency {
-		// A Runner's default, one ordered worker: the latency at a
-		// moderate rate, where four compete for two cores to no gain.
-		ordered = relayerPath{PathOrdered, 1}
+		// A Runner's default, one ordered worker, as well as four: the
+		// latency at a moderate rate.
+		all = slices.Insert(all, len(all)-1, Contender(relayerPath{PathOrdered, 1}))
 	}
-	all := []Contender{Loop{}, Minimal{}, Relayer(PathDirect), Relayer(PathRecovery), ordered}
 	for _, path := range []string{PathOrderedRemote, PathOrderedWoken} { // only when named
 		if slices.Contains(r.cfg.Only, path) {
 			all = append(all, relayerPath{path, 1})
