@@ -210,7 +210,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	fx := consolefixture.Seed(t, db, opts)
 	c, err := console.New(db, opts, console.Options{ShowBodies: true, Refresh: time.Minute, SampleEvery: time.Second,
-		Logger: slog.New(slog.DiscardHandler)})
+		ListLimit: 4, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	stopTraffic()
 	wg.Wait()
 	if got := b.text(t, "main"); !strings.Contains(got, "Backlog by destination") || !strings.Contains(got, "customer-activity") ||
-		!strings.Contains(got, "amqp: connection refused") {
+		!strings.Contains(got, "amqp: connection refused") || !strings.Contains(got, "blocked") || !strings.Contains(got, "waiting for retry") {
 		t.Errorf("overview shows:\n%s", got)
 	}
 	points, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll("figure.chart polyline").length`))
@@ -262,8 +262,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Parked keys: retry one, skip another (confirming the dialog).
 	b.run(t, "open parked keys", chromedp.Click(chromedp.CSS(`nav a[href="parked"]`)), chromedp.WaitVisible(chromedp.CSS(`nav a.here[href="parked"]`)))
 	got := b.text(t, "main")
-	if !strings.Contains(got, consolefixture.XSS) || !strings.Contains(got, "account 77 is closed") {
+	if !strings.Contains(got, consolefixture.XSS) || !strings.Contains(got, "account 77 is closed") || !strings.Contains(got, "waiting") {
 		t.Errorf("parked page shows:\n%s", got)
+	}
+	waiting, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll("tbody tr")).
+		filter(r => r.querySelector("td.key").textContent.includes("<script>")).map(r => r.children[6].textContent).join(",")`))
+	if err != nil || waiting != "1" {
+		t.Errorf("the key with one message behind its head shows %q waiting (%v)", waiting, err)
 	}
 	b.shoot(t, "parked")
 	b.run(t, "retry account-77",
@@ -293,9 +298,20 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the skipped head is not a dead letter: %+v, %v", skipped, err)
 	}
 
-	// Dead letters: select one and requeue it.
+	// Dead letters, 4 to a page (the skipped head first, the newest): the
+	// next page and back.
 	b.run(t, "open dead letters", chromedp.Click(chromedp.CSS(`nav a[href="dead"]`)), chromedp.WaitVisible(chromedp.CSS(`nav a.here[href="dead"]`)))
 	b.shoot(t, "dead")
+	last := fx.Dead[3].ID.String()
+	if got := b.text(t, "main"); strings.Contains(got, last) {
+		t.Errorf("the first page of 4 dead letters shows the fifth")
+	}
+	b.run(t, "next page of dead letters", chromedp.Click(chromedp.CSS(`a.next`)),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="message?id=`+last+`"]`)))
+	b.run(t, "back to the first page", chromedp.Click(chromedp.CSS(`a.first`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`a[href="message?id=`+last+`"]`)))
+
+	// Select one dead letter and requeue it.
 	requeued := fx.Dead[2].ID.String()
 	b.run(t, "requeue one dead letter",
 		chromedp.Click(chromedp.CSS(`input[name="id"][value="`+requeued+`"]`)),
