@@ -21,11 +21,11 @@ import (
 )
 
 type benchFlags struct {
-	databaseURL, schema, scenarios, sink, natsURL string
-	kafkaBrokers, kafkaTopic, amqpURL, contenders string
-	keep, quick, asJSON                           bool
-	producers, rate, backlog, bodySize, rounds    int
-	duration                                      time.Duration
+	databaseURL, schema, scenarios, sink, natsURL     string
+	kafkaBrokers, kafkaTopic, amqpURL, contenders     string
+	keep, quick, asJSON                               bool
+	producers, rate, perTx, backlog, bodySize, rounds int
+	duration                                          time.Duration
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -54,7 +54,8 @@ throwaway PostgreSQL cluster.`,
 	fs.StringVar(&f.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ for --sink amqp; the run declares a durable queue of its own and deletes it at the end")
 	fs.IntVar(&f.producers, "producers", 8, "goroutines committing transactions, 1 to 64")
 	fs.DurationVar(&f.duration, "duration", 0, "length of each timed scenario (default 10s, 1s with --quick)")
-	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second, in transactions of 10")
+	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second, in transactions of --per-tx")
+	fs.IntVar(&f.perTx, "per-tx", 10, "the latency scenario's messages per transaction, 1 to 100")
 	fs.IntVar(&f.backlog, "backlog", 0, "the drain scenario's rows (default 200,000, 5,000 with --quick)")
 	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
 	fs.IntVar(&f.rounds, "rounds", 0, "rounds of each scenario, the contenders alternating within a round; medians and ranges are reported (default 3, 1 with --quick)")
@@ -62,7 +63,7 @@ throwaway PostgreSQL cluster.`,
 		return err
 	}
 	cfg := bench.Config{Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
-		Rate: f.rate, Backlog: f.backlog, BodySize: f.bodySize, Rounds: f.rounds}
+		Rate: f.rate, PerTx: f.perTx, Backlog: f.backlog, BodySize: f.bodySize, Rounds: f.rounds}
 	for s := range strings.SplitSeq(f.scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Scenarios = append(cfg.Scenarios, s)
@@ -78,6 +79,8 @@ throwaway PostgreSQL cluster.`,
 		return usagef("--producers %d: must be 1 to 64", f.producers)
 	case f.rate < 1:
 		return usagef("--rate %d: must be positive", f.rate)
+	case f.perTx < 1:
+		return usagef("--per-tx %d: must be 1 to 100", f.perTx)
 	case f.duration < 0:
 		return usagef("--duration %s: must be positive", f.duration)
 	case f.rounds < 0:

@@ -945,7 +945,7 @@ func TestBenchQuick(t *testing.T) {
 		t.Errorf("code %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 	// Bad flags are usage errors naming the flag.
-	for _, args := range [][]string{{"--scenario", "nope"}, {"--producers", "0"}, {"--sink", "kafka-ish"}, {"--schema", "Bad"}} {
+	for _, args := range [][]string{{"--scenario", "nope"}, {"--producers", "0"}, {"--per-tx", "0"}, {"--per-tx", "101"}, {"--sink", "kafka-ish"}, {"--schema", "Bad"}} {
 		errOut.Reset()
 		if code := run(t.Context(), append([]string{"bench", "--database-url", url}, args...), &out, &errOut); code != exitUsage {
 			t.Errorf("bench %v: code %d, stderr %q", args, code, errOut.String())

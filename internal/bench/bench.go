@@ -88,8 +88,11 @@ type Config struct {
 	// runs with the hand-written loop. Default: every contender.
 	Only []string
 	// Rate is the latency scenario's total messages per second, sent in
-	// transactions of 10. Default: 2,000.
+	// transactions of PerTx. Default: 2,000.
 	Rate int
+	// PerTx is how many messages each of the latency scenario's
+	// transactions commits, 1 to 100. Default: 10.
+	PerTx int
 	// Backlog is the drain scenario's pre-filled rows. Default: 200,000
 	// (Quick: 5,000).
 	Backlog int
@@ -127,6 +130,9 @@ func (c Config) withDefaults() Config {
 	if c.Rate == 0 {
 		c.Rate = 2000
 	}
+	if c.PerTx == 0 {
+		c.PerTx = 10
+	}
 	if c.Rounds == 0 {
 		c.Rounds = 3
 		if c.Quick {
@@ -163,6 +169,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Rounds must be 1 to 20, got %d", ErrInvalidConfig, c.Rounds)
 	case d.Rate < 1 || d.Rate > 1_000_000:
 		return fmt.Errorf("%w: Rate must be 1 to 1,000,000 msg/s, got %d", ErrInvalidConfig, c.Rate)
+	case d.PerTx < 1 || d.PerTx > 100:
+		return fmt.Errorf("%w: PerTx must be 1 to 100, got %d", ErrInvalidConfig, c.PerTx)
 	case d.Backlog < 1 || d.Backlog > 10_000_000:
 		return fmt.Errorf("%w: Backlog must be 1 to 10,000,000, got %d", ErrInvalidConfig, c.Backlog)
 	case d.BodySize < 16 || d.BodySize > 1<<20:

@@ -62,6 +62,8 @@ func TestConfigIsValidated(t *testing.T) {
 		{DB: db, Producers: 65},
 		{DB: db, Scenarios: []string{"nope"}},
 		{DB: db, BodySize: 8},
+		{DB: db, PerTx: 101},
+		{DB: db, PerTx: -1},
 		{DB: db, Only: []string{"relayer sideways"}},
 	} {
 		if _, err := bench.Run(context.Background(), c); !errors.Is(err, bench.ErrInvalidConfig) {

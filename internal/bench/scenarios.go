@@ -396,12 +396,13 @@ func vsDirect(results []Result) {
 	}
 }
 
-// latency is transactions of 10 messages at the configured total rate:
-// commit-to-send latency while the machine has room to spare (on two cores,
-// 2,000 single-message transactions a second with dispatch running leave
-// none, and what would be measured is the queueing of a saturated machine).
+// latency is transactions of Config.PerTx messages (10 by default) at the
+// configured total rate: commit-to-send latency while the machine has room
+// to spare (on two cores, 2,000 single-message transactions a second with
+// dispatch running leave little, and what is measured then includes the
+// queueing of a saturated machine).
 func (r *runner) latency(ctx context.Context) ([]Result, error) {
-	const perTx = 10
+	perTx := r.cfg.PerTx
 	every := time.Duration(float64(time.Second) * float64(r.cfg.Producers*perTx) / float64(r.cfg.Rate))
 	variant := fmt.Sprintf("%d msg/s, %d per tx", r.cfg.Rate, perTx)
 	return r.rounds(ctx, r.contenders(ScenarioLatency), func(ctx context.Context, c Contender, round int) (Result, error) {
