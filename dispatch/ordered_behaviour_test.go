@@ -144,6 +144,22 @@ func checkOrder(t *testing.T, msgs []relayer.Message, keys []string, n int, allo
 	t.Logf("%d messages, %d duplicates", len(msgs), dups)
 }
 
+// keysOnDistinctLanes returns n keys, key-0, key-1, …, skipping those whose
+// lane (of relayer.LanesDefault) an earlier one has: each in a lane of its
+// own.
+func keysOnDistinctLanes(n int) []string {
+	var keys []string
+	lanes := map[int]bool{}
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if l, _ := relayer.Lane(k, relayer.LanesDefault); !lanes[l] {
+			lanes[l] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 func keyList(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
@@ -442,15 +458,7 @@ func TestOrderedHeartbeatsOutliveSlowSends(t *testing.T) {
 func TestOrderedBatchesReadyLanesTogether(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	var keys []string
-	lanes := map[int]bool{}
-	for i := 0; len(keys) < 16; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if l, _ := relayer.Lane(k, relayer.LanesDefault); !lanes[l] {
-			lanes[l] = true
-			keys = append(keys, k)
-		}
-	}
+	keys := keysOnDistinctLanes(16)
 	b.shipped(t, keys, 1, 16)
 	db, writes := testdb.OpenCounting(t)
 	b.orderedWorker(t, db, b.mem, dispatch.OrderedOptions{Concurrency: 1, PollInterval: 5 * time.Second})
@@ -550,15 +558,7 @@ func (g *gatedSends) Send(ctx context.Context, m *relayer.Message) error {
 func TestOrderedLanesReadyDuringABatchWaitToGoTogether(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	var keys []string
-	lanes := map[int]bool{}
-	for i := 0; len(keys) < 3; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if l, _ := relayer.Lane(k, relayer.LanesDefault); !lanes[l] {
-			lanes[l] = true
-			keys = append(keys, k)
-		}
-	}
+	keys := keysOnDistinctLanes(3)
 	g := &gatedSends{Transport: b.mem, key: keys[0], open: make(chan struct{})}
 	o := b.orderedWorker(t, b.db, g, dispatch.OrderedOptions{Concurrency: 2, PollInterval: 5 * time.Second})
 	b.shipped(t, keys[:1], 1, 1)

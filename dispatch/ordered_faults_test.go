@@ -303,15 +303,7 @@ func TestOrderedSlowLaneDoesNotDelayTheOthers(t *testing.T) {
 	outbox.Routes = &routes
 	w, err := enlist.NewWriter(outbox, enlist.Options{})
 	must(t, err)
-	var keys []string
-	lanes := map[int]bool{}
-	for i := 0; len(keys) < 8; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if l, _ := relayer.Lane(k, relayer.LanesDefault); !lanes[l] {
-			lanes[l] = true
-			keys = append(keys, k)
-		}
-	}
+	keys := keysOnDistinctLanes(8)
 	// keys[0]'s messages go to the hung destination, the 7 others' to a
 	// healthy one; each key has a lane of its own.
 	for i := 1; i <= 200; i++ {
