@@ -120,6 +120,7 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	if err := end("COMMIT"); err != nil {
 		return buf, res, err
 	}
+	o.logFailures(parts) // once they are recorded for good
 	o.stats.deleted.Add(uint64(sentIn(parts)))
 	return buf, done, nil
 }
@@ -466,7 +467,6 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 			return fmt.Errorf("recorded %d of %d failures; rolling back", n, len(f.failures))
 		}
 	}
-	o.logFailures(parts)
 	if len(out.rest) > 0 {
 		if _, err := st.ReleaseBatch(ctx, out.rest, token, o.clock.now()); err != nil {
 			return err
@@ -512,7 +512,8 @@ func sortOutcomes(parts []laneBatch) batchOutcomes {
 	return out
 }
 
-// logFailures logs and counts the failures a batch recorded.
+// logFailures logs and counts the failures a batch recorded, after its
+// commit: a count never runs ahead of what the table shows.
 func (o *orderedWorker) logFailures(parts []laneBatch) {
 	for _, p := range parts {
 		for _, f := range p.failures {
