@@ -128,16 +128,17 @@
 //     lane order, so that overlapping batches never deadlock);
 //  2. read the held lanes' head rows in id order and admit, per lane, the
 //     prefix before the first row that is not due or is claimed (a later row
-//     never overtakes its head);
-//  3. claim the admitted prefixes with one UPDATE;
-//  4. send each lane's rows one by one; a row that fails (or whose headers
+//     never overtakes its head); the admitted rows need no claim of their
+//     own, since the locked lease rows keep every other worker off them until
+//     the transaction ends, so a delivered row is written once, by its delete;
+//  3. send each lane's rows one by one; a row that fails (or whose headers
 //     do not decode) holds its key, whose later rows wait, while the lane's
 //     other keys go on in the same batch; no new row is admitted after a
 //     quarter of the lease has passed, or once the worker's context is
 //     cancelled;
-//  5. delete the sent rows with one fenced DELETE, record the failed rows'
+//  4. delete the sent rows with one DELETE, record the failed rows'
 //     attempts and errors (parking those out of attempts, refused for good
-//     or corrupt), release the claims of the rest, and commit. If the
+//     or corrupt), leave the rest as they are, and commit. If the
 //     database cannot confirm this, the transaction rolls back and the
 //     rows are sent again.
 //

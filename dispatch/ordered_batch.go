@@ -1,7 +1,7 @@
 package dispatch
 
-// One ordered batch, as named steps: lease the lanes, read their heads,
-// claim the admitted rows, send them lane by lane, and settle the outcome.
+// One ordered batch, as named steps: lease the lanes, read their heads and
+// admit what may go, send it lane by lane, and settle the outcome.
 
 import (
 	"context"
@@ -41,8 +41,8 @@ type laneBatch struct {
 type rowOutcome uint8
 
 const (
-	// rowReleased: not sent; its claim is released, the row untouched.
-	rowReleased rowOutcome = iota
+	// rowUntouched: not sent; the row stays as it was.
+	rowUntouched rowOutcome = iota
 	// rowSent: the broker accepted it; the batch deletes it.
 	rowSent
 	// rowFailed: its failure is recorded; its key is held from then on.
@@ -51,9 +51,9 @@ const (
 
 // batch runs one batch over lanes in a transaction (see the package
 // documentation), in named steps: lease the lanes, read their heads and
-// admit what may go, claim it, send it, and settle the outcome. The lanes'
-// leases, heads, claims and deletes take one statement each whatever the
-// number of lanes. It returns the lanes that sent and deleted at least one
+// admit what may go, send it, and settle the outcome. The lanes' leases,
+// heads and deletes take one statement each whatever the number of lanes.
+// It returns the lanes that sent and deleted at least one
 // row, so that a head that keeps failing backs off by PollInterval instead
 // of spinning. Any error leaves the transaction open: the caller drops the
 // connection, which rolls it back.
@@ -100,10 +100,6 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	if len(parts) == 0 {
 		return buf, res, end("ROLLBACK")
 	}
-	claim, err := o.claimHeads(ctx, st, parts, held, now)
-	if err != nil {
-		return buf, res, err
-	}
 	if err := o.sendLanes(ctx, stop, conn, parts, start.Add(o.opts.LeaseDuration/4)); err != nil {
 		return buf, res, err
 	}
@@ -111,10 +107,10 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	res.slow = done.slow // reported whatever the end
 	if !settles(parts) {
 		// Nothing sent and nothing to record (the destinations are set
-		// aside): the claims go with the rollback, no row is rewritten.
+		// aside): the leases' renewal goes with the rollback.
 		return buf, res, end("ROLLBACK")
 	}
-	if err := o.settle(ctx, st, parts, claim.Token); err != nil {
+	if err := o.settle(ctx, st, parts); err != nil {
 		return buf, res, err
 	}
 	if err := end("COMMIT"); err != nil {
@@ -152,23 +148,6 @@ func (o *orderedWorker) releaseProbes(parts []laneBatch) {
 			o.aside.release(p.probe.e, p.probe.gen)
 		}
 	}
-}
-
-// claimHeads claims every admitted row of the batch with one statement. The
-// lane locks are held, so each must be claimed; anything else is an error.
-func (o *orderedWorker) claimHeads(ctx context.Context, st *store.Store, parts []laneBatch, held []int, now time.Time) (store.Claim, error) {
-	var ids []uuid.UUID
-	for _, p := range parts {
-		for i := range p.rows {
-			ids = append(ids, p.rows[i].ID)
-		}
-	}
-	claim := store.NewClaim(now, o.opts.LeaseDuration/2)
-	n, err := st.ClaimLaneRows(ctx, ids, claim, now)
-	if err == nil && n != int64(len(ids)) {
-		err = fmt.Errorf("lanes %v: claimed %d of %d head rows under the lane locks", held, n, len(ids))
-	}
-	return claim, err
 }
 
 // settles reports whether a batch has anything to record: a row sent or a
@@ -280,7 +259,7 @@ func (o *orderedWorker) sendLanes(ctx, stop context.Context, conn *workerConn, p
 		p := &parts[i]
 		if i > 0 && (time.Now().After(admitUntil) || halted(stop)) {
 			p.cut = true
-			continue // the later lanes' claims are released, their rows untouched
+			continue // the later lanes' rows stay untouched
 		}
 		wg.Go(func() {
 			defer watch.finish()
@@ -426,11 +405,11 @@ func (o *orderedWorker) recordFailure(p *laneBatch, i int, f laneFailure) {
 	p.failures = append(p.failures, f)
 }
 
-// settle records a batch's outcome under its claim, each in one statement
-// for all its lanes: it deletes the sent rows (all of them, or the batch
-// rolls back), records the failed rows' attempts and errors, and releases
-// the claims of the rest.
-func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []laneBatch, token uuid.UUID) error {
+// settle records a batch's outcome under its lanes' leases, each in one
+// statement for all its lanes: it deletes the sent rows (all of them, or the
+// batch rolls back) and records the failed rows' attempts and errors. The
+// rest stay as they are.
+func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []laneBatch) error {
 	out := sortOutcomes(parts)
 	if len(out.buried) > 0 {
 		// Written to the dead letters, then deleted with the sent rows in
@@ -444,7 +423,7 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 		for i := range out.buried {
 			ids = append(ids, out.buried[i].ID)
 		}
-		n, err := st.CompleteBatch(ctx, ids, token, o.clock.now())
+		n, err := st.DeleteLaneRows(ctx, ids)
 		if err != nil {
 			return err
 		}
@@ -454,12 +433,12 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 	}
 	for _, f := range []struct {
 		failures []store.Failure
-		record   func(context.Context, []store.Failure, uuid.UUID, time.Time) (int64, error)
-	}{{out.fails, st.FailBatch}, {out.parks, st.Park}} {
+		record   func(context.Context, []store.Failure) (int64, error)
+	}{{out.fails, st.FailLaneRows}, {out.parks, st.ParkLaneRows}} {
 		if len(f.failures) == 0 {
 			continue
 		}
-		n, err := f.record(ctx, f.failures, token, o.clock.now())
+		n, err := f.record(ctx, f.failures)
 		if err != nil {
 			return err
 		}
@@ -467,32 +446,24 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 			return fmt.Errorf("recorded %d of %d failures; rolling back", n, len(f.failures))
 		}
 	}
-	if len(out.rest) > 0 {
-		if _, err := st.ReleaseBatch(ctx, out.rest, token, o.clock.now()); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
 // batchOutcomes are a batch's rows sorted by what settles them.
 type batchOutcomes struct {
-	sent, rest []uuid.UUID     // deleted; released untouched
-	fails      []store.Failure // wait for their retry
-	parks      []store.Failure // parked with their key
-	buried     []store.Row     // over the limits: to the dead letters
-	reasons    []string        // of buried
+	sent    []uuid.UUID     // deleted
+	fails   []store.Failure // wait for their retry
+	parks   []store.Failure // parked with their key
+	buried  []store.Row     // over the limits: to the dead letters
+	reasons []string        // of buried
 }
 
 func sortOutcomes(parts []laneBatch) batchOutcomes {
 	var out batchOutcomes
 	for _, p := range parts {
 		for i := range p.rows {
-			switch p.outcomes[i] {
-			case rowSent:
+			if p.outcomes[i] == rowSent {
 				out.sent = append(out.sent, p.rows[i].ID)
-			case rowReleased:
-				out.rest = append(out.rest, p.rows[i].ID)
 			}
 		}
 		for _, f := range p.failures {

@@ -42,8 +42,8 @@ type batchResult struct {
 	slow []int
 }
 
-// lanesPerBatch bounds the lanes one batch takes: their leases, heads,
-// claims and deletes share one statement each, so a batch of many ready
+// lanesPerBatch bounds the lanes one batch takes: their leases, heads and
+// deletes share one statement each, so a batch of many ready
 // lanes costs the database about what one lane's does.
 const lanesPerBatch = 16
 

@@ -125,12 +125,8 @@ func (s *Store) FailBatch(ctx context.Context, failures []Failure, token uuid.UU
 	if len(failures) == 0 {
 		return 0, nil
 	}
-	ids, texts := failureArrays(failures)
-	var retryAt arrayLiteral
-	for _, f := range failures {
-		retryAt.time(f.RetryAt, f.RetryAt.IsZero())
-	}
-	return s.affected(ctx, "fail batch", s.q.failBatch, uuidArray(ids), texts, token, pgTime(now), retryAt.String())
+	ids, texts, retryAt := failureArrays(failures)
+	return s.affected(ctx, "fail batch", s.q.failBatch, uuidArray(ids), texts, token, pgTime(now), retryAt)
 }
 
 // Park records the last failed delivery of rows claimed with token and takes
@@ -143,18 +139,21 @@ func (s *Store) Park(ctx context.Context, failures []Failure, token uuid.UUID, n
 	if len(failures) == 0 {
 		return 0, nil
 	}
-	ids, texts := failureArrays(failures)
+	ids, texts, _ := failureArrays(failures)
 	return s.affected(ctx, "park", s.q.park, uuidArray(ids), texts, token, pgTime(now))
 }
 
-func failureArrays(failures []Failure) ([]uuid.UUID, string) {
-	ids := make([]uuid.UUID, len(failures))
-	var texts arrayLiteral
+// failureArrays returns the failures' ids, and their errors and retry times
+// as array literals.
+func failureArrays(failures []Failure) (ids []uuid.UUID, texts, retryAt string) {
+	ids = make([]uuid.UUID, len(failures))
+	var t, r arrayLiteral
 	for i, f := range failures {
 		ids[i] = f.ID
-		texts.text(cleanText(f.Error), false)
+		t.text(cleanText(f.Error), false)
+		r.time(f.RetryAt, f.RetryAt.IsZero())
 	}
-	return ids, texts.String()
+	return ids, t.String(), r.String()
 }
 
 func (s *Store) affected(ctx context.Context, op, query string, args ...any) (int64, error) {

@@ -142,6 +142,42 @@ func (s *Store) ClaimLaneRows(ctx context.Context, ids []uuid.UUID, c Claim, now
 	return s.affected(ctx, "claim lane rows", s.q.laneClaim, uuidArray(ids), c.Token, pgTime(c.Until), now)
 }
 
+// DeleteLaneRows deletes rows by id that the caller read from lanes whose
+// leases it holds in the same transaction ([Store.AcquireLaneLeases] keeps
+// the lease rows locked until it ends), and returns how many it deleted.
+// Under those locks no other worker sends or changes the rows, so they need
+// no claim: the ordered worker settles its batches this way, writing each
+// delivered row once (its delete) instead of twice.
+func (s *Store) DeleteLaneRows(ctx context.Context, ids []uuid.UUID) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.affected(ctx, "delete lane rows", s.q.laneDelete, uuidArray(ids))
+}
+
+// FailLaneRows is [Store.FailBatch] for rows read under their lanes' leases
+// in the same transaction, as for [Store.DeleteLaneRows]: it records each
+// failure (attempts, last error, retry time) and returns how many rows it
+// changed.
+func (s *Store) FailLaneRows(ctx context.Context, failures []Failure) (int64, error) {
+	if len(failures) == 0 {
+		return 0, nil
+	}
+	ids, texts, retryAt := failureArrays(failures)
+	return s.affected(ctx, "fail lane rows", s.q.laneFail, uuidArray(ids), texts, retryAt)
+}
+
+// ParkLaneRows is [Store.Park] for rows read under their lanes' leases in
+// the same transaction, as for [Store.DeleteLaneRows]: each row is parked
+// with its key, and it returns how many rows it changed.
+func (s *Store) ParkLaneRows(ctx context.Context, failures []Failure) (int64, error) {
+	if len(failures) == 0 {
+		return 0, nil
+	}
+	ids, texts, _ := failureArrays(failures)
+	return s.affected(ctx, "park lane rows", s.q.lanePark, uuidArray(ids), texts)
+}
+
 // ReleaseLeases deletes every lease held by token: a worker's membership and
 // lanes, on graceful stop.
 func (s *Store) ReleaseLeases(ctx context.Context, token uuid.UUID) error {

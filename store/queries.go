@@ -42,6 +42,9 @@ type queries struct {
 	laneHeads    string
 	laneLeases   string
 	laneClaim    string
+	laneDelete   string
+	laneFail     string
+	lanePark     string
 	releaseOwner string
 	pruneMembers string
 	liveMembers  string
@@ -226,6 +229,20 @@ RETURNING substr(l.name, 6)::integer`,
 		// saw few ordered rows, walking every pending ordered row per claim.
 		laneClaim: `UPDATE ` + n.Outbox + ` SET claim_token = $2, claimed_until = $3
 WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
+		// Settling rows read under their lanes' leases in the same
+		// transaction: the lease rows stay locked until it ends, so no other
+		// worker can send or change these rows, and no claim is needed (an
+		// UPDATE per row that would leave one more dead row version behind
+		// every delivered message). No lane predicate, as for laneClaim.
+		laneDelete: `DELETE FROM ` + n.Outbox + ` WHERE id = ANY($1::text::uuid[])`,
+		laneFail: `UPDATE ` + n.Outbox + ` AS o
+SET attempts = o.attempts + 1, last_error = f.error, retry_at = f.retry_at
+FROM unnest($1::text::uuid[], $2::text::text[], $3::text::timestamptz[]) AS f(id, error, retry_at)
+WHERE o.id = f.id`,
+		lanePark: `UPDATE ` + n.Outbox + ` AS o
+SET attempts = o.attempts + 1, last_error = f.error, parked_at = now()
+FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error)
+WHERE o.id = f.id`,
 		// Rows whose lane is at or past a worker's lane count: written by
 		// writers configured with more lanes than the worker, they are never
 		// scanned. Bounded, so that a large mismatch costs little to report.

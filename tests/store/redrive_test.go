@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -334,6 +335,83 @@ func TestListingPagesFromACursor(t *testing.T) {
 		}
 		if !slices.Equal(pagedKeys, wantKeys) {
 			t.Errorf("parked keys by pages of 2 = %v, want %v", pagedKeys, wantKeys)
+		}
+	})
+}
+
+// TestSettlingLaneRowsUnderTheirLeases settles rows read under their lanes'
+// leases without claims: sent rows deleted, failures recorded with their
+// retry time or parked with their key, the rest left as they were.
+func TestSettlingLaneRowsUnderTheirLeases(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		sent, failed, parked, rest := b.ordered(t, "k1", 1), b.ordered(t, "k2", 1), b.ordered(t, "k3", 1), b.ordered(t, "k4", 1)
+		b.insert(t, sent, failed, parked, rest)
+		tx, st := b.begin(t, nil)
+		held, err := st.AcquireLaneLeases(ctx, []int{0}, "settle-test", uuid.New(), time.Minute)
+		if err != nil || !slices.Equal(held, []int{0}) {
+			t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
+		}
+		heads, err := st.ReadLaneHeads(ctx, nil, held, 10)
+		if err != nil || len(heads) != 4 {
+			t.Fatalf("ReadLaneHeads = %d rows, %v", len(heads), err)
+		}
+		if n, err := st.DeleteLaneRows(ctx, []uuid.UUID{sent.ID}); err != nil || n != 1 {
+			t.Fatalf("DeleteLaneRows = %d, %v", n, err)
+		}
+		retryAt := b.t0.Add(time.Hour)
+		if n, err := st.FailLaneRows(ctx, []store.Failure{{ID: failed.ID, Error: "broker said no", RetryAt: retryAt}}); err != nil || n != 1 {
+			t.Fatalf("FailLaneRows = %d, %v", n, err)
+		}
+		if n, err := st.ParkLaneRows(ctx, []store.Failure{{ID: parked.ID, Error: "schema rejected"}}); err != nil || n != 1 {
+			t.Fatalf("ParkLaneRows = %d, %v", n, err)
+		}
+		for name, f := range map[string]func() (int64, error){
+			"DeleteLaneRows": func() (int64, error) { return st.DeleteLaneRows(ctx, nil) },
+			"FailLaneRows":   func() (int64, error) { return st.FailLaneRows(ctx, nil) },
+			"ParkLaneRows":   func() (int64, error) { return st.ParkLaneRows(ctx, nil) },
+		} {
+			if n, err := f(); n != 0 || err != nil {
+				t.Errorf("%s of nothing = %d, %v", name, n, err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+
+		type state struct {
+			attempts      int
+			lastError     string
+			retry, parked bool
+		}
+		got := map[uuid.UUID]state{}
+		rows, err := b.db.QueryContext(ctx, `SELECT id, attempts, coalesce(last_error, ''), retry_at = $1, parked_at IS NOT NULL
+FROM "`+b.opts.Schema+`"."`+b.opts.TablePrefix+`outbox" WHERE claim_token IS NULL AND claimed_until IS NULL`, retryAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id uuid.UUID
+			var s state
+			var retry sql.NullBool
+			if err := rows.Scan(&id, &s.attempts, &s.lastError, &retry, &s.parked); err != nil {
+				t.Fatal(err)
+			}
+			s.retry = retry.Bool
+			got[id] = s
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := map[uuid.UUID]state{
+			failed.ID: {attempts: 1, lastError: "broker said no", retry: true},
+			parked.ID: {attempts: 1, lastError: "schema rejected", parked: true},
+			rest.ID:   {},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("rows after settling = %+v, want %+v", got, want)
 		}
 	})
 }
