@@ -48,11 +48,14 @@
 //     lost connection rolls the take back and every row is there again.
 //   - Lanes, for ordered rows: a transaction takes or renews the leases of
 //     the lanes it runs in one statement ([Store.AcquireLaneLeases]), reads
-//     their heads ([Store.ReadLaneHeads]), claims the admitted prefixes
-//     ([Store.ClaimLaneRows]), and settles them with [Store.CompleteBatch],
-//     [Store.FailBatch], [Store.Park], [Store.Bury] and [Store.ReleaseBatch]
-//     before committing; [Store.ProbeLanes] finds the lanes worth that, and
-//     [Store.Heartbeat] keeps the workers' membership.
+//     their heads ([Store.ReadLaneHeads]), sends the admitted prefixes, and
+//     settles them with [Store.DeleteLaneRows], [Store.FailLaneRows],
+//     [Store.ParkLaneRows] and [Store.Bury] before committing. The locked
+//     lease rows keep every other worker off the lanes' rows until then, so
+//     the rows need no claim ([Store.ClaimLaneRows] claims them for a caller
+//     that settles outside that transaction). [Store.ProbeLanes] finds the
+//     lanes worth a batch, and [Store.Heartbeat] keeps the workers'
+//     membership.
 //
 // # Which methods are stable
 //
