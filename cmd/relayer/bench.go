@@ -43,7 +43,7 @@ throwaway PostgreSQL cluster.`,
 	fs.StringVar(&f.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL; empty: a throwaway cluster)")
 	fs.StringVar(&f.schema, "schema", "", "schema for the run's tables; must not exist (default relayer_bench_<pid>)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run's schema afterwards")
-	fs.StringVar(&f.scenarios, "scenario", strings.Join(bench.Scenarios, ","), "comma-separated scenarios to run")
+	fs.StringVar(&f.scenarios, "scenario", strings.Join(bench.Scenarios, ","), `comma-separated scenarios to run; also "bloat", when named: an ordered backlog of --backlog rows delivered by one worker, as is and with a snapshot held open meanwhile`)
 	fs.StringVar(&f.contenders, "contender", "", `comma-separated contenders to run: "hand-written loop", "minimal loop", "relayer direct", "relayer recovery", "relayer ordered" (default: these five); also "relayer ordered remote (poll)" and "relayer ordered remote (wake)", ordered workers told of no commit but by the wake-up across processes, when named`)
 	fs.BoolVar(&f.quick, "quick", false, "run every scenario briefly (1s, a 5,000-row backlog)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the results as JSON, one object per line")

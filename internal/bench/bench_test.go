@@ -71,3 +71,28 @@ func TestConfigIsValidated(t *testing.T) {
 		}
 	}
 }
+
+// The bloat scenario, named, delivers the backlog as is and with a snapshot
+// held open, with nothing lost, duplicated or reordered, and rates the
+// second against the first.
+func TestBloatScenario(t *testing.T) {
+	db := testdb.Open(t, "pgx")
+	db.SetMaxOpenConns(40)
+	schema := testdb.NewSchema(t)
+	results, err := bench.Run(context.Background(), bench.Config{DB: db, Schema: schema + "_bench", Quick: true, Producers: 4,
+		Scenarios: []string{bench.ScenarioBloat}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 2 || !strings.HasSuffix(results[1].Contender, "snapshot held") {
+		t.Fatalf("results = %+v, want the backlog as is and with a snapshot held", results)
+	}
+	for _, r := range results {
+		if r.Lost != 0 || r.Duplicates != 0 || r.OutOfOrder != 0 || r.MsgsPerSec <= 0 {
+			t.Errorf("%s: %.0f msg/s, %d lost, %d duplicates, %d out of order", r.Contender, r.MsgsPerSec, r.Lost, r.Duplicates, r.OutOfOrder)
+		}
+	}
+	if want := results[1].MsgsPerSec / results[0].MsgsPerSec; results[1].Ratio != want {
+		t.Errorf("ratio %.2f, want %.2f", results[1].Ratio, want)
+	}
+}

@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,10 @@ func (r *runner) orderedBacklog() int {
 // loop first (the others' ratios are against it), the minimal loop (and
 // against it too), then Relayer's paths, then the Config's.
 func (r *runner) all(scenario string) []Contender {
+	if scenario == ScenarioBloat {
+		one := relayerPath{PathOrdered, 1}
+		return []Contender{one, snapshotHeld{one}}
+	}
 	if scenario == ScenarioOrdered {
 		// Relayer's ordered path with 1, 2 and 4 workers, and nothing else:
 		// no other contender keeps per-key order with several workers.
@@ -412,7 +417,7 @@ func (r *runner) latency(ctx context.Context) ([]Result, error) {
 
 // backlog fills a contender's outbox with n messages, then times its
 // delivery until every one arrived and checks what arrived.
-func (r *runner) backlog(ctx context.Context, c Contender, scenario, variant string, n, round int) (Result, error) {
+func (r *runner) backlog(ctx context.Context, c Contender, scenario, variant string, n, round int) (_ Result, err error) {
 	r.cfg.Progress(fmt.Sprintf("%s: round %d, %d rows, %s", scenario, round+1, n, c.Name()))
 	sk := &sink{next: r.cfg.Transport}
 	env, err := r.env(ctx, sk, nil)
@@ -426,6 +431,13 @@ func (r *runner) backlog(ctx context.Context, c Contender, scenario, variant str
 	ids, err := in.Fill(ctx, n)
 	if err != nil {
 		return Result{}, err
+	}
+	if _, ok := c.(snapshotHeld); ok {
+		release, err := holdSnapshot(ctx, r.cfg.DB)
+		if err != nil {
+			return Result{}, err
+		}
+		defer func() { err = errors.Join(err, release()) }()
 	}
 	begin := time.Now()
 	if err := in.Start(ctx); err != nil {
@@ -463,4 +475,39 @@ func (r *runner) ordered(ctx context.Context) ([]Result, error) {
 	return r.rounds(ctx, r.contenders(ScenarioOrdered), func(ctx context.Context, c Contender, round int) (Result, error) {
 		return r.backlog(ctx, c, ScenarioOrdered, variant, n, round)
 	}, msgsPerSec)
+}
+
+// bloat delivers an ordered backlog of Config.Backlog rows with one worker,
+// as is and with a snapshot held open meanwhile, and sets the second's Ratio
+// to its rate against the first's.
+func (r *runner) bloat(ctx context.Context) ([]Result, error) {
+	variant := fmt.Sprintf("%d rows, %d keys", r.cfg.Backlog, orderedKeys)
+	res, err := r.rounds(ctx, r.contenders(ScenarioBloat), func(ctx context.Context, c Contender, round int) (Result, error) {
+		return r.backlog(ctx, c, ScenarioBloat, variant, r.cfg.Backlog, round)
+	}, msgsPerSec)
+	if err == nil && len(res) == 2 && res[0].MsgsPerSec > 0 {
+		res[1].Ratio = res[1].MsgsPerSec / res[0].MsgsPerSec
+	}
+	return res, err
+}
+
+// snapshotHeld is a contender delivering a backlog while a snapshot taken
+// before the delivery stays open, so that vacuum can remove none of the
+// rows the delivery deletes.
+type snapshotHeld struct{ Contender }
+
+func (c snapshotHeld) Name() string { return c.Contender.Name() + ", snapshot held" }
+
+// holdSnapshot opens a repeatable read transaction on a connection of its
+// own and takes its snapshot; release ends it.
+func holdSnapshot(ctx context.Context, db *sql.DB) (release func() error, err error) {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("hold a snapshot: %w", err)
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT 1`).Scan(&n); err != nil {
+		return nil, errors.Join(fmt.Errorf("hold a snapshot: %w", err), tx.Rollback())
+	}
+	return tx.Rollback, nil
 }
