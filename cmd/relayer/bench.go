@@ -21,11 +21,11 @@ import (
 )
 
 type benchFlags struct {
-	databaseURL, schema, scenarios, sink, natsURL     string
-	kafkaBrokers, kafkaTopic, amqpURL, contenders     string
-	keep, quick, asJSON                               bool
-	producers, rate, perTx, backlog, bodySize, rounds int
-	duration                                          time.Duration
+	databaseURL, schema, scenarios, sink, natsURL                     string
+	kafkaBrokers, kafkaTopic, amqpURL, contenders                     string
+	keep, quick, asJSON                                               bool
+	producers, rate, perTx, backlog, orderedBacklog, bodySize, rounds int
+	duration                                                          time.Duration
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -56,14 +56,15 @@ throwaway PostgreSQL cluster.`,
 	fs.DurationVar(&f.duration, "duration", 0, "length of each timed scenario (default 10s, 1s with --quick)")
 	fs.IntVar(&f.rate, "rate", 2000, "the latency scenario's messages per second, in transactions of --per-tx")
 	fs.IntVar(&f.perTx, "per-tx", 10, "the latency scenario's messages per transaction, 1 to 100")
-	fs.IntVar(&f.backlog, "backlog", 0, "the drain scenario's rows (default 200,000, 5,000 with --quick)")
+	fs.IntVar(&f.backlog, "backlog", 0, "the drain and bloat scenarios' rows (default 200,000, 5,000 with --quick)")
+	fs.IntVar(&f.orderedBacklog, "ordered-backlog", 0, "the ordered scenario's rows (default 20,000, 2,000 with --quick)")
 	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
 	fs.IntVar(&f.rounds, "rounds", 0, "rounds of each scenario, the contenders alternating within a round; medians and ranges are reported (default 3, 1 with --quick)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	cfg := bench.Config{Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
-		Rate: f.rate, PerTx: f.perTx, Backlog: f.backlog, BodySize: f.bodySize, Rounds: f.rounds}
+		Rate: f.rate, PerTx: f.perTx, Backlog: f.backlog, OrderedBacklog: f.orderedBacklog, BodySize: f.bodySize, Rounds: f.rounds}
 	for s := range strings.SplitSeq(f.scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Scenarios = append(cfg.Scenarios, s)
@@ -87,6 +88,8 @@ throwaway PostgreSQL cluster.`,
 		return usagef("--rounds %d: must be 1 to 20", f.rounds)
 	case f.backlog < 0:
 		return usagef("--backlog %d: must be positive", f.backlog)
+	case f.orderedBacklog < 0:
+		return usagef("--ordered-backlog %d: must be positive", f.orderedBacklog)
 	}
 	if err := cfg.Validate(); err != nil {
 		return usagef("%s", strings.TrimPrefix(err.Error(), bench.ErrInvalidConfig.Error()+": "))

@@ -102,9 +102,12 @@ type Config struct {
 	// PerTx is how many messages each of the latency scenario's
 	// transactions commits, 1 to 100. Default: 10.
 	PerTx int
-	// Backlog is the drain scenario's pre-filled rows. Default: 200,000
-	// (Quick: 5,000).
+	// Backlog is the drain and bloat scenarios' pre-filled rows, 1 to
+	// 10,000,000. Default: 200,000 (Quick: 5,000).
 	Backlog int
+	// OrderedBacklog is the ordered scenario's pre-filled rows, 1 to
+	// 10,000,000. Default: 20,000 (Quick: 2,000).
+	OrderedBacklog int
 	// BodySize is each message body's size in bytes, 16 to 1 MiB. Default:
 	// 256.
 	BodySize int
@@ -154,6 +157,12 @@ func (c Config) withDefaults() Config {
 			c.Backlog = 5000
 		}
 	}
+	if c.OrderedBacklog == 0 {
+		c.OrderedBacklog = 20_000
+		if c.Quick {
+			c.OrderedBacklog = 2000
+		}
+	}
 	if c.BodySize == 0 {
 		c.BodySize = 256
 	}
@@ -182,6 +191,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: PerTx must be 1 to 100, got %d", ErrInvalidConfig, c.PerTx)
 	case d.Backlog < 1 || d.Backlog > 10_000_000:
 		return fmt.Errorf("%w: Backlog must be 1 to 10,000,000, got %d", ErrInvalidConfig, c.Backlog)
+	case d.OrderedBacklog < 1 || d.OrderedBacklog > 10_000_000:
+		return fmt.Errorf("%w: OrderedBacklog must be 1 to 10,000,000, got %d", ErrInvalidConfig, c.OrderedBacklog)
 	case d.BodySize < 16 || d.BodySize > 1<<20:
 		return fmt.Errorf("%w: BodySize must be 16 to 1 MiB, got %d", ErrInvalidConfig, c.BodySize)
 	}

@@ -64,6 +64,8 @@ func TestConfigIsValidated(t *testing.T) {
 		{DB: db, BodySize: 8},
 		{DB: db, PerTx: 101},
 		{DB: db, PerTx: -1},
+		{DB: db, OrderedBacklog: -1},
+		{DB: db, OrderedBacklog: 10_000_001},
 		{DB: db, Only: []string{"relayer sideways"}},
 	} {
 		if _, err := bench.Run(context.Background(), c); !errors.Is(err, bench.ErrInvalidConfig) {

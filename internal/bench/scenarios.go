@@ -20,14 +20,6 @@ import (
 // quiet discards the workers' logs: a run reports figures.
 var quiet = slog.New(slog.DiscardHandler)
 
-// orderedBacklog is the ordered scenario's rows.
-func (r *runner) orderedBacklog() int {
-	if r.cfg.Quick {
-		return 2000
-	}
-	return 20_000
-}
-
 // all returns every contender taking part in scenario: the hand-written
 // loop first (the others' ratios are against it), the minimal loop (and
 // against it too), then Relayer's paths, then the Config's.
@@ -470,7 +462,7 @@ func (r *runner) drain(ctx context.Context) ([]Result, error) {
 // ordered delivers a backlog of ordered messages over 1,000 keys and 32
 // lanes with 1, 2 and 4 ordered workers, checking per-key order.
 func (r *runner) ordered(ctx context.Context) ([]Result, error) {
-	n := r.orderedBacklog()
+	n := r.cfg.OrderedBacklog
 	variant := fmt.Sprintf("%d rows, %d keys", n, orderedKeys)
 	return r.rounds(ctx, r.contenders(ScenarioOrdered), func(ctx context.Context, c Contender, round int) (Result, error) {
 		return r.backlog(ctx, c, ScenarioOrdered, variant, n, round)
