@@ -56,6 +56,13 @@ func (l *loop) quitting() bool {
 	}
 }
 
+// isStarted reports whether a Start succeeded.
+func (l *loop) isStarted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started
+}
+
 // start runs body on its own goroutine; body must return when ctx ends.
 func (l *loop) start(ctx context.Context, what string, body func(ctx context.Context)) error {
 	return l.startAfter(ctx, what, nil, body)

@@ -130,7 +130,10 @@ type orderedWorker struct {
 	// that the membership changed or lanes were released (a Runner sets
 	// it); other processes hear of it through the outbox's wake-up channel.
 	peersChanged func()
-	loop         loop
+	// joined is set once the worker joined the membership; a Runner joins
+	// its ordered workers together before starting any (see joinOrdered).
+	joined atomic.Bool
+	loop   loop
 	// aside is the destinations set aside as slow or unavailable; a runner
 	// shares one among its workers.
 	aside *setAside
@@ -239,7 +242,12 @@ func requireOrdering(c relayer.Capabilities) error {
 // the membership, and starts the worker. It runs until Stop or until
 // ctx ends.
 func (o *orderedWorker) Start(ctx context.Context) error {
-	return o.loop.startAfter(ctx, "ordered dispatcher", o.join, o.work)
+	return o.loop.startAfter(ctx, "ordered dispatcher", func(ctx context.Context) error {
+		if o.joined.Load() {
+			return nil
+		}
+		return o.join(ctx)
+	}, o.work)
 }
 
 // Run starts the worker and blocks until ctx ends or Stop is called.
@@ -268,6 +276,7 @@ func (o *orderedWorker) join(ctx context.Context) error {
 	if err := o.heartbeat(ctx); err != nil {
 		return fmt.Errorf("dispatch: join membership: %w", err)
 	}
+	o.joined.Store(true)
 	o.tellPeers(ctx)
 	return nil
 }

@@ -443,23 +443,66 @@ func (r *Runner) Start(ctx context.Context) error {
 		return err
 	}
 	r.started = true
+	c := r.crew.Load()
 	var started []interface{ Stop(context.Context) error }
+	fail := func(err error) error {
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		cancel() // stop at once: nothing was sent yet
+		for _, s := range started {
+			s.Stop(sctx)
+		}
+		c.leaveUnstarted()
+		if c, berr := r.build(); berr == nil { // the options were valid once
+			r.crew.Store(c)
+			r.started = false
+		}
+		return err
+	}
+	if err := c.joinOrdered(ctx, r.store); err != nil {
+		return fail(err)
+	}
 	for _, w := range r.workers() {
 		if err := w.Start(ctx); err != nil {
-			sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-			cancel() // stop at once: nothing was sent yet
-			for _, s := range started {
-				s.Stop(sctx)
-			}
-			if c, berr := r.build(); berr == nil { // the options were valid once
-				r.crew.Store(c)
-				r.started = false
-			}
-			return err
+			return fail(err)
 		}
 		started = append(started, w)
 	}
 	return nil
+}
+
+// joinOrdered makes several ordered workers join the membership together
+// before any starts, each then taking its share among all of them: started
+// one by one, the first would take every lane, and the lanes would change
+// hands as each of the others joined.
+func (c *crew) joinOrdered(ctx context.Context, st *store.Store) error {
+	if len(c.ordered) < 2 {
+		return nil
+	}
+	for _, o := range c.ordered {
+		if err := o.join(ctx); err != nil {
+			return err
+		}
+	}
+	members, err := st.Members(ctx)
+	if err != nil {
+		return fmt.Errorf("dispatch: join membership: %w", err)
+	}
+	for _, o := range c.ordered {
+		if !o.share(members) {
+			return fmt.Errorf("dispatch: join membership: %s is missing from the members", o.name)
+		}
+	}
+	return nil
+}
+
+// leaveUnstarted releases the membership of the ordered workers that joined
+// but did not start; a started worker leaves when it stops.
+func (c *crew) leaveUnstarted() {
+	for _, o := range c.ordered {
+		if o.joined.Load() && !o.loop.isStarted() {
+			o.leave()
+		}
+	}
 }
 
 // checkSchema refuses an outdated schema, and warns of (or refuses) a newer

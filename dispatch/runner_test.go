@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -401,5 +402,35 @@ func TestRunnerOrderedMembershipChangeWaitsForNoPoll(t *testing.T) {
 	t.Logf("%d messages; %d sent over 100 ms after their commit; slowest %s", len(committed), over, slowest.Round(time.Millisecond))
 	if slowest >= poll/3 {
 		t.Errorf("a message waited %s after its commit, as for a poll (%s) or a renewal", slowest.Round(time.Millisecond), poll)
+	}
+}
+
+// A runner's ordered workers join the membership together before any starts,
+// so that each begins with its share: none holds every lane while the
+// others join.
+func TestRunnerOrderedWorkersStartWithTheirShares(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r, err := dispatch.NewRunner(b.db, b.outbox, dispatch.RunnerOptions{
+		DisableDirect: true, DisableRecovery: true, DisableCleanup: true, OrderedWorkers: 4,
+		Ordered: dispatch.OrderedOptions{PollInterval: 3 * time.Second, Concurrency: 1}, Logger: b.logger()})
+	must(t, err)
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	must(t, r.Start(context.Background()))
+	lanes, _ := b.outbox.LaneCount()
+	var all []int
+	for _, o := range r.Stats().Ordered {
+		if len(o.Lanes) != lanes/4 {
+			t.Errorf("%s starts with %d lanes, want %d: %v", o.Name, len(o.Lanes), lanes/4, o.Lanes)
+		}
+		all = append(all, o.Lanes...)
+	}
+	slices.Sort(all)
+	want := make([]int, lanes)
+	for l := range want {
+		want[l] = l
+	}
+	if !slices.Equal(all, want) {
+		t.Errorf("the workers' lanes together = %v, want each of the %d lanes once", all, lanes)
 	}
 }
