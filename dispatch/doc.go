@@ -102,7 +102,10 @@
 // it every third of the lease. Live members sorted by id divide the lanes by
 // rank. Between renewals each instance reads the membership (writing nothing)
 // every 500 ms, and at once when a sibling in its process tells it, so that a
-// member that joins or leaves changes the split within about half a second. A
+// member that joins or leaves changes the split within about half a second.
+// A Runner's ordered workers join together before any of them starts, so
+// that each begins with its share rather than the first taking every lane
+// and handing most of them over as the others join. A
 // member that loses lanes releases their leases at its next probe, which the
 // change triggers, and then tells the others: its siblings directly, other
 // processes through the outbox's wake-up channel (RunnerOptions.Listen), so
