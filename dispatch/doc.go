@@ -141,7 +141,8 @@
 //     cancelled;
 //  4. delete the sent rows with one DELETE, record the failed rows'
 //     attempts and errors (parking those out of attempts, refused for good
-//     or corrupt), leave the rest as they are, and commit. If the
+//     or corrupt), each write fenced by the lane lease's owner token, leave
+//     the rest as they are, and commit. If the
 //     database cannot confirm this, the transaction rolls back and the
 //     rows are sent again.
 //

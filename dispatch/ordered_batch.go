@@ -405,8 +405,9 @@ func (o *orderedWorker) recordFailure(p *laneBatch, i int, f laneFailure) {
 	p.failures = append(p.failures, f)
 }
 
-// settle records a batch's outcome under its lanes' leases, each in one
-// statement for all its lanes: it deletes the sent rows (all of them, or the
+// settle records a batch's outcome under its lanes' leases, each write
+// fenced by the worker's lease token and in one statement for all its
+// lanes: it deletes the sent rows (all of them, or the
 // batch rolls back) and records the failed rows' attempts and errors. The
 // rest stay as they are.
 func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []laneBatch) error {
@@ -423,7 +424,7 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 		for i := range out.buried {
 			ids = append(ids, out.buried[i].ID)
 		}
-		n, err := st.DeleteLaneRows(ctx, ids)
+		n, err := st.DeleteLaneRows(ctx, ids, o.token)
 		if err != nil {
 			return err
 		}
@@ -433,12 +434,12 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 	}
 	for _, f := range []struct {
 		failures []store.Failure
-		record   func(context.Context, []store.Failure) (int64, error)
+		record   func(context.Context, []store.Failure, uuid.UUID) (int64, error)
 	}{{out.fails, st.FailLaneRows}, {out.parks, st.ParkLaneRows}} {
 		if len(f.failures) == 0 {
 			continue
 		}
-		n, err := f.record(ctx, f.failures)
+		n, err := f.record(ctx, f.failures, o.token)
 		if err != nil {
 			return err
 		}

@@ -143,39 +143,40 @@ func (s *Store) ClaimLaneRows(ctx context.Context, ids []uuid.UUID, c Claim, now
 }
 
 // DeleteLaneRows deletes rows by id that the caller read from lanes whose
-// leases it holds in the same transaction ([Store.AcquireLaneLeases] keeps
-// the lease rows locked until it ends), and returns how many it deleted.
-// Under those locks no other worker sends or changes the rows, so they need
-// no claim: the ordered worker settles its batches this way, writing each
-// delivered row once (its delete) instead of twice.
-func (s *Store) DeleteLaneRows(ctx context.Context, ids []uuid.UUID) (int64, error) {
+// leases it holds with token in the same transaction, and returns how many
+// it deleted. [Store.AcquireLaneLeases] keeps the lease rows locked until
+// the transaction ends, so no other worker sends or changes the rows
+// meanwhile and they need no claim: the ordered worker settles its batches
+// this way, writing each delivered row once (its delete) instead of twice.
+// A row whose lane's lease token does not hold is left alone.
+func (s *Store) DeleteLaneRows(ctx context.Context, ids []uuid.UUID, token uuid.UUID) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return s.affected(ctx, "delete lane rows", s.q.laneDelete, uuidArray(ids))
+	return s.affected(ctx, "delete lane rows", s.q.laneDelete, uuidArray(ids), token)
 }
 
-// FailLaneRows is [Store.FailBatch] for rows read under their lanes' leases
-// in the same transaction, as for [Store.DeleteLaneRows]: it records each
-// failure (attempts, last error, retry time) and returns how many rows it
-// changed.
-func (s *Store) FailLaneRows(ctx context.Context, failures []Failure) (int64, error) {
+// FailLaneRows is [Store.FailBatch] for rows read under their lanes' leases,
+// held with token in the same transaction, as for [Store.DeleteLaneRows]: it
+// records each failure (attempts, last error, retry time) and returns how
+// many rows it changed.
+func (s *Store) FailLaneRows(ctx context.Context, failures []Failure, token uuid.UUID) (int64, error) {
 	if len(failures) == 0 {
 		return 0, nil
 	}
 	ids, texts, retryAt := failureArrays(failures)
-	return s.affected(ctx, "fail lane rows", s.q.laneFail, uuidArray(ids), texts, retryAt)
+	return s.affected(ctx, "fail lane rows", s.q.laneFail, uuidArray(ids), texts, retryAt, token)
 }
 
-// ParkLaneRows is [Store.Park] for rows read under their lanes' leases in
-// the same transaction, as for [Store.DeleteLaneRows]: each row is parked
-// with its key, and it returns how many rows it changed.
-func (s *Store) ParkLaneRows(ctx context.Context, failures []Failure) (int64, error) {
+// ParkLaneRows is [Store.Park] for rows read under their lanes' leases,
+// held with token in the same transaction, as for [Store.DeleteLaneRows]:
+// each row is parked with its key, and it returns how many rows it changed.
+func (s *Store) ParkLaneRows(ctx context.Context, failures []Failure, token uuid.UUID) (int64, error) {
 	if len(failures) == 0 {
 		return 0, nil
 	}
 	ids, texts, _ := failureArrays(failures)
-	return s.affected(ctx, "park lane rows", s.q.lanePark, uuidArray(ids), texts)
+	return s.affected(ctx, "park lane rows", s.q.lanePark, uuidArray(ids), texts, token)
 }
 
 // ReleaseLeases deletes every lease held by token: a worker's membership and

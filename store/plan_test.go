@@ -270,9 +270,9 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 			statements := []struct{ name, sql, args, index string }{
 				{"laneClaim", s.q.laneClaim, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
 				{"completeBatch", s.q.completeBatch, ids.String() + ", " + id + ", " + now, pkey},
-				{"laneDelete", s.q.laneDelete, ids.String(), pkey},
-				{"laneFail", s.q.laneFail, ids.String() + ", " + text + ", '{NULL,NULL}'", pkey},
-				{"lanePark", s.q.lanePark, ids.String() + ", " + text, pkey},
+				{"laneDelete", s.q.laneDelete, ids.String() + ", " + id, pkey},
+				{"laneFail", s.q.laneFail, ids.String() + ", " + text + ", '{NULL,NULL}', " + id, pkey},
+				{"lanePark", s.q.lanePark, ids.String() + ", " + text + ", " + id, pkey},
 				{"releaseBatch", s.q.releaseBatch, ids.String() + ", " + id + ", " + now, pkey},
 				{"fail", s.q.fail, id + ", " + id + ", 'e', " + now, pkey},
 				{"claimBatch", s.q.claimBatch, ids.String() + ", " + id + ", " + now + ", " + now, pkey},

@@ -78,6 +78,12 @@ func unheld(outbox string) string {
             AND (p.parked_at IS NOT NULL OR p.retry_at > now()))`
 }
 
+// laneOwner fences a write to outbox rows o by the lease ls of their lane:
+// held by the token in parameter token.
+func laneOwner(token string) string {
+	return `ls.name = '` + laneLeasePrefix + `' || o.lane AND ls.owner_token = ` + token
+}
+
 func buildQueries(n names) *queries {
 	elig := func(now string) string { return strings.ReplaceAll(eligible, "$now", now) }
 	// nextUnordered selects and locks the ids of up to $2 eligible unordered
@@ -233,16 +239,18 @@ WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
 		// transaction: the lease rows stay locked until it ends, so no other
 		// worker can send or change these rows, and no claim is needed (an
 		// UPDATE per row that would leave one more dead row version behind
-		// every delivered message). No lane predicate, as for laneClaim.
-		laneDelete: `DELETE FROM ` + n.Outbox + ` WHERE id = ANY($1::text::uuid[])`,
+		// every delivered message). Each write is fenced by the lane owner's
+		// token all the same. No lane predicate, as for laneClaim.
+		laneDelete: `DELETE FROM ` + n.Outbox + ` AS o USING ` + n.Leases + ` AS ls
+WHERE o.id = ANY($1::text::uuid[]) AND ` + laneOwner("$2"),
 		laneFail: `UPDATE ` + n.Outbox + ` AS o
 SET attempts = o.attempts + 1, last_error = f.error, retry_at = f.retry_at
-FROM unnest($1::text::uuid[], $2::text::text[], $3::text::timestamptz[]) AS f(id, error, retry_at)
-WHERE o.id = f.id`,
+FROM unnest($1::text::uuid[], $2::text::text[], $3::text::timestamptz[]) AS f(id, error, retry_at), ` + n.Leases + ` AS ls
+WHERE o.id = f.id AND ` + laneOwner("$4"),
 		lanePark: `UPDATE ` + n.Outbox + ` AS o
 SET attempts = o.attempts + 1, last_error = f.error, parked_at = now()
-FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error)
-WHERE o.id = f.id`,
+FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error), ` + n.Leases + ` AS ls
+WHERE o.id = f.id AND ` + laneOwner("$3"),
 		// Rows whose lane is at or past a worker's lane count: written by
 		// writers configured with more lanes than the worker, they are never
 		// scanned. Bounded, so that a large mismatch costs little to report.

@@ -349,7 +349,8 @@ func TestSettlingLaneRowsUnderTheirLeases(t *testing.T) {
 		sent, failed, parked, rest := b.ordered(t, "k1", 1), b.ordered(t, "k2", 1), b.ordered(t, "k3", 1), b.ordered(t, "k4", 1)
 		b.insert(t, sent, failed, parked, rest)
 		tx, st := b.begin(t, nil)
-		held, err := st.AcquireLaneLeases(ctx, []int{0}, "settle-test", uuid.New(), time.Minute)
+		token, other := uuid.New(), uuid.New()
+		held, err := st.AcquireLaneLeases(ctx, []int{0}, "settle-test", token, time.Minute)
 		if err != nil || !slices.Equal(held, []int{0}) {
 			t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
 		}
@@ -357,20 +358,30 @@ func TestSettlingLaneRowsUnderTheirLeases(t *testing.T) {
 		if err != nil || len(heads) != 4 {
 			t.Fatalf("ReadLaneHeads = %d rows, %v", len(heads), err)
 		}
-		if n, err := st.DeleteLaneRows(ctx, []uuid.UUID{sent.ID}); err != nil || n != 1 {
+		// Fenced by the lane owner's token: another token changes nothing.
+		if n, err := st.DeleteLaneRows(ctx, []uuid.UUID{sent.ID, rest.ID}, other); err != nil || n != 0 {
+			t.Errorf("DeleteLaneRows with another token = %d, %v; want 0", n, err)
+		}
+		if n, err := st.FailLaneRows(ctx, []store.Failure{{ID: rest.ID, Error: "no"}}, other); err != nil || n != 0 {
+			t.Errorf("FailLaneRows with another token = %d, %v; want 0", n, err)
+		}
+		if n, err := st.ParkLaneRows(ctx, []store.Failure{{ID: rest.ID, Error: "no"}}, other); err != nil || n != 0 {
+			t.Errorf("ParkLaneRows with another token = %d, %v; want 0", n, err)
+		}
+		if n, err := st.DeleteLaneRows(ctx, []uuid.UUID{sent.ID}, token); err != nil || n != 1 {
 			t.Fatalf("DeleteLaneRows = %d, %v", n, err)
 		}
 		retryAt := b.t0.Add(time.Hour)
-		if n, err := st.FailLaneRows(ctx, []store.Failure{{ID: failed.ID, Error: "broker said no", RetryAt: retryAt}}); err != nil || n != 1 {
+		if n, err := st.FailLaneRows(ctx, []store.Failure{{ID: failed.ID, Error: "broker said no", RetryAt: retryAt}}, token); err != nil || n != 1 {
 			t.Fatalf("FailLaneRows = %d, %v", n, err)
 		}
-		if n, err := st.ParkLaneRows(ctx, []store.Failure{{ID: parked.ID, Error: "schema rejected"}}); err != nil || n != 1 {
+		if n, err := st.ParkLaneRows(ctx, []store.Failure{{ID: parked.ID, Error: "schema rejected"}}, token); err != nil || n != 1 {
 			t.Fatalf("ParkLaneRows = %d, %v", n, err)
 		}
 		for name, f := range map[string]func() (int64, error){
-			"DeleteLaneRows": func() (int64, error) { return st.DeleteLaneRows(ctx, nil) },
-			"FailLaneRows":   func() (int64, error) { return st.FailLaneRows(ctx, nil) },
-			"ParkLaneRows":   func() (int64, error) { return st.ParkLaneRows(ctx, nil) },
+			"DeleteLaneRows": func() (int64, error) { return st.DeleteLaneRows(ctx, nil, token) },
+			"FailLaneRows":   func() (int64, error) { return st.FailLaneRows(ctx, nil, token) },
+			"ParkLaneRows":   func() (int64, error) { return st.ParkLaneRows(ctx, nil, token) },
 		} {
 			if n, err := f(); n != 0 || err != nil {
 				t.Errorf("%s of nothing = %d, %v", name, n, err)
