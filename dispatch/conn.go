@@ -26,7 +26,8 @@ type workerConn struct {
 	// its rows can be taken again.
 	idleTx time.Duration
 	// generic selects generic plans with sequential scans off (see
-	// store.TuneTakingConn), for sessions that run only takes.
+	// store.TuneTakingConn), for sessions that run only takes or ordered
+	// batches and probes.
 	generic bool
 }
 
@@ -40,8 +41,9 @@ func newTakingConn(db *sql.DB, base *store.Store, sendFor time.Duration) *worker
 	return &workerConn{db: db, base: base, idleTx: sendFor + idleTxMargin, generic: genericTakePlans}
 }
 
-// genericTakePlans selects generic plans for taking connections (see
-// store.TuneTakingConn); benchmarks turn it off to compare.
+// genericTakePlans selects generic plans for taking connections and ordered
+// batch connections (see store.TuneTakingConn); benchmarks turn it off to
+// compare.
 var genericTakePlans = true
 
 // idleTxMargin is how long past its send deadline a worker's transaction may

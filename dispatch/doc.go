@@ -212,11 +212,13 @@
 // ordered worker: one per lane it runs at once, up to
 // OrderedOptions.Concurrency), with asynchronous commit (store.TuneWorkerConn);
 // leases and heartbeats borrow pooled connections briefly. Size the pool for
-// them. Ordered workers and cleanup plan every statement for its
-// values (custom plans). Direct dispatch and recovery run only takes on their
-// connections and keep generic plans with sequential scans off
-// (store.TuneTakingConn): no planning per take, and index scans even for a
-// plan made while the outbox was empty.
+// them. Cleanup, and ordered workers' membership and leases on pooled
+// connections, plan every statement for its values (custom plans). Direct
+// dispatch and recovery run only takes on their connections, and ordered
+// workers only their batches and probes; these keep generic plans with
+// sequential scans off (store.TuneTakingConn): no planning per statement,
+// which costs more than running one of these small statements, and index
+// scans even for a plan made while the outbox was empty.
 //
 // # Configuration
 //

@@ -55,10 +55,13 @@ const slowSend = 100 * time.Millisecond
 func (o *orderedWorker) newSlot() *laneSlot {
 	// A batch may keep its transaction open until a late send returns, which
 	// it does with keep-alive statements; the timeout ends the transaction of
-	// a worker that stopped answering. Custom plans, since statistics of a
-	// queue table are often stale.
+	// a worker that stopped answering. Generic plans with sequential scans
+	// off, as for takes: a batch's statements cost more to plan than to run,
+	// and every plan of theirs follows an index however stale the queue
+	// table's statistics (store's TestOrderedSessionsPlanWithIndexes).
 	c := newWorkerConn(o.db, o.store)
 	c.idleTx = o.opts.LeaseDuration/2 + idleTxMargin
+	c.generic = genericTakePlans
 	return &laneSlot{conn: c}
 }
 

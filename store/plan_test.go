@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -224,6 +225,76 @@ func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 	}
 	if err := TuneTakingConn(ctx, taking, time.Microsecond, true); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("TuneTakingConn with a 1µs timeout = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestOrderedSessionsPlanWithIndexes checks the statements an ordered
+// worker's batch session runs, which it tunes as a taking session (generic
+// plans, sequential scans off): generic plans made while the outbox was
+// empty and analyzed still read lanes through the lane index and address
+// rows by id through the primary key once the table is full.
+func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, s := emptyAnalyzedOutbox(t)
+	conn := pinnedConn(t, db)
+	if err := TuneWorkerConn(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := TuneTakingConn(ctx, conn, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		token = `'0190a000-0000-7000-8000-00000000000f'`
+		ids   = `'{0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000001}'`
+		texts = `'{a,b}'`
+	)
+	pkey := s.opts.TablePrefix + "outbox_pkey"
+	laneIdx := s.opts.TablePrefix + "outbox_lane_pending_idx"
+	// value is what a plan made for the arguments, not generically, shows.
+	statements := []struct{ name, sql, args, index, value string }{
+		{"laneProbe", s.q.laneProbe, `'{0,1,2,3}', ` + token, laneIdx, "{0,1,2,3}"},
+		{"laneHeads", s.q.laneHeads, `'{0,1,2,3}', 100`, laneIdx, "{0,1,2,3}"},
+		{"laneDelete", s.q.laneDelete, ids + ", " + token, pkey, "0190a000"},
+		{"laneFail", s.q.laneFail, ids + ", " + texts + ", '{NULL,NULL}', " + token, pkey, "0190a000"},
+		{"lanePark", s.q.lanePark, ids + ", " + texts + ", " + token, pkey, "0190a000"},
+	}
+	for _, st := range statements {
+		exec(t, conn, `PREPARE `+st.name+` AS `+st.sql)
+		for range 8 {
+			exec(t, conn, `EXECUTE `+st.name+`(`+st.args+`)`)
+		}
+	}
+	msgs := make([]relayer.Message, 4000)
+	for i := range msgs {
+		key := fmt.Sprintf("k%d", i%500)
+		lane, err := relayer.Lane(key, relayer.LanesDefault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs[i] = relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "t", Transport: "x", Destination: "d", Body: make([]byte, 200),
+			Key: key, Ordered: true, Lane: lane}
+	}
+	if err := s.Insert(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range statements {
+		plan := explain(t, conn, st.name, st.args)
+		if strings.Contains(plan, st.value) {
+			t.Errorf("%s on an ordered session was planned for its values, not generically:\n%s", st.name, plan)
+		}
+		if regexp.MustCompile(`Index Scan using \S+ on plan_outbox \w+  \(cost=[^)]*\)\n(\s+->|\s*$)`).MatchString(plan + "\n") {
+			t.Errorf("%s on an ordered session walks a whole index of the outbox:\n%s", st.name, plan)
+		}
+		if strings.Contains(plan, "Seq Scan on plan_outbox") {
+			t.Errorf("%s on an ordered session scans the outbox:\n%s", st.name, plan)
+		}
+		if !strings.Contains(plan, st.index) {
+			t.Errorf("%s on an ordered session does not use %s:\n%s", st.name, st.index, plan)
+		}
+		if st.index == pkey && strings.Contains(plan, laneIdx) {
+			t.Errorf("%s on an ordered session walks the lane index:\n%s", st.name, plan)
+		}
 	}
 }
 

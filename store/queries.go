@@ -240,17 +240,20 @@ WHERE id = ANY($1::text::uuid[]) AND ` + elig("$4"),
 		// worker can send or change these rows, and no claim is needed (an
 		// UPDATE per row that would leave one more dead row version behind
 		// every delivered message). Each write is fenced by the lane owner's
-		// token all the same. No lane predicate, as for laneClaim.
+		// token all the same. No lane predicate, as for laneClaim; the ids
+		// are matched with = ANY as well as joined, so that every plan, a
+		// generic one made while the outbox was empty included, probes the
+		// primary key for them.
 		laneDelete: `DELETE FROM ` + n.Outbox + ` AS o USING ` + n.Leases + ` AS ls
 WHERE o.id = ANY($1::text::uuid[]) AND ` + laneOwner("$2"),
 		laneFail: `UPDATE ` + n.Outbox + ` AS o
 SET attempts = o.attempts + 1, last_error = f.error, retry_at = f.retry_at
 FROM unnest($1::text::uuid[], $2::text::text[], $3::text::timestamptz[]) AS f(id, error, retry_at), ` + n.Leases + ` AS ls
-WHERE o.id = f.id AND ` + laneOwner("$4"),
+WHERE o.id = ANY($1::text::uuid[]) AND o.id = f.id AND ` + laneOwner("$4"),
 		lanePark: `UPDATE ` + n.Outbox + ` AS o
 SET attempts = o.attempts + 1, last_error = f.error, parked_at = now()
 FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error), ` + n.Leases + ` AS ls
-WHERE o.id = f.id AND ` + laneOwner("$3"),
+WHERE o.id = ANY($1::text::uuid[]) AND o.id = f.id AND ` + laneOwner("$3"),
 		// Rows whose lane is at or past a worker's lane count: written by
 		// writers configured with more lanes than the worker, they are never
 		// scanned. Bounded, so that a large mismatch costs little to report.

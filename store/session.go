@@ -67,7 +67,11 @@ func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 //     second; a cached generic plan skips the planning. With sequential scans
 //     off, even a plan made while the outbox was empty reaches rows through an
 //     index (TestTakingSessionsPlanWithIndexes checks both takes; the
-//     write-back, [Store.Restore], is an INSERT). Run nothing else on such a
+//     write-back, [Store.Restore], is an INSERT). An ordered worker's batch
+//     sessions are tuned the same way for the lane statements ([Store.ProbeLanes],
+//     [Store.AcquireLaneLeases], [Store.ReadLaneHeads], [Store.DeleteLaneRows],
+//     [Store.FailLaneRows], [Store.ParkLaneRows], [Store.Bury];
+//     TestOrderedSessionsPlanWithIndexes). Run nothing else on such a
 //     session.
 func TuneTakingConn(ctx context.Context, conn *sql.Conn, idleTx time.Duration, generic bool) error {
 	if conn == nil {
