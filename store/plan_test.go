@@ -166,6 +166,32 @@ func explain(t *testing.T, conn *sql.Conn, name, args string) string {
 	return strings.Join(plan, "\n")
 }
 
+// genericSession returns an empty, analyzed outbox and a pinned connection
+// tuned as a taking session with generic plans.
+func genericSession(t *testing.T) (*Store, *sql.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	db, s := emptyAnalyzedOutbox(t)
+	conn := pinnedConn(t, db)
+	if err := TuneWorkerConn(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := TuneTakingConn(ctx, conn, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	return s, conn
+}
+
+// prepareUsed prepares query as name on conn and executes it with args
+// more often than PostgreSQL waits before it may choose a generic plan.
+func prepareUsed(t *testing.T, conn *sql.Conn, name, query, args string) {
+	t.Helper()
+	exec(t, conn, `PREPARE `+name+` AS `+query)
+	for range 8 {
+		exec(t, conn, `EXECUTE `+name+`(`+args+`)`)
+	}
+}
+
 // TestTakingSessionsPlanWithIndexes checks the statements a taking session runs
 // ([TuneTakingConn] with generic plans): their generic plans, made while the
 // outbox was empty and analyzed, still reach rows through an index once the
@@ -173,14 +199,7 @@ func explain(t *testing.T, conn *sql.Conn, name, args string) string {
 func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, s := emptyAnalyzedOutbox(t)
-	taking := pinnedConn(t, db)
-	if err := TuneWorkerConn(ctx, taking); err != nil {
-		t.Fatal(err)
-	}
-	if err := TuneTakingConn(ctx, taking, time.Minute, true); err != nil {
-		t.Fatal(err)
-	}
+	s, taking := genericSession(t)
 	const (
 		id  = `'0190a000-0000-7000-8000-000000000000'`
 		ids = `'{0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000001}'`
@@ -191,10 +210,7 @@ func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 		{"takeNext", s.q.takeNext, id + ", 1000, " + now + ", " + now + ", '{slow}', '{d}'"},
 	}
 	for _, st := range statements {
-		exec(t, taking, `PREPARE `+st.name+` AS `+st.sql)
-		for range 8 {
-			exec(t, taking, `EXECUTE `+st.name+`(`+st.args+`)`)
-		}
+		prepareUsed(t, taking, st.name, st.sql, st.args)
 	}
 	msgs := make([]relayer.Message, 4000)
 	for i := range msgs {
@@ -236,14 +252,7 @@ func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, s := emptyAnalyzedOutbox(t)
-	conn := pinnedConn(t, db)
-	if err := TuneWorkerConn(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
-	if err := TuneTakingConn(ctx, conn, time.Minute, true); err != nil {
-		t.Fatal(err)
-	}
+	s, conn := genericSession(t)
 	const (
 		token = `'0190a000-0000-7000-8000-00000000000f'`
 		ids   = `'{0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000001}'`
@@ -260,10 +269,7 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 		{"lanePark", s.q.lanePark, ids + ", " + texts + ", " + token, pkey, "0190a000"},
 	}
 	for _, st := range statements {
-		exec(t, conn, `PREPARE `+st.name+` AS `+st.sql)
-		for range 8 {
-			exec(t, conn, `EXECUTE `+st.name+`(`+st.args+`)`)
-		}
+		prepareUsed(t, conn, st.name, st.sql, st.args)
 	}
 	msgs := make([]relayer.Message, 4000)
 	for i := range msgs {
