@@ -21,11 +21,11 @@ import (
 )
 
 type benchFlags struct {
-	databaseURL, schema, scenarios, sink, natsURL                     string
-	kafkaBrokers, kafkaTopic, amqpURL, contenders                     string
-	keep, quick, asJSON                                               bool
-	producers, rate, perTx, backlog, orderedBacklog, bodySize, rounds int
-	duration                                                          time.Duration
+	databaseURL, schema, scenarios, sink, natsURL                                       string
+	kafkaBrokers, kafkaTopic, amqpURL, contenders                                       string
+	keep, quick, asJSON                                                                 bool
+	producers, rate, perTx, backlog, orderedBacklog, orderedBatchSize, bodySize, rounds int
+	duration                                                                            time.Duration
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -58,13 +58,14 @@ throwaway PostgreSQL cluster.`,
 	fs.IntVar(&f.perTx, "per-tx", 10, "the latency scenario's messages per transaction, 1 to 100")
 	fs.IntVar(&f.backlog, "backlog", 0, "the drain and bloat scenarios' rows (default 200,000, 5,000 with --quick)")
 	fs.IntVar(&f.orderedBacklog, "ordered-backlog", 0, "the ordered scenario's rows (default 20,000, 2,000 with --quick)")
+	fs.IntVar(&f.orderedBatchSize, "ordered-batch-size", 0, "the ordered workers' rows per lane and batch (OrderedOptions.BatchSize, 1 to 10,000; default: the workers' default)")
 	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
 	fs.IntVar(&f.rounds, "rounds", 0, "rounds of each scenario, the contenders alternating within a round; medians and ranges are reported (default 3, 1 with --quick)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	cfg := bench.Config{Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
-		Rate: f.rate, PerTx: f.perTx, Backlog: f.backlog, OrderedBacklog: f.orderedBacklog, BodySize: f.bodySize, Rounds: f.rounds}
+		Rate: f.rate, PerTx: f.perTx, Backlog: f.backlog, OrderedBacklog: f.orderedBacklog, OrderedBatchSize: f.orderedBatchSize, BodySize: f.bodySize, Rounds: f.rounds}
 	for s := range strings.SplitSeq(f.scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Scenarios = append(cfg.Scenarios, s)
@@ -90,6 +91,8 @@ throwaway PostgreSQL cluster.`,
 		return usagef("--backlog %d: must be positive", f.backlog)
 	case f.orderedBacklog < 0:
 		return usagef("--ordered-backlog %d: must be positive", f.orderedBacklog)
+	case f.orderedBatchSize < 0:
+		return usagef("--ordered-batch-size %d: must be 1 to 10,000", f.orderedBatchSize)
 	}
 	if err := cfg.Validate(); err != nil {
 		return usagef("%s", strings.TrimPrefix(err.Error(), bench.ErrInvalidConfig.Error()+": "))

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -108,6 +109,10 @@ type Config struct {
 	// OrderedBacklog is the ordered scenario's pre-filled rows, 1 to
 	// 10,000,000. Default: 20,000 (Quick: 2,000).
 	OrderedBacklog int
+	// OrderedBatchSize is the ordered workers' rows per lane and batch in
+	// the ordered and bloat scenarios (dispatch.OrderedOptions.BatchSize),
+	// 0 to dispatch.BatchSizeMax. Default: 0, the workers' default.
+	OrderedBatchSize int
 	// BodySize is each message body's size in bytes, 16 to 1 MiB. Default:
 	// 256.
 	BodySize int
@@ -193,6 +198,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Backlog must be 1 to 10,000,000, got %d", ErrInvalidConfig, c.Backlog)
 	case d.OrderedBacklog < 1 || d.OrderedBacklog > 10_000_000:
 		return fmt.Errorf("%w: OrderedBacklog must be 1 to 10,000,000, got %d", ErrInvalidConfig, c.OrderedBacklog)
+	case d.OrderedBatchSize < 0 || d.OrderedBatchSize > dispatch.BatchSizeMax:
+		return fmt.Errorf("%w: OrderedBatchSize must be 0 to %d, got %d", ErrInvalidConfig, dispatch.BatchSizeMax, c.OrderedBatchSize)
 	case d.BodySize < 16 || d.BodySize > 1<<20:
 		return fmt.Errorf("%w: BodySize must be 16 to 1 MiB, got %d", ErrInvalidConfig, c.BodySize)
 	}

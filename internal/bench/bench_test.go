@@ -66,6 +66,8 @@ func TestConfigIsValidated(t *testing.T) {
 		{DB: db, PerTx: -1},
 		{DB: db, OrderedBacklog: -1},
 		{DB: db, OrderedBacklog: 10_000_001},
+		{DB: db, OrderedBatchSize: -1},
+		{DB: db, OrderedBatchSize: 10_001},
 		{DB: db, Only: []string{"relayer sideways"}},
 	} {
 		if _, err := bench.Run(context.Background(), c); !errors.Is(err, bench.ErrInvalidConfig) {

@@ -46,6 +46,9 @@ type Env struct {
 	Headers []headers.Header
 	// Producers is how many producers the run has.
 	Producers int
+	// OrderedBatchSize is the ordered workers' rows per lane and batch
+	// (dispatch.OrderedOptions.BatchSize); zero means the default.
+	OrderedBatchSize int
 	// Committed, when set, is told the ids of each transaction's messages as
 	// soon as its commit returned; latencies are measured from then.
 	Committed func(at time.Time, ids []uuid.UUID)

@@ -107,6 +107,7 @@ func (c relayerPath) New(ctx context.Context, env Env) (Instance, error) {
 		opts.DisableDirect, opts.DisableOrdered = true, true
 	case PathOrdered:
 		opts.DisableDirect, opts.OrderedWorkers = true, c.workers
+		opts.Ordered.BatchSize = env.OrderedBatchSize
 	case PathOrderedRemote, PathOrderedWoken:
 		opts.DisableDirect, opts.OrderedWorkers = true, c.workers
 		if c.path == PathOrderedWoken {

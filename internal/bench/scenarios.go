@@ -84,6 +84,7 @@ func (r *runner) env(ctx context.Context, sink *sink, committed func(time.Time, 
 	r.next++
 	env := Env{DB: r.cfg.DB, Schema: r.cfg.Schema, Prefix: fmt.Sprintf("b%d_", r.next), Destination: r.cfg.Destination,
 		Sink: sink, Body: newPayload(r.cfg.BodySize, 0, false).(event).body, Producers: r.cfg.Producers, Committed: committed,
+		OrderedBatchSize: r.cfg.OrderedBatchSize,
 		Headers: []headers.Header{
 			{Name: "bench-producer", Value: []byte("0")},
 			{Name: "bench-run", Value: []byte(r.cfg.Schema)},
