@@ -141,6 +141,8 @@ type orderedWorker struct {
 	// aside is the destinations set aside as slow or unavailable; a runner
 	// shares one among its workers.
 	aside *setAside
+	// cursors are where the next read of each lane starts.
+	cursors laneCursors
 }
 
 // newOrdered builds an ordered worker on core, with opts and the outbox's

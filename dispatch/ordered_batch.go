@@ -91,7 +91,13 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 		return buf, res, end("ROLLBACK")
 	}
 	now := o.clock.now()
-	buf, err = st.ReadLaneHeads(ctx, buf, held, o.opts.BatchSize)
+	from := o.cursors.from(held)
+	defer func() {
+		if err != nil {
+			o.cursors.forget(held)
+		}
+	}()
+	buf, reads, err := st.ReadLanes(ctx, buf, from, o.opts.BatchSize)
 	if err != nil {
 		return buf, res, err
 	}
@@ -116,6 +122,7 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	if err := end("COMMIT"); err != nil {
 		return buf, res, err
 	}
+	o.cursors.advance(from, reads, buf, parts)
 	o.logFailures(parts) // once they are recorded for good
 	o.stats.deleted.Add(uint64(sentIn(parts)))
 	return buf, done, nil

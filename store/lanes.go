@@ -71,25 +71,15 @@ func (s *Store) ProbeLanes(ctx context.Context, lanes []int, token uuid.UUID) ([
 }
 
 // ReadLaneHeads appends to dst[:0], in one statement, the first limit rows
-// of each of lanes, lane after lane in ascending order, each lane's in id
-// order: rows that are not parked and whose key has no parked row, whether
-// due and unclaimed or not. The caller sends only the prefix before the
-// first row it may not send yet, so that no row overtakes its head. A row
-// whose stored headers do not decode is returned with [Row.Corrupt] set
-// rather than failing the read: one bad row must not stop its lane's other
-// keys.
+// of each of lanes, read from the lane's start: [Store.ReadLanes] with new
+// cursors.
 func (s *Store) ReadLaneHeads(ctx context.Context, dst []Row, lanes []int, limit int) ([]Row, error) {
-	if limit <= 0 {
-		return dst[:0], fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	from := make([]LaneCursor, len(lanes))
+	for i, l := range lanes {
+		from[i] = NewLaneCursor(l)
 	}
-	if len(lanes) == 0 {
-		return dst[:0], nil
-	}
-	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, intArray(lanes), limit)
-	if err != nil {
-		return dst[:0], wrap(ctx, "read lane heads", err)
-	}
-	return s.scanRowsKeepingCorrupt(ctx, "read lane heads", rows, dst[:0], true)
+	rows, _, err := s.ReadLanes(ctx, dst, from, limit)
+	return rows, err
 }
 
 // AcquireLaneLeases is [Store.AcquireLease] for the leases of several lanes

@@ -260,10 +260,12 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 	)
 	pkey := s.opts.TablePrefix + "outbox_pkey"
 	laneIdx := s.opts.TablePrefix + "outbox_lane_pending_idx"
+	xactIdx := s.opts.TablePrefix + "outbox_lane_xact_idx"
 	// value is what a plan made for the arguments, not generically, shows.
 	statements := []struct{ name, sql, args, index, value string }{
 		{"laneProbe", s.q.laneProbe, `'{0,1,2,3}', ` + token, laneIdx, "{0,1,2,3}"},
-		{"laneHeads", s.q.laneHeads, `'{0,1,2,3}', 100`, laneIdx, "{0,1,2,3}"},
+		{"laneHeads", s.q.laneHeads, laneRead4, laneIdx, "{0,1,2,3}"},
+		{"laneHeadsXact", s.q.laneHeads, laneRead4, xactIdx, "{0,1,2,3}"},
 		{"laneDelete", s.q.laneDelete, ids + ", " + token, pkey, "0190a000"},
 		{"laneFail", s.q.laneFail, ids + ", " + texts + ", '{NULL,NULL}', " + token, pkey, "0190a000"},
 		{"lanePark", s.q.lanePark, ids + ", " + texts + ", " + token, pkey, "0190a000"},
@@ -354,7 +356,8 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				{"fail", s.q.fail, id + ", " + id + ", 'e', " + now, pkey},
 				{"claimBatch", s.q.claimBatch, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
 				{"takeIDs", s.q.takeIDs, ids.String() + ", " + now, pkey},
-				{"laneHeads", s.q.laneHeads, `'{3}', 100`, laneIdx},
+				{"laneHeads", s.q.laneHeads, laneRead1, laneIdx},
+				{"laneHeadsXact", s.q.laneHeads, laneRead1, s.opts.TablePrefix + "outbox_lane_xact_idx"},
 				{"readLane", s.q.readLane, "3, " + id + ", " + now + ", 100", laneIdx},
 				{"laneProbe", s.q.laneProbe, `'{0,1,2,3}', ` + id, laneIdx},
 			}
@@ -374,6 +377,14 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 		})
 	}
 }
+
+// Arguments of laneHeads, the lanes read from cursors: four lanes, and one.
+const (
+	laneRead4 = `'{0,1,2,3}', '{0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000000,` +
+		`0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000000}', '{1000,1000,1000,1000}', ` +
+		`'{"{900}","{900}","{}","{}"}', '{NULL,NULL,NULL,NULL}', '{NULL,NULL,NULL,NULL}', 100`
+	laneRead1 = `'{3}', '{0190a000-0000-7000-8000-000000000000}', '{1000}', '{"{900}"}', '{NULL}', '{NULL}', 100`
+)
 
 // longArray matches the id arrays in a plan, shortened in failure reports.
 var longArray = regexp.MustCompile(`'\{[^}]{200,}\}'`)

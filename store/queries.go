@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/google/uuid"
 )
 
 // queries holds every statement of one outbox, built once from validated names.
@@ -205,17 +207,52 @@ WHERE (h.deliver_at IS NULL OR h.deliver_at <= now())
   AND (h.claimed_until IS NULL OR h.claimed_until <= now())
   AND (ls.name IS NULL OR ls.owner_token = $2 OR ls.expires_at <= now())
 ORDER BY l.lane`,
-		// The head rows of one lane in id order, due or not, claimed or not: the
-		// caller admits the prefix before the first row it may not send yet, so
-		// no row ever overtakes its head.
-		// the head rows of several lanes at once: each lane's head rows in id
-		// order, lane after lane.
-		laneHeads: `SELECT h.* FROM unnest($1::integer[]) AS l(lane)
+		// The head rows of lanes, each lane's in id order, lane after lane,
+		// due or not, claimed or not: the caller admits the prefix before
+		// the first row it may not send yet, so no row ever overtakes its
+		// head. Each lane is read from its cursor (see LaneCursor): the
+		// rows after the cursor's id that its snapshot saw, from the lane
+		// index, and the rows that snapshot did not see (xact_id at or past
+		// its xmax, or among its in-progress ids), from the xact index,
+		// whatever their id; then the first $7 of them in id order. A lane
+		// is read from its start when it has no cursor, when its lease
+		// changed hands since the cursor was made (acquired_at differs), or
+		// when the cursor's retry time has passed: a key held by a retry
+		// hides its rows from reads, so rows at or before the cursor may
+		// have come back. Every row carries the statement's snapshot, the
+		// lane's lease acquired_at, and its earliest retry time still to
+		// come, on the database clock the held-key test uses.
+		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry
+FROM unnest($1::integer[], $2::text::uuid[], $3::text::xid8[], $4::text[], $5::text::timestamptz[], $6::text::timestamptz[])
+    AS l(lane, after, xmax, xip, retry, since)
+CROSS JOIN LATERAL (SELECT
+    (SELECT ls.acquired_at FROM ` + n.Leases + ` AS ls WHERE ls.name = '` + laneLeasePrefix + `' || l.lane) AS since,
+    (SELECT min(p.retry_at) FILTER (WHERE p.parked_at IS NULL AND p.retry_at > now()) FROM ` + n.Outbox + ` AS p
+        WHERE p.lane = l.lane AND p.lane IS NOT NULL AND (p.parked_at IS NOT NULL OR p.retry_at > now())) AS next_retry
+    OFFSET 0) AS s
+CROSS JOIN LATERAL (SELECT
+    CASE WHEN k.keep THEN l.after END AS after,
+    CASE WHEN k.keep THEN l.xmax END AS xmax,
+    CASE WHEN k.keep THEN l.xip::xid8[] END AS xip
+    FROM (SELECT s.since = l.since AND (l.retry IS NULL OR l.retry > now()) AS keep) AS k) AS c
 CROSS JOIN LATERAL (
-    SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
+    (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
+      AND o.id > coalesce(c.after, '` + uuid.Nil.String() + `')
+      AND (o.xact_id >= c.xmax OR o.xact_id = ANY(c.xip)) IS NOT TRUE
       AND ` + unheld(n.Outbox) + `
-    ORDER BY o.id LIMIT $2) AS h
+    ORDER BY o.id LIMIT $7)
+    UNION ALL
+    (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
+    WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL AND o.xact_id >= c.xmax
+      AND ` + unheld(n.Outbox) + `)
+    UNION ALL
+    (SELECT y.* FROM unnest(c.xip) AS x(xact_id)
+    CROSS JOIN LATERAL (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
+        WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL AND o.xact_id = x.xact_id
+          AND ` + unheld(n.Outbox) + `
+        OFFSET 0) AS y)
+    ORDER BY id LIMIT $7) AS h
 ORDER BY h.lane, h.id`,
 		// acquireLease for several lanes at once, in lane order, so that two
 		// callers whose lanes overlap lock the lease rows in the same order

@@ -172,22 +172,41 @@ FROM ` + n.Outbox + ` AS o
 WHERE ` + parkedMatch + `
 ORDER BY o.parked_at, o.id LIMIT $7`,
 		// The key's head becomes eligible again with its attempts from zero;
-		// its later rows follow it in order.
-		retryParked: `UPDATE ` + n.Outbox + ` AS o SET parked_at = NULL, attempts = 0, retry_at = NULL
-WHERE ` + parkedMatch,
+		// its later rows follow it in order. The head and the rows behind
+		// it are stamped with this transaction's id, as if written now, so
+		// that workers reading the lane from a cursor find them (see
+		// cursor.go). It returns the heads released.
+		retryParked: `WITH heads AS (
+    UPDATE ` + n.Outbox + ` AS o SET parked_at = NULL, attempts = 0, retry_at = NULL, xact_id = pg_current_xact_id()
+    WHERE ` + parkedMatch + `
+    RETURNING o.lane, o.ordering_key),
+behind AS (
+    ` + stampBehind(n, "heads") + `)
+SELECT count(*) FROM heads`,
 		// The parked head moves to the dead letters; the key's later rows,
 		// never parked themselves, are released by its absence.
 		skipHead: `WITH head AS (
     DELETE FROM ` + n.Outbox + ` WHERE id = (
         SELECT o.id FROM ` + n.Outbox + ` AS o WHERE ` + parkedMatch + `
         ORDER BY o.id LIMIT 1 FOR UPDATE)
-    RETURNING *)
+    RETURNING *),
+behind AS (
+    ` + stampBehind(n, "head") + `)
 ` + insertDead + `
 SELECT id, message_type, transport, destination, body, headers, ordering_key, lane, created_at, deliver_at,
     trace_parent, trace_state, attempts, last_error, '` + ReasonSkipped + `' FROM head
 ON CONFLICT (id) DO UPDATE SET reason = EXCLUDED.reason, attempts = EXCLUDED.attempts,
     last_error = EXCLUDED.last_error, dead_at = now()`,
 	}
+}
+
+// stampBehind is the UPDATE that stamps the pending rows of the keys in the
+// relation keys (lane, ordering_key), released from behind a parked head,
+// with the releasing transaction's id (see cursor.go).
+func stampBehind(n names, keys string) string {
+	return `UPDATE ` + n.Outbox + ` AS w SET xact_id = pg_current_xact_id()
+    FROM (SELECT DISTINCT lane, ordering_key FROM ` + keys + `) AS k
+    WHERE w.lane = k.lane AND w.ordering_key = k.ordering_key AND w.lane IS NOT NULL AND w.parked_at IS NULL`
 }
 
 // prefixed qualifies each column of a comma-separated list with p.
@@ -330,7 +349,7 @@ func (s *Store) RetryParked(ctx context.Context, f ParkedFilter) (int64, error) 
 	if err != nil {
 		return 0, err
 	}
-	return s.affected(ctx, "retry parked", s.rdq.retryParked, args...)
+	return s.count(ctx, "retry parked", s.rdq.retryParked, args...)
 }
 
 // SkipParkedHead moves the parked head of key to the dead letters (reason

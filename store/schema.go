@@ -125,6 +125,25 @@ CREATE TABLE IF NOT EXISTS ` + n.Pauses + ` (
 		SQL: `CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_failed_idx") + ` ON ` + n.Outbox + ` (transport, destination)
     WHERE parked_at IS NOT NULL OR retry_at IS NOT NULL;
 `,
+	}, {
+		Version: 4,
+		Name:    "the transaction that made each row eligible (xact_id), indexed by lane",
+		// xact_id is the id of the transaction that inserted the row, or
+		// that last released it from behind a parked key. An ordered
+		// worker reads a lane it keeps holding from where its last read
+		// ended, plus the rows whose xact_id that read's snapshot did not
+		// see, so that its reads do not walk the dead index entries of the
+		// rows it already delivered (see lanes.go). The column is added
+		// without a default and given one afterwards, which rewrites
+		// nothing: rows older than this step keep NULL, which every later
+		// snapshot sees. The index holds only rows with an xact_id, so that
+		// no statement that does not test it can pick it over the lane
+		// index, whatever the statistics say.
+		SQL: `ALTER TABLE ` + n.Outbox + ` ADD COLUMN IF NOT EXISTS xact_id xid8;
+ALTER TABLE ` + n.Outbox + ` ALTER COLUMN xact_id SET DEFAULT pg_current_xact_id();
+CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outbox + ` (lane, xact_id)
+    WHERE lane IS NOT NULL AND parked_at IS NULL AND xact_id IS NOT NULL;
+`,
 	}}
 }
 

@@ -1,0 +1,140 @@
+package dispatch
+
+import (
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/store"
+)
+
+// laneCursors are where an ordered worker's next read of each lane starts
+// (see store.LaneCursor): a lane it keeps holding is read from past the rows
+// it already delivered, not from the lane's first index entry, so that the
+// dead entries those rows leave behind cost nothing while an old snapshot
+// keeps vacuum from removing them. A cursor made under a lease the worker no
+// longer holds is harmless: the read checks the lease and starts from the
+// lane's start. Batches of different lanes use it at once.
+type laneCursors struct {
+	mu sync.Mutex
+	at map[int]store.LaneCursor
+}
+
+// from returns the cursors of lanes, in lanes' order.
+func (c *laneCursors) from(lanes []int) []store.LaneCursor {
+	out := make([]store.LaneCursor, len(lanes))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, l := range lanes {
+		cur, ok := c.at[l]
+		if !ok {
+			cur = store.NewLaneCursor(l)
+		}
+		out[i] = cur
+	}
+	return out
+}
+
+// forget drops the cursors of lanes: their next read starts from the lane's
+// start. A batch that ended in an error, whose outcome is unknown, forgets
+// its lanes.
+func (c *laneCursors) forget(lanes []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range lanes {
+		delete(c.at, l)
+	}
+}
+
+// advance moves the cursors of a committed batch's lanes past what it
+// settled: from holds the cursors the batch read from, reads what the read
+// learned, heads the rows it read (each lane's contiguous, in id order),
+// and parts what became of the rows it admitted.
+func (c *laneCursors) advance(from []store.LaneCursor, reads []store.LaneRead, heads []store.Row, parts []laneBatch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at == nil {
+		c.at = map[int]store.LaneCursor{}
+	}
+	byLane := make(map[int]*laneBatch, len(parts))
+	for i := range parts {
+		byLane[parts[i].lane] = &parts[i]
+	}
+	next := 0 // index into from, both in lane order
+	rest := heads
+	for _, r := range reads {
+		for next < len(from) && from[next].Lane != r.Lane {
+			next++
+		}
+		if next == len(from) {
+			return // not one of the batch's lanes: cannot happen
+		}
+		rows := rest[:r.Rows]
+		rest = rest[r.Rows:]
+		gone, retryAt := settled(rows, byLane[r.Lane])
+		c.at[r.Lane] = from[next].Advance(r, rows, gone, retryAt)
+	}
+}
+
+// settled returns how many of a lane's head rows, from the first, left
+// reads for good in a batch that committed with p (nil: none admitted), and
+// the earliest retry time it recorded for the lane. A row is gone when it
+// was sent (deleted), moved to the dead letters, parked, or recorded as
+// failed with a retry time, and when its key is held from then on by such
+// a failure of an earlier row; a row that waits untouched (its destination
+// down or set aside, cut for want of time, not admitted) is not.
+func settled(rows []store.Row, p *laneBatch) (gone int, retryAt time.Time) {
+	if p == nil {
+		return 0, time.Time{}
+	}
+	held := map[string]bool{}
+	for _, f := range p.failures {
+		switch {
+		case f.row != nil: // buried: its key is not held
+		case f.park:
+			held[keyOf(p, f.ID)] = true
+		case !f.RetryAt.IsZero():
+			held[keyOf(p, f.ID)] = true
+			if retryAt.IsZero() || f.RetryAt.Before(retryAt) {
+				retryAt = f.RetryAt
+			}
+		}
+	}
+	for gone < len(rows) && gone < len(p.rows) {
+		r := &p.rows[gone]
+		switch p.outcomes[gone] {
+		case rowSent:
+		case rowFailed:
+			if !held[r.Key] && !buried(p, r) {
+				return gone, retryAt // failed, but eligible again at once
+			}
+		default:
+			if !held[r.Key] {
+				return gone, retryAt
+			}
+		}
+		gone++
+	}
+	return gone, retryAt
+}
+
+// keyOf returns the key of the row of p with id.
+func keyOf(p *laneBatch, id uuid.UUID) string {
+	for i := range p.rows {
+		if p.rows[i].ID == id {
+			return p.rows[i].Key
+		}
+	}
+	return ""
+}
+
+// buried reports whether r's failure moved it to the dead letters.
+func buried(p *laneBatch, r *store.Row) bool {
+	for _, f := range p.failures {
+		if f.ID == r.ID {
+			return f.row != nil
+		}
+	}
+	return false
+}

@@ -1,0 +1,85 @@
+package dispatch
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// TestSettledCountsRowsGoneFromReads checks which of a lane's head rows a
+// committed batch took out of reads for good, from the first: the cursor
+// may pass those and no others.
+func TestSettledCountsRowsGoneFromReads(t *testing.T) {
+	t.Parallel()
+	retry := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	rows := func(keys ...string) []store.Row {
+		out := make([]store.Row, len(keys))
+		for i, k := range keys {
+			out[i] = store.Row{Message: relayer.Message{ID: uuid.New(), Key: k}}
+		}
+		return out
+	}
+	fail := func(r store.Row, at time.Time) laneFailure {
+		return laneFailure{Failure: store.Failure{ID: r.ID, RetryAt: at}}
+	}
+	for _, tc := range []struct {
+		name      string
+		read      []store.Row
+		admitted  int
+		outcomes  []rowOutcome
+		failures  func(rs []store.Row) []laneFailure
+		gone      int
+		wantRetry bool
+	}{{
+		name: "all sent", read: rows("a", "b", "a"), admitted: 3,
+		outcomes: []rowOutcome{rowSent, rowSent, rowSent}, gone: 3,
+	}, {
+		name: "a row not admitted stops it", read: rows("a", "b", "c"), admitted: 2,
+		outcomes: []rowOutcome{rowSent, rowSent}, gone: 2,
+	}, {
+		name: "a key that waits untouched stops it", read: rows("a", "b", "c"), admitted: 3,
+		outcomes: []rowOutcome{rowSent, rowUntouched, rowSent}, gone: 1,
+	}, {
+		name: "a failure with a retry time hides its key", read: rows("a", "b", "a", "c"), admitted: 4,
+		outcomes: []rowOutcome{rowFailed, rowSent, rowUntouched, rowSent}, gone: 4, wantRetry: true,
+		failures: func(rs []store.Row) []laneFailure { return []laneFailure{fail(rs[0], retry)} },
+	}, {
+		name: "a failure to retry at once hides nothing", read: rows("a", "b"), admitted: 2,
+		outcomes: []rowOutcome{rowFailed, rowSent}, gone: 0,
+		failures: func(rs []store.Row) []laneFailure { return []laneFailure{fail(rs[0], time.Time{})} },
+	}, {
+		name: "a parked row hides its key", read: rows("a", "a", "b"), admitted: 3,
+		outcomes: []rowOutcome{rowFailed, rowUntouched, rowSent}, gone: 3,
+		failures: func(rs []store.Row) []laneFailure {
+			f := fail(rs[0], time.Time{})
+			f.park = true
+			return []laneFailure{f}
+		},
+	}, {
+		name: "a buried row is gone but its key is not held", read: rows("a", "a", "b"), admitted: 3,
+		outcomes: []rowOutcome{rowFailed, rowUntouched, rowSent}, gone: 1,
+		failures: func(rs []store.Row) []laneFailure {
+			f := fail(rs[0], retry)
+			f.row = &rs[0]
+			return []laneFailure{f}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &laneBatch{rows: tc.read[:tc.admitted], outcomes: tc.outcomes}
+			if tc.failures != nil {
+				p.failures = tc.failures(tc.read)
+			}
+			gone, retryAt := settled(tc.read, p)
+			if gone != tc.gone || retryAt.Equal(retry) != tc.wantRetry {
+				t.Errorf("settled = %d, %v; want %d, retry %v", gone, retryAt, tc.gone, tc.wantRetry)
+			}
+		})
+	}
+	if gone, _ := settled(rows("a"), nil); gone != 0 {
+		t.Errorf("settled of a lane with nothing admitted = %d, want 0", gone)
+	}
+}

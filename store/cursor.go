@@ -1,0 +1,201 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Lane cursors. Delivered rows leave dead entries in the lane index until
+// vacuum removes them, and vacuum cannot while any snapshot older than the
+// deletes is open (a long report, a forgotten transaction). A read that
+// starts at the lane's first entry walks all of them, so that every batch
+// costs more the longer the snapshot is held. A worker that keeps holding a
+// lane therefore reads it from a cursor instead: the rows after the last row
+// it delivered that its previous read's snapshot saw, plus every row that
+// snapshot did not see, found through the xact index (rows carry the id of
+// the transaction that made them eligible; see the fourth migration).
+//
+// What makes this exact is the cursor's invariant: every row of the lane
+// that the cursor's snapshot saw, with an id at or below the cursor's, is
+// gone from reads: deleted, or hidden behind its key's recorded failure.
+// Rows hidden by a retry come back when the retry time passes; the cursor
+// keeps the lane's earliest one, and the read starts from the lane's first
+// entry once it has passed. Rows hidden behind a parked key come back when
+// an operator releases the key, which stamps them with the releasing
+// transaction's id, so that every later snapshot's read finds them. A read
+// also starts from the first entry whenever the lease changed hands since
+// the cursor was made, since another holder may have changed the lane.
+
+// LaneCursor is where an ordered worker's next read of one lane starts: what
+// its previous read of the lane, under the same lease, saw. The zero value
+// but for Lane reads the lane from its start. Make one with [NewLaneCursor]
+// and advance it with [LaneCursor.Advance] once the reading transaction has
+// committed.
+type LaneCursor struct {
+	Lane  int
+	after uuid.UUID // rows the snapshot saw, with ids up to after, are gone
+	xmax  string    // the snapshot's xmax, "" for none
+	xip   string    // its in-progress ids as an array literal
+	retry time.Time // the lane's earliest retry time to come; zero: none
+	since time.Time // acquired_at of the lease the cursor was made under
+}
+
+// NewLaneCursor returns a cursor that reads lane from its start.
+func NewLaneCursor(lane int) LaneCursor { return LaneCursor{Lane: lane} }
+
+// LaneRead is what a cursor read learned about one lane besides its rows.
+type LaneRead struct {
+	Lane int
+	// Rows is how many rows the read returned for the lane, the lane's
+	// rows in the result being contiguous and in id order.
+	Rows  int
+	full  bool // Rows reached the read's limit
+	xmax  string
+	xip   string
+	retry time.Time
+	since time.Time
+}
+
+// Advance returns the cursor for the lane's next read, by the same lease
+// holder, once the transaction of read r has committed. rows are the
+// lane's rows r returned, in id order; gone is how many of them, from the
+// first, left reads for good in that transaction: sent and deleted, moved
+// to the dead letters, or hidden because their key failed (a row whose key
+// only waits, untouched, is not gone); retryAt is the earliest retry time
+// the transaction recorded for the lane, zero for none. A read that
+// returned no rows leaves the cursor as it was.
+func (c LaneCursor) Advance(r LaneRead, rows []Row, gone int, retryAt time.Time) LaneCursor {
+	if len(rows) == 0 || r.Lane != c.Lane {
+		return c
+	}
+	next := LaneCursor{Lane: c.Lane, xmax: r.xmax, xip: r.xip, retry: r.retry, since: r.since}
+	if !retryAt.IsZero() && (next.retry.IsZero() || retryAt.Before(next.retry)) {
+		next.retry = retryAt
+	}
+	switch {
+	case gone < len(rows):
+		next.after = before(rows[gone].ID)
+	case r.full:
+		next.after = rows[len(rows)-1].ID
+	default:
+		// The read returned every row it could see, and all are gone: any
+		// id past the last serves, the previous cursor's among them.
+		next.after = rows[len(rows)-1].ID
+		if bytes.Compare(c.after[:], next.after[:]) > 0 {
+			next.after = c.after
+		}
+	}
+	return next
+}
+
+// before returns the id just below id in uuid order (id - 1, as a 128-bit
+// big-endian number).
+func before(id uuid.UUID) uuid.UUID {
+	for i := len(id) - 1; i >= 0; i-- {
+		id[i]--
+		if id[i] != 0xff {
+			break
+		}
+	}
+	return id
+}
+
+// ReadLanes appends to dst[:0], in one statement, the first limit rows of
+// each lane of from, read from its cursor (see [LaneCursor]), lane after
+// lane in ascending order, each lane's in id order: rows that are not
+// parked and whose key has no parked row nor one waiting for its retry,
+// whether due and unclaimed or not. The caller sends only the prefix before
+// the first row it may not send yet, so that no row overtakes its head. A
+// row whose stored headers do not decode is returned with [Row.Corrupt] set
+// rather than failing the read: one bad row must not stop its lane's other
+// keys. It returns, for each lane that had rows, what the read learned, to
+// advance its cursor with. The caller must hold the lanes' leases in the
+// same transaction.
+func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, limit int) ([]Row, []LaneRead, error) {
+	if limit <= 0 {
+		return dst[:0], nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	}
+	if len(from) == 0 {
+		return dst[:0], nil, nil
+	}
+	var lanes, after, xmax, xip, retry, since arrayLiteral
+	for _, c := range from {
+		lanes.int(c.Lane, false)
+		after.uuid(c.after)
+		xmax.text(c.xmax, c.xmax == "")
+		xip.text(c.xip, c.xip == "")
+		retry.time(c.retry, c.retry.IsZero())
+		since.time(c.since, c.since.IsZero())
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, lanes.String(), after.String(), xmax.String(), xip.String(),
+		retry.String(), since.String(), limit)
+	if err != nil {
+		return dst[:0], nil, wrap(ctx, "read lanes", err)
+	}
+	defer rows.Close()
+	dst = dst[:0]
+	var (
+		reads     []LaneRead
+		sc        = rowScratch{freshBytes: s.freshBytes}
+		snap      sql.RawBytes
+		acquired  sql.NullTime
+		nextRetry sql.NullTime
+	)
+	for rows.Next() {
+		dst = append(dst, Row{})
+		r := &dst[len(dst)-1]
+		if err := sc.scanKeepingCorrupt(rows, r, &snap, &acquired, &nextRetry); err != nil {
+			return dst[:0], nil, wrap(ctx, "read lanes", err)
+		}
+		if n := len(reads); n > 0 && reads[n-1].Lane == r.Lane {
+			reads[n-1].Rows++
+			continue
+		}
+		read := LaneRead{Lane: r.Lane, Rows: 1}
+		if read.xmax, read.xip, err = parseSnapshot(snap); err != nil {
+			return dst[:0], nil, wrap(ctx, "read lanes", err)
+		}
+		if acquired.Valid {
+			read.since = acquired.Time.UTC()
+		}
+		if nextRetry.Valid {
+			read.retry = nextRetry.Time.UTC()
+		}
+		reads = append(reads, read)
+	}
+	if err := rows.Err(); err != nil {
+		// An interrupted read must never look like a short backlog.
+		return dst[:0], nil, wrap(ctx, "read lanes", err)
+	}
+	for i := range reads {
+		reads[i].full = reads[i].Rows >= limit
+	}
+	return dst, reads, wrap(ctx, "read lanes", rows.Close())
+}
+
+// parseSnapshot splits a pg_snapshot's text form, xmin:xmax:xip,... into
+// its xmax and its in-progress ids as an array literal.
+func parseSnapshot(b []byte) (xmax, xip string, err error) {
+	parts := bytes.Split(b, []byte{':'})
+	if len(parts) != 3 || len(parts[1]) == 0 {
+		return "", "", fmt.Errorf("unexpected snapshot %q", b)
+	}
+	for _, p := range [][]byte{parts[0], parts[1]} {
+		for _, c := range p {
+			if c < '0' || c > '9' {
+				return "", "", fmt.Errorf("unexpected snapshot %q", b)
+			}
+		}
+	}
+	for _, c := range parts[2] {
+		if (c < '0' || c > '9') && c != ',' {
+			return "", "", fmt.Errorf("unexpected snapshot %q", b)
+		}
+	}
+	return string(parts[1]), "{" + string(parts[2]) + "}", nil
+}
