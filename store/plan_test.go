@@ -303,7 +303,28 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 		if st.index == pkey && strings.Contains(plan, laneIdx) {
 			t.Errorf("%s on an ordered session walks the lane index:\n%s", st.name, plan)
 		}
+		if walksBelowCursor(plan, laneIdx) {
+			t.Errorf("%s on an ordered session walks the lane index below the cursor:\n%s", st.name, plan)
+		}
 	}
+}
+
+// walksBelowCursor reports whether plan reads the lane index idx for the rows
+// at or below a lane cursor (id <=), which is the region of dead entries
+// that cursor reads exist to skip: those rows must come from the xact index.
+func walksBelowCursor(plan, idx string) bool {
+	lines := strings.Split(plan, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, "using "+idx) && !strings.Contains(l, "on "+idx) {
+			continue
+		}
+		for _, next := range lines[i+1 : min(i+3, len(lines))] {
+			if strings.Contains(next, "Index Cond") && strings.Contains(next, "id <=") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestHotStatementsProbeWhateverTheStatistics plans every statement a worker
@@ -372,6 +393,9 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				}
 				if st.index == pkey && strings.Contains(plan, laneIdx) {
 					t.Errorf("%s walks the lane index instead of probing ids:\n%s", st.name, plan)
+				}
+				if walksBelowCursor(plan, laneIdx) {
+					t.Errorf("%s walks the lane index below the cursor:\n%s", st.name, plan)
 				}
 			}
 		})

@@ -221,7 +221,15 @@ ORDER BY l.lane`,
 		// hides its rows from reads, so rows at or before the cursor may
 		// have come back. Every row carries the statement's snapshot, the
 		// lane's lease acquired_at, and its earliest retry time still to
-		// come, on the database clock the held-key test uses.
+		// come, on the database clock the held-key test uses. The rows the
+		// snapshot did not see are kept to those at or before the cursor
+		// (later ones come from the lane index) inside the xact index, which
+		// holds ids in their binary form (uuid_send, which sorts as uuid
+		// does). Neither the lane index nor the primary key can serve these
+		// two reads (the former's predicate, parked_at IS NULL, is not
+		// stated: the held-key test already leaves parked rows out; the
+		// latter knows no uuid_send), so that no plan, whatever the
+		// statistics, walks the dead entries below the cursor.
 		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry
 FROM unnest($1::integer[], $2::text::uuid[], $3::text::xid8[], $4::text[], $5::text::timestamptz[], $6::text::timestamptz[])
     AS l(lane, after, xmax, xip, retry, since)
@@ -239,18 +247,15 @@ CROSS JOIN LATERAL (
     (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
       AND o.id > coalesce(c.after, '` + uuid.Nil.String() + `')
-      AND (o.xact_id >= c.xmax OR o.xact_id = ANY(c.xip)) IS NOT TRUE
       AND ` + unheld(n.Outbox) + `
     ORDER BY o.id LIMIT $7)
     UNION ALL
     (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
-    WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL AND o.xact_id >= c.xmax
-      AND ` + unheld(n.Outbox) + `)
+    WHERE o.lane = l.lane AND o.xact_id >= c.xmax AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `)
     UNION ALL
     (SELECT y.* FROM unnest(c.xip) AS x(xact_id)
     CROSS JOIN LATERAL (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
-        WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL AND o.xact_id = x.xact_id
-          AND ` + unheld(n.Outbox) + `
+        WHERE o.lane = l.lane AND o.xact_id = x.xact_id AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `
         OFFSET 0) AS y)
     ORDER BY id LIMIT $7) AS h
 ORDER BY h.lane, h.id`,

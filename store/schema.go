@@ -136,13 +136,14 @@ CREATE TABLE IF NOT EXISTS ` + n.Pauses + ` (
 		// rows it already delivered (see lanes.go). The column is added
 		// without a default and given one afterwards, which rewrites
 		// nothing: rows older than this step keep NULL, which every later
-		// snapshot sees. The index holds only rows with an xact_id, so that
-		// no statement that does not test it can pick it over the lane
-		// index, whatever the statistics say.
+		// snapshot sees. The index holds only ordered rows with an xact_id,
+		// so that no statement that does not test it can pick it over the
+		// lane index whatever the statistics say, and their ids in binary
+		// form (see the lane read in queries.go).
 		SQL: `ALTER TABLE ` + n.Outbox + ` ADD COLUMN IF NOT EXISTS xact_id xid8;
 ALTER TABLE ` + n.Outbox + ` ALTER COLUMN xact_id SET DEFAULT pg_current_xact_id();
-CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outbox + ` (lane, xact_id)
-    WHERE lane IS NOT NULL AND parked_at IS NULL AND xact_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outbox + ` (lane, xact_id, uuid_send(id))
+    WHERE lane IS NOT NULL AND xact_id IS NOT NULL;
 `,
 	}}
 }
