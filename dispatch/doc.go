@@ -133,7 +133,14 @@
 //     prefix before the first row that is not due or is claimed (a later row
 //     never overtakes its head); the admitted rows need no claim of their
 //     own, since the locked lease rows keep every other worker off them until
-//     the transaction ends, so a delivered row is written once, by its delete;
+//     the transaction ends, so a delivered row is written once, by its delete.
+//     A lane the worker keeps holding is read from a cursor (store.LaneCursor):
+//     past the rows it already settled, plus the rows its last read's snapshot
+//     did not see, whatever their ids, so that a read does not walk the dead
+//     index entries delivered rows leave behind, which vacuum cannot remove
+//     while a long transaction elsewhere holds an old snapshot. The read
+//     starts from the lane's first entry when the lease changed hands, and
+//     once a retry time of the lane's held keys has passed;
 //  3. send each lane's rows one by one; a row that fails (or whose headers
 //     do not decode) holds its key, whose later rows wait, while the lane's
 //     other keys go on in the same batch; no new row is admitted after a

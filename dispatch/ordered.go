@@ -45,10 +45,8 @@ type OrderedOptions struct {
 	PollInterval time.Duration
 	// BatchSize is the most rows a batch reads and sends per lane, 1 to
 	// 10,000. Default: 100. A batch holds up to 16 lanes' rows in memory at
-	// once. Larger values deliver a backlog in fewer reads of each lane,
-	// which counts most while a long transaction elsewhere keeps vacuum from
-	// removing delivered rows: each read of a lane passes over the lane's
-	// delivered rows that vacuum has not removed yet.
+	// once. Larger values deliver a backlog in fewer reads of each lane, at
+	// the cost of that memory and of longer transactions.
 	BatchSize int
 	// Concurrency is how many batches the worker runs at once, 1 to 64, each
 	// on a connection pinned from the pool for it (pinned on first use and

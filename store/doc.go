@@ -48,7 +48,10 @@
 //     lost connection rolls the take back and every row is there again.
 //   - Lanes, for ordered rows: a transaction takes or renews the leases of
 //     the lanes it runs in one statement ([Store.AcquireLaneLeases]), reads
-//     their heads ([Store.ReadLaneHeads]), sends the admitted prefixes, and
+//     their heads ([Store.ReadLanes], each lane from its [LaneCursor], which
+//     [LaneCursor.Advance] moves past what the transaction settled once it
+//     commits; [Store.ReadLaneHeads] reads from the lanes' starts), sends the
+//     admitted prefixes, and
 //     settles them with [Store.DeleteLaneRows], [Store.FailLaneRows],
 //     [Store.ParkLaneRows] and [Store.Bury] before committing. The locked
 //     lease rows keep every other worker off the lanes' rows until then, so
@@ -110,8 +113,16 @@
 // dead index entries at the head of the pending indexes. The migration sets the
 // table's autovacuum thresholds to a fixed 5,000 changed rows instead of a share
 // of the table, so that vacuum and analyze keep pace with a busy queue. A long
-// transaction anywhere in the database keeps dead entries from being removed;
-// keep transactions short on a database that hosts an outbox.
+// transaction anywhere in the database keeps dead entries from being removed.
+// Ordered workers read the lanes they keep holding from a [LaneCursor], which
+// passes over the dead entries of the rows they delivered: each row records
+// the transaction that made it eligible (xact_id, migration 4), so that a read
+// finds every row its previous read's snapshot did not see, whatever its id,
+// in a small index of its own. A transaction that holds a snapshot without
+// writing (a report) costs those reads nothing; one that wrote and stays open
+// costs one index probe per lane. Takes of unordered rows, reads from a
+// lane's start (after a lease changes hands) and probes still walk dead
+// entries: keep transactions short on a database that hosts an outbox.
 //
 // The outbox table is created with fillfactor 50: a claim updates only columns
 // no index covers, and with room left on each page PostgreSQL makes that a
