@@ -29,7 +29,9 @@ import (
 // an operator releases the key, which stamps them with the releasing
 // transaction's id, so that every later snapshot's read finds them. A read
 // also starts from the first entry whenever the lease changed hands since
-// the cursor was made, since another holder may have changed the lane.
+// the cursor was made, since another holder may have changed the lane, and
+// whenever the database server restarted or recovered from a crash, which may
+// have lost the last of the workers' asynchronous commits.
 
 // LaneCursor is where an ordered worker's next read of one lane starts: what
 // its previous read of the lane, under the same lease, saw. The zero value
@@ -43,6 +45,10 @@ type LaneCursor struct {
 	xip   string    // its in-progress ids as an array literal
 	retry time.Time // the lane's earliest retry time to come; zero: none
 	since time.Time // acquired_at of the lease the cursor was made under
+	// server is the life of the database server the cursor was made in: a
+	// crash may lose the last commits of the workers' asynchronous commits,
+	// bringing back rows the cursor passed.
+	server string
 }
 
 // NewLaneCursor returns a cursor that reads lane from its start.
@@ -57,8 +63,9 @@ type LaneRead struct {
 	full  bool // Rows reached the read's limit
 	xmax  string
 	xip   string
-	retry time.Time
-	since time.Time
+	retry  time.Time
+	since  time.Time
+	server string
 }
 
 // Advance returns the cursor for the lane's next read, by the same lease
@@ -73,7 +80,7 @@ func (c LaneCursor) Advance(r LaneRead, rows []Row, gone int, retryAt time.Time)
 	if len(rows) == 0 || r.Lane != c.Lane {
 		return c
 	}
-	next := LaneCursor{Lane: c.Lane, xmax: r.xmax, xip: r.xip, retry: r.retry, since: r.since}
+	next := LaneCursor{Lane: c.Lane, xmax: r.xmax, xip: r.xip, retry: r.retry, since: r.since, server: r.server}
 	if !retryAt.IsZero() && (next.retry.IsZero() || retryAt.Before(next.retry)) {
 		next.retry = retryAt
 	}
@@ -123,7 +130,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 	if len(from) == 0 {
 		return dst[:0], nil, nil
 	}
-	var lanes, after, xmax, xip, retry, since arrayLiteral
+	var lanes, after, xmax, xip, retry, since, server arrayLiteral
 	for _, c := range from {
 		lanes.int(c.Lane, false)
 		after.uuid(c.after)
@@ -131,9 +138,10 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		xip.text(c.xip, c.xip == "")
 		retry.time(c.retry, c.retry.IsZero())
 		since.time(c.since, c.since.IsZero())
+		server.text(c.server, c.server == "")
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, lanes.String(), after.String(), xmax.String(), xip.String(),
-		retry.String(), since.String(), limit)
+		retry.String(), since.String(), server.String(), limit)
 	if err != nil {
 		return dst[:0], nil, wrap(ctx, "read lanes", err)
 	}
@@ -145,11 +153,12 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		snap      sql.RawBytes
 		acquired  sql.NullTime
 		nextRetry sql.NullTime
+		life      sql.RawBytes
 	)
 	for rows.Next() {
 		dst = append(dst, Row{})
 		r := &dst[len(dst)-1]
-		if err := sc.scanKeepingCorrupt(rows, r, &snap, &acquired, &nextRetry); err != nil {
+		if err := sc.scanKeepingCorrupt(rows, r, &snap, &acquired, &nextRetry, &life); err != nil {
 			return dst[:0], nil, wrap(ctx, "read lanes", err)
 		}
 		if n := len(reads); n > 0 && reads[n-1].Lane == r.Lane {
@@ -166,6 +175,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		if nextRetry.Valid {
 			read.retry = nextRetry.Time.UTC()
 		}
+		read.server = string(life)
 		reads = append(reads, read)
 	}
 	if err := rows.Err(); err != nil {

@@ -80,6 +80,15 @@ func unheld(outbox string) string {
             AND (p.parked_at IS NOT NULL OR p.retry_at > now()))`
 }
 
+// serverLife names one life of the database server: it changes when the
+// server restarts, and when it recovers from a crash without restarting
+// (the cumulative statistics are discarded then, which resets the
+// background writer's). A crash can lose the last commits of the workers'
+// sessions, which commit asynchronously (see TuneWorkerConn): rows a lane
+// cursor passed as delivered may be back, so a cursor made in another life
+// of the server reads its lane from the start.
+const serverLife = `pg_postmaster_start_time()::text || ' ' || coalesce(pg_stat_get_bgwriter_stat_reset_time()::text, '')`
+
 // laneOwner fences a write to outbox rows o by the lease ls of their lane:
 // held by the token in parameter token.
 func laneOwner(token string) string {
@@ -221,7 +230,8 @@ ORDER BY l.lane`,
 		// hides its rows from reads, so rows at or before the cursor may
 		// have come back. Every row carries the statement's snapshot, the
 		// lane's lease acquired_at, and its earliest retry time still to
-		// come, on the database clock the held-key test uses. The rows the
+		// come, on the database clock the held-key test uses, and the life
+		// of the server (see serverLife), since a cursor cannot outlive it. The rows the
 		// snapshot did not see are kept to those at or before the cursor
 		// (later ones come from the lane index) inside the xact index, which
 		// holds ids in their binary form (uuid_send, which sorts as uuid
@@ -230,11 +240,12 @@ ORDER BY l.lane`,
 		// stated: the held-key test already leaves parked rows out; the
 		// latter knows no uuid_send), so that no plan, whatever the
 		// statistics, walks the dead entries below the cursor.
-		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry
-FROM unnest($1::integer[], $2::text::uuid[], $3::text::xid8[], $4::text[], $5::text::timestamptz[], $6::text::timestamptz[])
-    AS l(lane, after, xmax, xip, retry, since)
+		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server
+FROM unnest($1::integer[], $2::text::uuid[], $3::text::xid8[], $4::text[], $5::text::timestamptz[], $6::text::timestamptz[],
+    $7::text[]) AS l(lane, after, xmax, xip, retry, since, server)
 CROSS JOIN LATERAL (SELECT
     (SELECT ls.acquired_at FROM ` + n.Leases + ` AS ls WHERE ls.name = '` + laneLeasePrefix + `' || l.lane) AS since,
+    ` + serverLife + ` AS server,
     (SELECT min(p.retry_at) FILTER (WHERE p.parked_at IS NULL AND p.retry_at > now()) FROM ` + n.Outbox + ` AS p
         WHERE p.lane = l.lane AND p.lane IS NOT NULL AND (p.parked_at IS NOT NULL OR p.retry_at > now())) AS next_retry
     OFFSET 0) AS s
@@ -242,13 +253,13 @@ CROSS JOIN LATERAL (SELECT
     CASE WHEN k.keep THEN l.after END AS after,
     CASE WHEN k.keep THEN l.xmax END AS xmax,
     CASE WHEN k.keep THEN l.xip::xid8[] END AS xip
-    FROM (SELECT s.since = l.since AND (l.retry IS NULL OR l.retry > now()) AS keep) AS k) AS c
+    FROM (SELECT s.since = l.since AND s.server = l.server AND (l.retry IS NULL OR l.retry > now()) AS keep) AS k) AS c
 CROSS JOIN LATERAL (
     (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
       AND o.id > coalesce(c.after, '` + uuid.Nil.String() + `')
       AND ` + unheld(n.Outbox) + `
-    ORDER BY o.id LIMIT $7)
+    ORDER BY o.id LIMIT $8)
     UNION ALL
     (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.xact_id >= c.xmax AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `)
@@ -257,7 +268,7 @@ CROSS JOIN LATERAL (
     CROSS JOIN LATERAL (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
         WHERE o.lane = l.lane AND o.xact_id = x.xact_id AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `
         OFFSET 0) AS y)
-    ORDER BY id LIMIT $7) AS h
+    ORDER BY id LIMIT $8) AS h
 ORDER BY h.lane, h.id`,
 		// acquireLease for several lanes at once, in lane order, so that two
 		// callers whose lanes overlap lock the lease rows in the same order

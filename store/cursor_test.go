@@ -1,0 +1,69 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+)
+
+// TestLaneCursorOfAnotherServerLifeReadsFromTheStart checks that a cursor
+// made before the database server restarted or recovered from a crash is
+// not trusted: the crash may have lost the asynchronous commit that
+// delivered the rows it passed, which are then back.
+func TestLaneCursorOfAnotherServerLifeReadsFromTheStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, s := emptyAnalyzedOutbox(t)
+	msgs := make([]relayer.Message, 3)
+	for i := range msgs {
+		msgs[i] = relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "t", Transport: "x", Destination: "d",
+			Body: []byte("b"), Key: "k", Ordered: true, Lane: 0}
+	}
+	if err := s.Insert(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	token := uuid.New()
+	read := func(from LaneCursor) ([]Row, []LaneRead) {
+		t.Helper()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		st, _ := s.With(tx)
+		if _, err := st.AcquireLaneLeases(ctx, []int{0}, "t", token, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		rows, reads, err := st.ReadLanes(ctx, nil, []LaneCursor{from}, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return rows, reads
+	}
+	rows, reads := read(NewLaneCursor(0))
+	if len(rows) != 3 || len(reads) != 1 || reads[0].server == "" {
+		t.Fatalf("first read = %d rows, %+v", len(rows), reads)
+	}
+	// As if the first two had been delivered: the cursor passes them.
+	cur := NewLaneCursor(0).Advance(reads[0], rows, 2, time.Time{})
+	if rows, _ := read(cur); len(rows) != 1 || rows[0].ID != msgs[2].ID {
+		t.Fatalf("read from the cursor = %d rows, want the third alone", len(rows))
+	}
+	cur.server = "another life"
+	rows, _ = read(cur)
+	var got []uuid.UUID
+	for _, r := range rows {
+		got = append(got, r.ID)
+	}
+	if want := []uuid.UUID{msgs[0].ID, msgs[1].ID, msgs[2].ID}; !slices.Equal(got, want) {
+		t.Errorf("read from a cursor of another server life = %v, want the lane from its start %v", got, want)
+	}
+}
