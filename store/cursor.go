@@ -59,10 +59,10 @@ type LaneRead struct {
 	Lane int
 	// Rows is how many rows the read returned for the lane, the lane's
 	// rows in the result being contiguous and in id order.
-	Rows  int
-	full  bool // Rows reached the read's limit
-	xmax  string
-	xip   string
+	Rows   int
+	full   bool // Rows reached the read's limit
+	xmax   string
+	xip    string
 	retry  time.Time
 	since  time.Time
 	server string
