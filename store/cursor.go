@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -43,8 +44,11 @@ type LaneCursor struct {
 	after uuid.UUID // rows the snapshot saw, with ids up to after, are gone
 	xmax  string    // the snapshot's xmax, "" for none
 	xip   string    // its in-progress ids as an array literal
-	retry time.Time // the lane's earliest retry time to come; zero: none
-	since time.Time // acquired_at of the lease the cursor was made under
+	// lowest is where the read walks the xact index from, and probes the
+	// ids it probes: xmin and none, or xmax and xip (see narrowSnapshot).
+	lowest, probes string
+	retry          time.Time // the lane's earliest retry time to come; zero: none
+	since          time.Time // acquired_at of the lease the cursor was made under
 	// server is the life of the database server the cursor was made in: a
 	// crash may lose the last commits of the workers' asynchronous commits,
 	// bringing back rows the cursor passed.
@@ -63,6 +67,8 @@ type LaneRead struct {
 	full   bool // Rows reached the read's limit
 	xmax   string
 	xip    string
+	lowest string
+	probes string
 	retry  time.Time
 	since  time.Time
 	server string
@@ -80,7 +86,8 @@ func (c LaneCursor) Advance(r LaneRead, rows []Row, gone int, retryAt time.Time)
 	if len(rows) == 0 || r.Lane != c.Lane {
 		return c
 	}
-	next := LaneCursor{Lane: c.Lane, xmax: r.xmax, xip: r.xip, retry: r.retry, since: r.since, server: r.server}
+	next := LaneCursor{Lane: c.Lane, xmax: r.xmax, xip: r.xip, lowest: r.lowest, probes: r.probes, retry: r.retry,
+		since: r.since, server: r.server}
 	if !retryAt.IsZero() && (next.retry.IsZero() || retryAt.Before(next.retry)) {
 		next.retry = retryAt
 	}
@@ -130,7 +137,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 	if len(from) == 0 {
 		return dst[:0], nil, nil
 	}
-	var lanes, after, xmax, xip, retry, since, server arrayLiteral
+	var lanes, after, xmax, xip, retry, since, server, lowest, probes arrayLiteral
 	for _, c := range from {
 		lanes.int(c.Lane, false)
 		after.uuid(c.after)
@@ -139,9 +146,11 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		retry.time(c.retry, c.retry.IsZero())
 		since.time(c.since, c.since.IsZero())
 		server.text(c.server, c.server == "")
+		lowest.text(c.lowest, c.lowest == "")
+		probes.text(c.probes, c.probes == "")
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, lanes.String(), after.String(), xmax.String(), xip.String(),
-		retry.String(), since.String(), server.String(), limit)
+		retry.String(), since.String(), server.String(), lowest.String(), probes.String(), limit)
 	if err != nil {
 		return dst[:0], nil, wrap(ctx, "read lanes", err)
 	}
@@ -166,7 +175,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 			continue
 		}
 		read := LaneRead{Lane: r.Lane, Rows: 1}
-		if read.xmax, read.xip, err = parseSnapshot(snap); err != nil {
+		if read.xmax, read.xip, read.lowest, read.probes, err = parseSnapshot(snap); err != nil {
 			return dst[:0], nil, wrap(ctx, "read lanes", err)
 		}
 		if acquired.Valid {
@@ -188,24 +197,34 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 	return dst, reads, wrap(ctx, "read lanes", rows.Close())
 }
 
+// narrowSnapshot is the most transaction ids between a snapshot's xmin and
+// xmax for which a cursor read walks the xact index from xmin rather than
+// probing each in-progress id: about the transactions a busy outbox runs in
+// a few seconds.
+const narrowSnapshot = 10000
+
 // parseSnapshot splits a pg_snapshot's text form, xmin:xmax:xip,... into
-// its xmax and its in-progress ids as an array literal.
-func parseSnapshot(b []byte) (xmax, xip string, err error) {
+// its xmax and its in-progress ids as an array literal, and returns where a
+// read from it walks the xact index from and the ids it probes (see
+// narrowSnapshot).
+func parseSnapshot(b []byte) (xmax, xip, lowest, probes string, err error) {
 	parts := bytes.Split(b, []byte{':'})
-	if len(parts) != 3 || len(parts[1]) == 0 {
-		return "", "", fmt.Errorf("unexpected snapshot %q", b)
+	if len(parts) != 3 {
+		return "", "", "", "", fmt.Errorf("unexpected snapshot %q", b)
 	}
-	for _, p := range [][]byte{parts[0], parts[1]} {
-		for _, c := range p {
-			if c < '0' || c > '9' {
-				return "", "", fmt.Errorf("unexpected snapshot %q", b)
-			}
-		}
+	xmin, errMin := strconv.ParseUint(string(parts[0]), 10, 64)
+	top, errMax := strconv.ParseUint(string(parts[1]), 10, 64)
+	if errMin != nil || errMax != nil || xmin > top {
+		return "", "", "", "", fmt.Errorf("unexpected snapshot %q", b)
 	}
 	for _, c := range parts[2] {
 		if (c < '0' || c > '9') && c != ',' {
-			return "", "", fmt.Errorf("unexpected snapshot %q", b)
+			return "", "", "", "", fmt.Errorf("unexpected snapshot %q", b)
 		}
 	}
-	return string(parts[1]), "{" + string(parts[2]) + "}", nil
+	xmax, xip = string(parts[1]), "{"+string(parts[2])+"}"
+	if top-xmin <= narrowSnapshot {
+		return xmax, xip, string(parts[0]), "{}", nil
+	}
+	return xmax, xip, xmax, xip, nil
 }

@@ -406,8 +406,9 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 const (
 	laneRead4 = `'{0,1,2,3}', '{0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000000,` +
 		`0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000000}', '{1000,1000,1000,1000}', ` +
-		`'{"{900}","{900}","{}","{}"}', '{NULL,NULL,NULL,NULL}', '{NULL,NULL,NULL,NULL}', '{NULL,NULL,NULL,NULL}', 100`
-	laneRead1 = `'{3}', '{0190a000-0000-7000-8000-000000000000}', '{1000}', '{"{900}"}', '{NULL}', '{NULL}', '{NULL}', 100`
+		`'{"{900}","{900}","{}","{}"}', '{NULL,NULL,NULL,NULL}', '{NULL,NULL,NULL,NULL}', '{NULL,NULL,NULL,NULL}', ` +
+		`'{900,900,1000,1000}', '{"{}","{}","{900}","{900}"}', 100`
+	laneRead1 = `'{3}', '{0190a000-0000-7000-8000-000000000000}', '{1000}', '{"{900}"}', '{NULL}', '{NULL}', '{NULL}', '{1000}', '{"{900}"}', 100`
 )
 
 // longArray matches the id arrays in a plan, shortened in failure reports.

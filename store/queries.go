@@ -220,10 +220,15 @@ ORDER BY l.lane`,
 		// due or not, claimed or not: the caller admits the prefix before
 		// the first row it may not send yet, so no row ever overtakes its
 		// head. Each lane is read from its cursor (see LaneCursor): the
-		// rows after the cursor's id that its snapshot saw, from the lane
-		// index, and the rows that snapshot did not see (xact_id at or past
-		// its xmax, or among its in-progress ids), from the xact index,
-		// whatever their id; then the first $7 of them in id order. A lane
+		// rows after the cursor's id, from the lane index, and the rows at
+		// or before it that the cursor's snapshot did not see (xact_id at or
+		// past its xmax, or among its in-progress ids), from the xact index;
+		// then the first $10 of them in id order. The xact index is walked
+		// from the snapshot's xmin ($8) when the snapshot spans few
+		// transaction ids, and otherwise from its xmax, with one probe per
+		// in-progress id ($9): one range is cheaper than a probe per
+		// concurrent writer, while a transaction left open after writing
+		// would make that range grow without bound. A lane
 		// is read from its start when it has no cursor, when its lease
 		// changed hands since the cursor was made (acquired_at differs), or
 		// when the cursor's retry time has passed: a key held by a retry
@@ -242,7 +247,7 @@ ORDER BY l.lane`,
 		// statistics, walks the dead entries below the cursor.
 		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server
 FROM unnest($1::integer[], $2::text::uuid[], $3::text::xid8[], $4::text[], $5::text::timestamptz[], $6::text::timestamptz[],
-    $7::text[]) AS l(lane, after, xmax, xip, retry, since, server)
+    $7::text[], $8::text::xid8[], $9::text[]) AS l(lane, after, xmax, xip, retry, since, server, lowest, probes)
 CROSS JOIN LATERAL (SELECT
     (SELECT ls.acquired_at FROM ` + n.Leases + ` AS ls WHERE ls.name = '` + laneLeasePrefix + `' || l.lane) AS since,
     ` + serverLife + ` AS server,
@@ -252,23 +257,26 @@ CROSS JOIN LATERAL (SELECT
 CROSS JOIN LATERAL (SELECT
     CASE WHEN k.keep THEN l.after END AS after,
     CASE WHEN k.keep THEN l.xmax END AS xmax,
-    CASE WHEN k.keep THEN l.xip::xid8[] END AS xip
+    CASE WHEN k.keep THEN l.xip::xid8[] END AS xip,
+    CASE WHEN k.keep THEN l.lowest END AS lowest,
+    CASE WHEN k.keep THEN l.probes::xid8[] END AS probes
     FROM (SELECT s.since = l.since AND s.server = l.server AND (l.retry IS NULL OR l.retry > now()) AS keep) AS k) AS c
 CROSS JOIN LATERAL (
     (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
       AND o.id > coalesce(c.after, '` + uuid.Nil.String() + `')
       AND ` + unheld(n.Outbox) + `
-    ORDER BY o.id LIMIT $8)
+    ORDER BY o.id LIMIT $10)
     UNION ALL
     (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
-    WHERE o.lane = l.lane AND o.xact_id >= c.xmax AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `)
+    WHERE o.lane = l.lane AND o.xact_id >= c.lowest AND uuid_send(o.id) <= uuid_send(c.after)
+      AND (o.xact_id >= c.xmax OR o.xact_id = ANY(c.xip)) AND ` + unheld(n.Outbox) + `)
     UNION ALL
-    (SELECT y.* FROM unnest(c.xip) AS x(xact_id)
+    (SELECT y.* FROM unnest(c.probes) AS x(xact_id)
     CROSS JOIN LATERAL (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
         WHERE o.lane = l.lane AND o.xact_id = x.xact_id AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `
         OFFSET 0) AS y)
-    ORDER BY id LIMIT $8) AS h
+    ORDER BY id LIMIT $10) AS h
 ORDER BY h.lane, h.id`,
 		// acquireLease for several lanes at once, in lane order, so that two
 		// callers whose lanes overlap lock the lease rows in the same order

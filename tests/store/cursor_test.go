@@ -177,3 +177,37 @@ func TestLaneCursorRereadsKeysReleasedBelowIt(t *testing.T) {
 		wantIDs(t, "a read once the retry time passed", rows, waited, failing, behind)
 	})
 }
+
+// TestLaneCursorFindsRowsOfALongOpenWriter reads past a transaction that
+// wrote a lane row and stayed open while many others ran: the cursor then
+// probes that transaction's id rather than walk the xact index from it, and
+// its row, with a lower id than the rows delivered meanwhile, is read once
+// it commits.
+func TestLaneCursorFindsRowsOfALongOpenWriter(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		token := uuid.New()
+		late := b.ordered(t, "a", 1)
+		open, st := b.begin(t, nil)
+		defer func() { _ = open.Rollback() }()
+		if err := st.Insert(ctx, []relayer.Message{late}); err != nil {
+			t.Fatal(err)
+		}
+		first := b.ordered(t, "b", 1)
+		b.insert(t, first)
+		rows, cur := b.laneRound(t, token, store.NewLaneCursor(0), deleteAll(t, token))
+		wantIDs(t, "the first round", rows, first)
+		// Over 10,000 transaction ids go by while the writer stays open.
+		b.exec(t, `DO $$ BEGIN FOR i IN 1..10050 LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$`)
+		second := b.ordered(t, "b", 1)
+		b.insert(t, second)
+		rows, cur = b.laneRound(t, token, cur, deleteAll(t, token))
+		wantIDs(t, "the second round", rows, second)
+		if err := open.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		rows, _ = b.laneRound(t, token, cur, nil)
+		wantIDs(t, "a read once the writer committed", rows, late)
+	})
+}
