@@ -88,14 +88,20 @@ func settled(rows []store.Row, p *laneBatch) (gone int, retryAt time.Time) {
 	if p == nil {
 		return 0, time.Time{}
 	}
-	held := map[string]bool{}
+	var held map[string]bool // made only when a batch recorded failures
+	hold := func(id uuid.UUID) {
+		if held == nil {
+			held = map[string]bool{}
+		}
+		held[keyOf(p, id)] = true
+	}
 	for _, f := range p.failures {
 		switch {
 		case f.row != nil: // buried: its key is not held
 		case f.park:
-			held[keyOf(p, f.ID)] = true
+			hold(f.ID)
 		case !f.RetryAt.IsZero():
-			held[keyOf(p, f.ID)] = true
+			hold(f.ID)
 			if retryAt.IsZero() || f.RetryAt.Before(retryAt) {
 				retryAt = f.RetryAt
 			}
