@@ -110,13 +110,23 @@
 // change triggers, and then tells the others: its siblings directly, other
 // processes through the outbox's wake-up channel (RunnerOptions.Listen), so
 // that the new owner takes them without waiting for its poll. A member that
-// dies without leaving holds its lanes until its leases expire. The worker finds ready lanes
+// dies without leaving holds its lanes until its leases expire.
+//
+// A Runner's ordered workers are members each, with their own membership
+// lease, name, share and counters, but they share one dispatch loop: its
+// batches take the ready lanes of every worker's share together, so that
+// lanes of several workers go in one transaction, and more workers in one
+// process cost the database no more transactions than one. The loop's lane
+// leases carry one token, each naming the worker whose share holds the lane
+// as its owner; a worker that stops leaves its lanes to its siblings (the
+// loop gives up those that go to other processes at its next probe), and the
+// last one to stop releases every lane lease. The loop finds ready lanes
 // two ways: the lanes a commit of this process touched (see
 // [Runner.Committed]), which need no query, and a read-only probe of its
 // lanes, run when it has nothing else to do, after a wake-up across
 // processes, at each poll, and at most every 20 ms while busy. It runs up to
-// Concurrency batches at once, each in a transaction on a connection of its
-// own and over up to 16 ready lanes. A lane whose sends failed or were slow
+// Concurrency batches at once per worker, each in a transaction on a
+// connection of its own and over up to 16 ready lanes. A lane whose sends failed or were slow
 // runs in a batch of its own on a free connection; the others go together:
 // lanes that become ready while one of their batches runs wait for it to end
 // and go in the next, unless they are half a batch or more (a backlog,
@@ -125,7 +135,7 @@
 // Each step below is one statement for all of a batch's lanes:
 //
 //  1. take or renew the lane leases ("lane:<n>"): a conditional upsert that
-//     succeeds only for leases free, expired or already this instance's, and
+//     succeeds only for leases free, expired or already this loop's, and
 //     that keeps the lease rows locked until the transaction ends, so no
 //     second connected owner can take a lane even after expiry (locked in
 //     lane order, so that overlapping batches never deadlock);

@@ -118,14 +118,9 @@ type orderedWorker struct {
 	assigned atomic.Pointer[[]int]
 	members  atomic.Int64
 	beyond   atomic.Int64 // pending rows in lanes past o.lanes, at the last heartbeat
-	wake     chan struct{}
-	// wokenMu guards woken: lanes a commit in this process touched, which
-	// the worker batches next without probing for them.
-	wokenMu sync.Mutex
-	woken   []int
-	// probeNow asks the next scan to probe even while busy: Wake
-	// sets it.
-	probeNow atomic.Bool
+	// group is the dispatch loop the worker shares with its siblings in a
+	// Runner (a group of its own when built alone).
+	group *laneGroup
 	// refresh asks the heartbeat goroutine to read the membership now.
 	refresh chan struct{}
 	// peersChanged, when set, tells the worker's siblings in this process
@@ -139,8 +134,6 @@ type orderedWorker struct {
 	// aside is the destinations set aside as slow or unavailable; a runner
 	// shares one among its workers.
 	aside *setAside
-	// cursors are where the next read of each lane starts.
-	cursors laneCursors
 }
 
 // newOrdered builds an ordered worker on core, with opts and the outbox's
@@ -162,7 +155,6 @@ func newOrdered(core *outboxCore, opts OrderedOptions) *orderedWorker {
 		store:    core.store,
 		routes:   routes,
 		clock:    core.clock,
-		wake:     make(chan struct{}, 1),
 		refresh:  make(chan struct{}, 1),
 		loop:     newLoop(true),
 		aside:    core.aside,
@@ -179,6 +171,7 @@ func newOrdered(core *outboxCore, opts OrderedOptions) *orderedWorker {
 	}
 	empty := []int{}
 	o.assigned.Store(&empty)
+	newLaneGroup(o)
 	return o
 }
 
@@ -200,39 +193,8 @@ func (o *orderedWorker) Paused() []store.Pause { return o.aside.paused() }
 
 // Wake makes a waiting worker scan now.
 func (o *orderedWorker) Wake() {
-	o.probeNow.Store(true)
-	o.signal()
-}
-
-// signal wakes the worker's loop without asking for a probe.
-func (o *orderedWorker) signal() {
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
-}
-
-// wakeLanes makes the worker batch lanes next, without a probe: rows have
-// just committed in them. Lanes outside the worker's share are ignored
-// when it takes them.
-func (o *orderedWorker) wakeLanes(lanes []int) {
-	o.wokenMu.Lock()
-	for _, l := range lanes {
-		if !slices.Contains(o.woken, l) {
-			o.woken = append(o.woken, l)
-		}
-	}
-	o.wokenMu.Unlock()
-	o.signal()
-}
-
-// takeWoken returns and clears the lanes woken since the last call.
-func (o *orderedWorker) takeWoken() []int {
-	o.wokenMu.Lock()
-	defer o.wokenMu.Unlock()
-	w := o.woken
-	o.woken = nil
-	return w
+	o.group.probeNow.Store(true)
+	o.group.signal()
 }
 
 func requireOrdering(c relayer.Capabilities) error {
@@ -247,10 +209,13 @@ func requireOrdering(c relayer.Capabilities) error {
 // ctx ends.
 func (o *orderedWorker) Start(ctx context.Context) error {
 	return o.loop.startAfter(ctx, "ordered dispatcher", func(ctx context.Context) error {
-		if o.joined.Load() {
-			return nil
+		if !o.joined.Load() {
+			if err := o.join(ctx); err != nil {
+				return err
+			}
 		}
-		return o.join(ctx)
+		o.group.enlist(o)
+		return nil
 	}, o.work)
 }
 
@@ -289,7 +254,7 @@ func (o *orderedWorker) join(ctx context.Context) error {
 func (o *orderedWorker) work(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { o.heartbeats(ctx) })
-	wg.Go(func() { o.run(ctx) })
+	wg.Go(func() { o.group.serve(ctx, o) })
 	wg.Go(func() { o.aside.publish(ctx, o.loop.quit, o.store, o.name, o.opts.Logger) })
 	wg.Wait()
 	o.leave()
@@ -302,7 +267,8 @@ func (o *orderedWorker) work(ctx context.Context) {
 // returns ctx's error. Stop is idempotent.
 func (o *orderedWorker) Stop(ctx context.Context) error { return o.loop.stop(ctx) }
 
-// leave releases every lease this instance holds.
+// leave releases the worker's membership lease (its group releases the lane
+// leases when its last member stops).
 func (o *orderedWorker) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -459,18 +425,3 @@ func laneShare(rank, members, lanes int) []int {
 // pinned is how many connections the worker pins: one per batch it runs
 // at once.
 func (o *orderedWorker) pinned() int { return o.opts.Concurrency }
-
-// wakeAssigned wakes the worker for those of lanes in its share, which
-// committed rows touched; it ignores the others.
-func (o *orderedWorker) wakeAssigned(lanes []int) {
-	assigned := *o.assigned.Load()
-	var mine []int
-	for _, l := range lanes {
-		if slices.Contains(assigned, l) {
-			mine = append(mine, l)
-		}
-	}
-	if len(mine) > 0 {
-		o.wakeLanes(mine)
-	}
-}

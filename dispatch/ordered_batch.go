@@ -83,7 +83,8 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	if err := end("BEGIN"); err != nil {
 		return buf, res, err
 	}
-	held, err := st.AcquireLaneLeases(ctx, lanes, o.name, o.token, o.opts.LeaseDuration)
+	g := o.group
+	held, err := st.AcquireLaneLeasesFor(ctx, lanes, g.owners(lanes), g.token, o.opts.LeaseDuration)
 	if err != nil {
 		return buf, res, err
 	}
@@ -91,10 +92,10 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 		return buf, res, end("ROLLBACK")
 	}
 	now := o.clock.now()
-	from := o.cursors.from(held)
+	from := g.cursors.from(held)
 	defer func() {
 		if err != nil {
-			o.cursors.forget(held)
+			g.cursors.forget(held)
 		}
 	}()
 	buf, reads, err := st.ReadLanes(ctx, buf, from, o.opts.BatchSize)
@@ -122,9 +123,11 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	if err := end("COMMIT"); err != nil {
 		return buf, res, err
 	}
-	o.cursors.advance(from, reads, buf, parts)
+	g.cursors.advance(from, reads, buf, parts)
 	o.logFailures(parts) // once they are recorded for good
-	o.stats.deleted.Add(uint64(sentIn(parts)))
+	for _, p := range parts {
+		g.member(p.lane).stats.deleted.Add(uint64(p.sent))
+	}
 	return buf, done, nil
 }
 
@@ -292,7 +295,7 @@ func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, c
 	ls := laneSend{o: o, watch: watch, conn: conn, p: p}
 	began := time.Now()
 	defer func() {
-		o.stats.sent.Add(uint64(p.sent))
+		o.group.member(p.lane).stats.sent.Add(uint64(p.sent))
 		p.slow = len(p.failures) > 0 || time.Since(began) > slowSend*time.Duration(p.sent+1)
 	}()
 	for i := range p.rows {
@@ -336,8 +339,9 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 	if ls.waiting[m.Key] {
 		return nil
 	}
+	w := o.group.member(p.lane) // the worker whose share the lane is in
 	if r.Corrupt != nil {
-		o.stats.corrupt.Add(1)
+		w.stats.corrupt.Add(1)
 		o.recordFailure(p, i, laneFailure{Failure: store.Failure{ID: r.ID, Error: r.Corrupt.Error()}, park: true, corrupt: true})
 		ls.hold(m.Key)
 		return nil
@@ -350,7 +354,7 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 	}
 	err := ls.send(ctx, e, m)
 	attrs := func() []any {
-		return []any{slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", r.ID.String()), slog.String("error", err.Error())}
+		return []any{slog.String("worker", w.name), slog.Int("lane", p.lane), slog.String("id", r.ID.String()), slog.String("error", err.Error())}
 	}
 	switch {
 	case errors.Is(err, errLateSend):
@@ -358,7 +362,7 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 		// recording anything has passed: roll back, attempts untouched; the
 		// lane row was held until the transport returned, so nothing of
 		// this lane was sent meanwhile.
-		o.stats.expired.Add(1)
+		w.stats.expired.Add(1)
 		o.opts.Logger.Warn("dispatch: ordered send returned after the batch deadline; the lane was held until then and its rows will be sent again", attrs()...)
 		return err
 	case errors.Is(err, relayer.ErrUnavailable):
@@ -431,7 +435,7 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 		for i := range out.buried {
 			ids = append(ids, out.buried[i].ID)
 		}
-		n, err := st.DeleteLaneRows(ctx, ids, o.token)
+		n, err := st.DeleteLaneRows(ctx, ids, o.group.token)
 		if err != nil {
 			return err
 		}
@@ -446,7 +450,7 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 		if len(f.failures) == 0 {
 			continue
 		}
-		n, err := f.record(ctx, f.failures, o.token)
+		n, err := f.record(ctx, f.failures, o.group.token)
 		if err != nil {
 			return err
 		}
@@ -495,19 +499,20 @@ func sortOutcomes(parts []laneBatch) batchOutcomes {
 // commit: a count never runs ahead of what the table shows.
 func (o *orderedWorker) logFailures(parts []laneBatch) {
 	for _, p := range parts {
+		w := o.group.member(p.lane) // the worker whose share the lane is in
 		for _, f := range p.failures {
-			attrs := []any{slog.String("worker", o.name), slog.Int("lane", p.lane), slog.String("id", f.ID.String()), slog.String("error", f.Error)}
+			attrs := []any{slog.String("worker", w.name), slog.Int("lane", p.lane), slog.String("id", f.ID.String()), slog.String("error", f.Error)}
 			switch {
 			case f.row != nil:
-				o.stats.buried.Add(1)
+				w.stats.buried.Add(1)
 				o.opts.Logger.Error("dispatch: ordered row over the outbox's limits failed; moved to the dead letters, its key's later rows go on", attrs...)
 				continue
 			case f.corrupt:
-				o.stats.parked.Add(1)
+				w.stats.parked.Add(1)
 				o.opts.Logger.Error("dispatch: ordered row with corrupt headers cannot be sent; parked with its key, bytes unchanged, until an operator redrives or skips it; the lane's other keys go on", attrs...)
 				continue
 			case f.park:
-				o.stats.parked.Add(1)
+				w.stats.parked.Add(1)
 				o.opts.Logger.Warn("dispatch: ordered send failed for good or out of attempts; the row is parked and holds its key until redriven", attrs...)
 			default:
 				if !f.RetryAt.IsZero() {
@@ -515,7 +520,7 @@ func (o *orderedWorker) logFailures(parts []laneBatch) {
 				}
 				o.opts.Logger.Warn("dispatch: ordered send failed; its key waits for the retry, the lane's other keys go on", attrs...)
 			}
-			o.stats.failed.Add(1)
+			w.stats.failed.Add(1)
 		}
 	}
 }

@@ -65,23 +65,27 @@ func (o *orderedWorker) newSlot() *laneSlot {
 	return &laneSlot{conn: c}
 }
 
-func (o *orderedWorker) run(ctx context.Context) {
+// run is the group's dispatch loop: it batches the serving members' lanes
+// until every member stopped or ctx ends.
+func (g *laneGroup) run(ctx context.Context) {
+	o := g.lead()
 	s := &laneScheduler{
 		o:       o,
-		results: make(chan laneDone, o.opts.Concurrency),
+		g:       g,
+		results: make(chan laneDone, g.concurrency()),
 		running: map[int]bool{},
 		held:    map[int]bool{},
 		solo:    map[int]bool{},
 	}
 	defer s.close(ctx)
-	for ctx.Err() == nil && !o.quitting() {
+	for ctx.Err() == nil && !g.quitting() {
 		s.addWoken()
 		if len(s.pending) == 0 && !s.refill(ctx) {
 			wait := o.opts.PollInterval
 			if !s.nextProbe.IsZero() {
 				wait = time.Until(s.nextProbe)
 			}
-			o.idle(ctx, wait, s.results, s.finished)
+			g.idle(ctx, wait, s.results, s.finished)
 			s.fruitless = false
 			continue
 		}
@@ -91,8 +95,8 @@ func (o *orderedWorker) run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-o.loop.quit:
-		case <-o.wake:
+		case <-g.quit:
+		case <-g.wake:
 			s.fruitless = false
 		case r := <-s.results:
 			s.finished(r)
@@ -104,7 +108,8 @@ func (o *orderedWorker) run(ctx context.Context) {
 // Concurrency slots and the lanes it knows to be ready. Only the worker's run
 // goroutine uses it; batches report on results.
 type laneScheduler struct {
-	o       *orderedWorker
+	o       *orderedWorker // the group's lead
+	g       *laneGroup
 	slots   []*laneSlot // every slot made so far
 	free    []*laneSlot
 	results chan laneDone
@@ -132,7 +137,7 @@ type laneScheduler struct {
 
 // addWoken adds the lanes commits woke to the pending ones.
 func (s *laneScheduler) addWoken() {
-	for _, lane := range s.o.takeWoken() {
+	for _, lane := range s.g.takeWoken() {
 		if !slices.Contains(s.pending, lane) {
 			s.pending = append(s.pending, lane)
 			s.fruitless = false
@@ -148,7 +153,7 @@ func (s *laneScheduler) slot() *laneSlot {
 		s.free = s.free[:n-1]
 		return sl
 	}
-	if len(s.slots) < s.o.opts.Concurrency {
+	if len(s.slots) < s.g.concurrency() {
 		sl := s.o.newSlot()
 		s.slots = append(s.slots, sl)
 		return sl
@@ -166,7 +171,7 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 	if s.fruitless {
 		return false
 	}
-	if next := s.probedAt.Add(busyProbeGap); !s.o.probeNow.Swap(false) && s.progressAt.After(s.probedAt) && time.Now().Before(next) {
+	if next := s.probedAt.Add(busyProbeGap); !s.g.probeNow.Swap(false) && s.progressAt.After(s.probedAt) && time.Now().Before(next) {
 		// Busy with the lanes commits woke, which need no probe: probe for
 		// the others (rows of other processes, retries come due) at most
 		// once per busyProbeGap.
@@ -177,7 +182,7 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 	if sl == nil {
 		return true
 	}
-	s.pending = s.o.probe(ctx, sl, s.held, s.running)
+	s.pending = s.g.probe(ctx, sl, s.held, s.running)
 	s.probedAt = time.Now()
 	s.free = append(s.free, sl)
 	s.fruitless = true
@@ -198,7 +203,7 @@ const busyProbeGap = 20 * time.Millisecond
 // once would cost the database a transaction each, and every commit-to-send
 // latency with it.
 func (s *laneScheduler) startPending(ctx context.Context) {
-	assigned := *s.o.assigned.Load()
+	assigned := s.g.share()
 	for len(s.pending) > 0 {
 		ready := s.pending[:0:0]
 		for _, lane := range s.pending {
@@ -221,7 +226,7 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 			}
 			n := len(ready)
 			if n > lanesPerBatch {
-				free := len(s.free) + s.o.opts.Concurrency - len(s.slots)
+				free := len(s.free) + s.g.concurrency() - len(s.slots)
 				n = min(lanesPerBatch, (n+max(free, 1)-1)/max(free, 1))
 			}
 			lanes, rest = ready[:n:n], ready[n:]
@@ -299,18 +304,19 @@ func (s *laneScheduler) close(ctx context.Context) {
 // probe releases the leases of lanes that left this instance's share and
 // returns the lanes of its share whose head is ready, on the connection of
 // slot sl. A failure drops that connection and returns no lane.
-func (o *orderedWorker) probe(ctx context.Context, sl *laneSlot, held, running map[int]bool) []int {
-	lanes := *o.assigned.Load()
+func (g *laneGroup) probe(ctx context.Context, sl *laneSlot, held, running map[int]bool) []int {
+	o := g.lead()
+	lanes := g.share()
 	// Bounded, so that a pool with no connection to spare stalls the scan
 	// instead of hanging it.
 	ctx, cancel := context.WithTimeout(ctx, o.opts.LeaseDuration/2)
 	defer cancel()
-	o.releaseSurplus(ctx, sl.conn, held, running, lanes)
+	g.releaseSurplus(ctx, sl.conn, held, running, lanes)
 	st, err := sl.conn.store(ctx)
 	var ready []int
 	if err == nil {
 		o.stats.scans.Add(1)
-		ready, err = st.ProbeLanes(ctx, lanes, o.token)
+		ready, err = st.ProbeLanes(ctx, lanes, g.token)
 	}
 	if err != nil {
 		sl.conn.broken()
@@ -322,18 +328,18 @@ func (o *orderedWorker) probe(ctx context.Context, sl *laneSlot, held, running m
 
 // idle waits for wait, or until a wake-up, Stop, ctx's end, or a batch
 // that made progress; finished handles each batch that ends meanwhile.
-func (o *orderedWorker) idle(ctx context.Context, wait time.Duration, results <-chan laneDone, finished func(laneDone) bool) {
+func (g *laneGroup) idle(ctx context.Context, wait time.Duration, results <-chan laneDone, finished func(laneDone) bool) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-o.loop.quit:
+		case <-g.quit:
 			return
 		case <-t.C:
 			return
-		case <-o.wake:
+		case <-g.wake:
 			return
 		case r := <-results:
 			if finished(r) {
@@ -343,12 +349,11 @@ func (o *orderedWorker) idle(ctx context.Context, wait time.Duration, results <-
 	}
 }
 
-func (o *orderedWorker) quitting() bool { return o.loop.quitting() }
-
 // releaseSurplus gives up the leases of lanes that left this instance's share
 // and have no batch in flight, so a lane is only released after its batch
 // committed.
-func (o *orderedWorker) releaseSurplus(ctx context.Context, conn *workerConn, held, running map[int]bool, share []int) {
+func (g *laneGroup) releaseSurplus(ctx context.Context, conn *workerConn, held, running map[int]bool, share []int) {
+	o := g.lead()
 	released := false
 	defer func() {
 		if released {
@@ -361,7 +366,7 @@ func (o *orderedWorker) releaseSurplus(ctx context.Context, conn *workerConn, he
 		}
 		st, err := conn.store(ctx)
 		if err == nil {
-			err = st.ReleaseLease(ctx, store.Lease{Name: store.LaneLeaseName(lane), Token: o.token})
+			err = st.ReleaseLease(ctx, store.Lease{Name: store.LaneLeaseName(lane), Token: g.token})
 		}
 		if err != nil {
 			conn.broken()

@@ -50,9 +50,11 @@ type RunnerOptions struct {
 	// Ordered configures the ordered workers.
 	Ordered OrderedOptions
 	// OrderedWorkers is how many ordered workers this process runs, 0 to 16;
-	// they share the lanes with each other and with other processes'. Zero
-	// means one when the outbox routes a type to an ordered route, and none
-	// otherwise. One worker running several lanes at once
+	// they share the lanes with each other and with other processes', each
+	// counting as one member when the lanes are split, and one dispatch loop
+	// batches the lanes of all of them (with Concurrency batches at once per
+	// worker). Zero means one when the outbox routes a type to an ordered
+	// route, and none otherwise. One worker running several lanes at once
 	// (OrderedOptions.Concurrency) is usually enough per process.
 	OrderedWorkers int
 	// DisableOrdered runs no ordered worker in this process.
@@ -211,6 +213,9 @@ func (r *Runner) build() (*crew, error) {
 	}
 	for _, o := range c.ordered {
 		o.peersChanged = c.orderedPeersChanged
+	}
+	if len(c.ordered) > 1 {
+		newLaneGroup(c.ordered...) // one dispatch loop batches every worker's lanes
 	}
 	if !opts.DisableCleanup {
 		o := opts.Cleanup
@@ -376,8 +381,9 @@ func (r *Runner) wakeAll() {
 	}
 }
 
-// wakeOrdered wakes each ordered worker of this runner that holds the lane
-// of a committed ordered row, so that the row waits for no poll.
+// wakeOrdered wakes the ordered workers' dispatch loop for the lanes of
+// committed ordered rows that their shares hold, so that the rows wait for
+// no poll.
 func (r *Runner) wakeOrdered(rows []relayer.Message) {
 	c := r.crew.Load()
 	if len(c.ordered) == 0 {
@@ -389,9 +395,7 @@ func (r *Runner) wakeOrdered(rows []relayer.Message) {
 			lanes = append(lanes, rows[i].Lane)
 		}
 	}
-	for _, o := range c.ordered {
-		o.wakeAssigned(lanes)
-	}
+	c.ordered[0].group.wakeShared(lanes) // the workers share one loop
 }
 
 // Connections returns how many connections the workers pin from the pool

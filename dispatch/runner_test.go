@@ -3,8 +3,10 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -432,5 +434,126 @@ func TestRunnerOrderedWorkersStartWithTheirShares(t *testing.T) {
 	}
 	if !slices.Equal(all, want) {
 		t.Errorf("the workers' lanes together = %v, want each of the %d lanes once", all, lanes)
+	}
+}
+
+// heldSends holds every send until release is closed, counting the sends
+// it holds.
+type heldSends struct {
+	relayer.Transport
+	release chan struct{}
+	held    atomic.Int64
+}
+
+func (g *heldSends) Send(ctx context.Context, m *relayer.Message) error {
+	g.held.Add(1)
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.Transport.Send(ctx, m)
+}
+
+// A runner's ordered workers share one dispatch loop: rows that commit
+// together in lanes of four workers' shares go out in one transaction; the
+// lane leases carry one token, each naming the worker whose share holds the
+// lane; each worker counts the rows of its own lanes; and Stop releases
+// every lease.
+func TestRunnerOrderedWorkersBatchTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	gate := &heldSends{Transport: b.mem, release: make(chan struct{})}
+	outbox := b.outbox
+	outbox.Transports = map[string]relayer.Transport{"mem": gate}
+	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
+		DisableDirect: true, DisableRecovery: true, DisableCleanup: true, OrderedWorkers: 4,
+		Ordered: dispatch.OrderedOptions{PollInterval: 3 * time.Second, Concurrency: 1}, Logger: b.logger()})
+	must(t, err)
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: r})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+
+	lanes, _ := outbox.LaneCount()
+	workers := r.Stats().Ordered
+	ownerOf := map[int]string{}
+	for _, o := range workers {
+		for _, l := range o.Lanes {
+			ownerOf[l] = o.Name
+		}
+	}
+	// One key in each worker's share, committed together.
+	var msgs []relayer.Outgoing
+	keyLanes := map[string]int{}
+	for i := 0; len(keyLanes) < len(workers); i++ {
+		key := fmt.Sprintf("key-%d", i)
+		l, err := relayer.Lane(key, lanes)
+		must(t, err)
+		if slices.ContainsFunc(msgs, func(m relayer.Outgoing) bool { return ownerOf[keyLanes[m.Key]] == ownerOf[l] }) {
+			continue
+		}
+		keyLanes[key] = l
+		msgs = append(msgs, relayer.NewOutgoing(Shipped{i}, relayer.Key(key)))
+	}
+	publishWith(t, b, w, msgs...)
+	for deadline := time.Now().Add(10 * time.Second); gate.held.Load() < int64(len(msgs)); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d sends under way; keys and lanes %v, workers %+v", gate.held.Load(), len(msgs), keyLanes, workers)
+		}
+	}
+	var open int
+	must(t, b.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+		WHERE state = 'idle in transaction' AND query LIKE '%' || $1 || '%'`, b.schema).Scan(&open))
+	if open != 1 {
+		t.Errorf("%d transactions hold the sends of four workers' lanes, want 1", open)
+	}
+	close(gate.release)
+	b.waitSent(t, len(msgs))
+	b.waitRows(t, 0)
+	var leases []struct {
+		name, owner string
+		token       uuid.UUID
+	}
+	rows, err := b.db.Query(`SELECT name, owner, owner_token FROM "` + b.schema + `".ob_relayer_leases WHERE name LIKE 'lane:%'`)
+	must(t, err)
+	for rows.Next() {
+		var l struct {
+			name, owner string
+			token       uuid.UUID
+		}
+		must(t, rows.Scan(&l.name, &l.owner, &l.token))
+		leases = append(leases, l)
+	}
+	must(t, rows.Err())
+	if len(leases) != len(msgs) {
+		t.Errorf("%d lane leases, want %d: %v", len(leases), len(msgs), leases)
+	}
+	for _, l := range leases {
+		lane, _ := strconv.Atoi(strings.TrimPrefix(l.name, "lane:"))
+		if l.token != leases[0].token || l.owner != ownerOf[lane] {
+			t.Errorf("lease %s: owner %q, token %s; want owner %q and one token for all (%s)", l.name, l.owner, l.token, ownerOf[lane], leases[0].token)
+		}
+	}
+	counted := func() bool {
+		for _, o := range r.Stats().Ordered {
+			if o.Stats.Sent != 1 || o.Stats.Deleted != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Second); !counted(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("counters %+v; want each worker to have sent and deleted the row of its lane", r.Stats().Ordered)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(t, r.Stop(ctx))
+	var left int
+	must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_relayer_leases`).Scan(&left))
+	if left != 0 {
+		t.Errorf("%d leases left after Stop, want none", left)
 	}
 }

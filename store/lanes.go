@@ -89,16 +89,35 @@ func (s *Store) ReadLaneHeads(ctx context.Context, dst []Row, lanes []int, limit
 // stay locked until it ends; they are locked in lane order, so that callers
 // whose lanes overlap never deadlock.
 func (s *Store) AcquireLaneLeases(ctx context.Context, lanes []int, owner string, token uuid.UUID, d time.Duration) ([]int, error) {
+	owners := make([]string, len(lanes))
+	for i := range owners {
+		owners[i] = owner
+	}
+	return s.AcquireLaneLeasesFor(ctx, lanes, owners, token, d)
+}
+
+// AcquireLaneLeasesFor is [Store.AcquireLaneLeases] with an owner name per
+// lane: owners[i] is recorded as the owner of lanes[i]. One token may hold
+// lanes on behalf of several named workers, as a Runner's ordered workers
+// share theirs; a lease renewed under another name keeps its acquired_at.
+func (s *Store) AcquireLaneLeasesFor(ctx context.Context, lanes []int, owners []string, token uuid.UUID, d time.Duration) ([]int, error) {
 	if token == uuid.Nil {
 		return nil, fmt.Errorf("%w: a lease needs a token", ErrInvalidArgument)
 	}
 	if d < time.Millisecond {
 		return nil, fmt.Errorf("%w: lease duration %s is under 1ms", ErrInvalidArgument, d)
 	}
+	if len(owners) != len(lanes) {
+		return nil, fmt.Errorf("%w: %d owners for %d lanes", ErrInvalidArgument, len(owners), len(lanes))
+	}
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.laneLeases, intArray(lanes), cleanText(owner), token, d.Microseconds())
+	var names arrayLiteral
+	for _, o := range owners {
+		names.text(cleanText(o), false)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.laneLeases, intArray(lanes), names.String(), token, d.Microseconds())
 	if err != nil {
 		return nil, wrap(ctx, "acquire lane leases", err)
 	}

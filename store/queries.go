@@ -282,8 +282,8 @@ ORDER BY h.lane, h.id`,
 		// callers whose lanes overlap lock the lease rows in the same order
 		// and never deadlock. It returns the lanes now held.
 		laneLeases: `INSERT INTO ` + n.Leases + ` AS l (name, owner, owner_token, acquired_at, expires_at)
-SELECT '` + laneLeasePrefix + `' || x.lane, $2, $3, now(), now() + $4 * interval '1 microsecond'
-FROM unnest($1::integer[]) AS x(lane) ORDER BY x.lane
+SELECT '` + laneLeasePrefix + `' || x.lane, x.owner, $3, now(), now() + $4 * interval '1 microsecond'
+FROM unnest($1::integer[], $2::text[]) AS x(lane, owner) ORDER BY x.lane
 ON CONFLICT (name) DO UPDATE
 SET owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
     acquired_at = CASE WHEN l.owner_token = EXCLUDED.owner_token THEN l.acquired_at ELSE now() END,

@@ -127,6 +127,58 @@ func TestAcquireLaneLeases(t *testing.T) {
 	})
 }
 
+// One token holds lanes for several named owners: each lane records its own
+// owner, and a lease renewed under another name of the same token keeps its
+// acquired_at (lane cursors stay valid).
+func TestAcquireLaneLeasesFor(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		token := uuid.New()
+		got, err := b.store.AcquireLaneLeasesFor(ctx, []int{4, 2}, []string{"w-4", "w-2 \"quoted\", {braced}"}, token, time.Minute)
+		if err != nil || !slices.Equal(got, []int{2, 4}) {
+			t.Fatalf("AcquireLaneLeasesFor = %v, %v", got, err)
+		}
+		owners := func() map[string]string {
+			live, err := b.store.LiveLeases(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]string{}
+			for _, l := range live {
+				if l.Token == token {
+					m[l.Name] = l.Owner
+				}
+			}
+			return m
+		}
+		acquired := func(lane int) time.Time {
+			var at time.Time
+			q := fmt.Sprintf(`SELECT acquired_at FROM "%s"."%srelayer_leases" WHERE name = $1`, b.opts.Schema, b.opts.TablePrefix)
+			if err := b.db.QueryRow(q, store.LaneLeaseName(lane)).Scan(&at); err != nil {
+				t.Fatal(err)
+			}
+			return at
+		}
+		if o := owners(); o[store.LaneLeaseName(4)] != "w-4" || o[store.LaneLeaseName(2)] != `w-2 "quoted", {braced}` {
+			t.Errorf("owners = %v", o)
+		}
+		before := acquired(2)
+		if got, err := b.store.AcquireLaneLeasesFor(ctx, []int{2}, []string{"w-1"}, token, time.Minute); err != nil || !slices.Equal(got, []int{2}) {
+			t.Fatalf("renewal under another name = %v, %v", got, err)
+		}
+		if o := owners(); o[store.LaneLeaseName(2)] != "w-1" {
+			t.Errorf("owner after renewal = %q, want w-1", o[store.LaneLeaseName(2)])
+		}
+		if after := acquired(2); !after.Equal(before) {
+			t.Errorf("acquired_at moved from %s to %s on a renewal by the same token", before, after)
+		}
+		if _, err := b.store.AcquireLaneLeasesFor(ctx, []int{1, 2}, []string{"x"}, token, time.Minute); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("owners and lanes of different lengths: %v, want ErrInvalidArgument", err)
+		}
+	})
+}
+
 // The heads of several lanes are read in one statement, as each lane's
 // alone would be.
 func TestReadLaneHeads(t *testing.T) {
