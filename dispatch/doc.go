@@ -130,8 +130,8 @@
 // runs in a batch of its own on a free connection; the others go together:
 // lanes that become ready while one of their batches runs wait for it to end
 // and go in the next, unless they are half a batch or more (a backlog,
-// shared among the free connections), since every transaction costs the
-// database and small ones at once stretch every commit-to-send latency.
+// taken 16 lanes a batch), since every transaction costs the database and
+// small ones at once stretch every commit-to-send latency.
 // Each step below is one statement for all of a batch's lanes:
 //
 //  1. take or renew the lane leases ("lane:<n>"): a conditional upsert that

@@ -197,11 +197,12 @@ const busyProbeGap = 20 * time.Millisecond
 // A lane that runs alone (see solo) gets a batch of its own whenever a slot
 // is free. The other lanes go together: while one of their batches runs,
 // another starts only for at least half a batch of ready lanes, as in a
-// backlog, where the lanes are shared among the free slots (at most
-// lanesPerBatch each). Lanes that commits woke meanwhile wait for the
-// running batch to end and go in the next one: several small batches at
-// once would cost the database a transaction each, and every commit-to-send
-// latency with it.
+// backlog, where each batch takes up to lanesPerBatch lanes (a batch sends
+// its lanes at once, so more and smaller batches would gain no broker time
+// and cost the database more transactions). Lanes that commits woke
+// meanwhile wait for the running batch to end and go in the next one:
+// several small batches at once would cost the database a transaction each,
+// and every commit-to-send latency with it.
 func (s *laneScheduler) startPending(ctx context.Context) {
 	assigned := s.g.share()
 	for len(s.pending) > 0 {
@@ -224,11 +225,7 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 			if s.together > 0 && len(ready) < lanesPerBatch/2 {
 				return
 			}
-			n := len(ready)
-			if n > lanesPerBatch {
-				free := len(s.free) + s.g.concurrency() - len(s.slots)
-				n = min(lanesPerBatch, (n+max(free, 1)-1)/max(free, 1))
-			}
+			n := min(len(ready), lanesPerBatch)
 			lanes, rest = ready[:n:n], ready[n:]
 		}
 		sl := s.slot()
