@@ -166,14 +166,7 @@ func (g *laneGroup) takeWoken() []int {
 }
 
 // quitting reports whether every member stopped serving.
-func (g *laneGroup) quitting() bool {
-	select {
-	case <-g.quit:
-		return true
-	default:
-		return false
-	}
-}
+func (g *laneGroup) quitting() bool { return isClosed(g.quit) }
 
 // setLive records which members serve now.
 func (g *laneGroup) setLive(m *orderedWorker, serving bool) {
