@@ -1,11 +1,11 @@
 package dispatch
 
 // The lane group: one dispatch loop shared by the ordered workers of a
-// Runner. Each worker stays a member of the lane group of its own (its
-// membership lease, its share of the lanes, its name and counters), but
-// their lanes are batched together, so that lanes of several workers go in
-// one transaction: more workers in one process then cost the database no
-// more transactions than one.
+// Runner. Each worker stays a member of the outbox's membership in its own
+// right (its membership lease, its share of the lanes, its name and
+// counters), but their lanes are batched together, so that lanes of several
+// workers go in one transaction: more workers in one process then cost the
+// database no more transactions than one.
 
 import (
 	"context"
