@@ -89,6 +89,9 @@ func (g *laneGroup) run(ctx context.Context) {
 			s.fruitless = false
 			continue
 		}
+		// Lanes that commits woke while a probe ran go in the same batches
+		// as the lanes it found, instead of waiting for them to end.
+		s.addWoken()
 		s.startPending(ctx)
 		if len(s.running) == 0 {
 			continue

@@ -474,6 +474,17 @@ func TestRunnerOrderedWorkersBatchTogether(t *testing.T) {
 	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: r})
 	must(t, err)
 	must(t, r.Start(context.Background()))
+	// Let the loop scan once with every worker started, so that no probe
+	// begun while the workers were starting, over the first one's lanes
+	// alone, is still running when the rows commit.
+	scans := func() uint64 { return r.Stats().Ordered[0].Stats.Scans }
+	before := scans()
+	r.Wake()
+	for deadline := time.Now().Add(10 * time.Second); scans() <= before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the ordered loop did not scan after Wake")
+		}
+	}
 
 	lanes, _ := outbox.LaneCount()
 	workers := r.Stats().Ordered
