@@ -292,10 +292,10 @@ func (o *orderedWorker) sendLanes(ctx, stop context.Context, conn *workerConn, p
 // paused destination when p.probe is set. An error means the batch must
 // roll back (a send outlived the batch).
 func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, conn *workerConn, p *laneBatch, admitUntil time.Time) error {
-	ls := laneSend{o: o, watch: watch, conn: conn, p: p}
+	ls := laneSend{o: o, w: o.group.member(p.lane), watch: watch, conn: conn, p: p}
 	began := time.Now()
 	defer func() {
-		o.group.member(p.lane).stats.sent.Add(uint64(p.sent))
+		ls.w.stats.sent.Add(uint64(p.sent))
 		p.slow = len(p.failures) > 0 || time.Since(began) > slowSend*time.Duration(p.sent+1)
 	}()
 	for i := range p.rows {
@@ -313,7 +313,8 @@ func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, c
 // laneSend is the state of one lane's sends in a batch.
 type laneSend struct {
 	o     *orderedWorker
-	watch *stragglers // nil when the lane is the batch's only one
+	w     *orderedWorker // the worker whose share the lane is in, for counts and logs
+	watch *stragglers    // nil when the lane is the batch's only one
 	conn  *workerConn
 	p     *laneBatch
 	// waiting holds the keys whose rows wait from here on; down, the
@@ -333,13 +334,12 @@ func (ls *laneSend) hold(key string) {
 // row sends row i of the lane, or holds it with its key, and notes its
 // outcome. An error means the batch must roll back.
 func (ls *laneSend) row(ctx context.Context, i int) error {
-	o, p := ls.o, ls.p
+	o, w, p := ls.o, ls.w, ls.p
 	r := &p.rows[i]
 	m := &r.Message
 	if ls.waiting[m.Key] {
 		return nil
 	}
-	w := o.group.member(p.lane) // the worker whose share the lane is in
 	if r.Corrupt != nil {
 		w.stats.corrupt.Add(1)
 		o.recordFailure(p, i, laneFailure{Failure: store.Failure{ID: r.ID, Error: r.Corrupt.Error()}, park: true, corrupt: true})
