@@ -124,8 +124,10 @@
 // lane's start (after a lease changes hands) and probes still walk dead
 // entries: keep transactions short on a database that hosts an outbox.
 //
-// The outbox table is created with fillfactor 50: a claim updates only columns
-// no index covers, and with room left on each page PostgreSQL makes that a
-// heap-only update, writing no index entries (docs/benchmarks.md has the
-// figure).
+// The outbox table's pages are filled whole (fillfactor 100, migration 5):
+// workers take rows with a DELETE, and the updates they run (a failure, a
+// park) change columns of an index predicate, which PostgreSQL never makes
+// heap-only, so free room on each page would only make every insert write
+// more pages. [Store.Claim] and its kin, which no worker runs, update columns
+// no index covers; on full pages those updates write index entries too.
 package store

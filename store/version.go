@@ -11,7 +11,7 @@ import (
 // SchemaVersion is the newest migration this release knows, and the one its
 // writers and workers need: they refuse a schema that lacks it (see
 // [Store.CheckSchema]).
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // Schema version errors. Each is wrapped with the outbox's names, both
 // versions and what to do; test with [errors.Is].

@@ -157,3 +157,25 @@ func TestSchemaIndexes(t *testing.T) {
 		t.Errorf("index orders_outbox_parked_idx = %q, want it dropped by migration 2", def)
 	}
 }
+
+// TestSchemaFillsOutboxPages checks that migration 5 lets inserts fill the
+// outbox's pages whole, where migration 1 left half of each page free.
+func TestSchemaFillsOutboxPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "pgx")
+	msgs := make([]relayer.Message, 70)
+	for i := range msgs {
+		msgs[i] = b.unordered(t)
+		msgs[i].Body = make([]byte, 1000)
+	}
+	b.insert(t, msgs...)
+	// About 1,100 bytes a row: 7 fit an 8 KiB page, 3 half of one.
+	var most int
+	if err := b.db.QueryRow(`SELECT max(n) FROM (SELECT count(*) AS n FROM "` + b.opts.Schema + `".orders_outbox
+    GROUP BY (ctid::text::point)[0]) AS p`).Scan(&most); err != nil {
+		t.Fatal(err)
+	}
+	if most < 6 {
+		t.Errorf("at most %d rows of about 1,100 bytes on an outbox page, want 6 or more: pages are left part empty", most)
+	}
+}
