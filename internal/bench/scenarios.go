@@ -219,6 +219,14 @@ func aggregate(runs []Result, headline func(Result) float64) Result {
 		m.MsgsPerSecMin, m.MsgsPerSecMax = min(m.MsgsPerSecMin, run.MsgsPerSec), max(m.MsgsPerSecMax, run.MsgsPerSec)
 		m.P99Min, m.P99Max = min(m.P99Min, run.P99), max(m.P99Max, run.P99)
 	}
+	if runs[0].CPUPerTx > 0 {
+		// The CPU figures' own medians and range: they move apart from
+		// the throughput's.
+		bycpu := slices.SortedFunc(slices.Values(runs), func(a, b Result) int { return cmp.Compare(a.CPUPerTx, b.CPUPerTx) })
+		med := bycpu[len(bycpu)/2]
+		m.CPUPerTx, m.DBCPUPerTx = med.CPUPerTx, med.DBCPUPerTx
+		m.CPUPerTxMin, m.CPUPerTxMax = bycpu[0].CPUPerTx, bycpu[len(bycpu)-1].CPUPerTx
+	}
 	return m
 }
 
@@ -246,6 +254,12 @@ func vsLoop(results []Result, headline func(Result) float64) {
 		if base := of((Minimal{}).Name(), r.Variant); base > 0 && r.Contender != (Minimal{}).Name() {
 			r.VsMinimal = headline(*r) / base
 		}
+		for _, m := range results {
+			if m.Contender == (Minimal{}).Name() && m.Variant == r.Variant && r.Contender != m.Contender &&
+				m.DBCPUPerTx > 0 && r.DBCPUPerTx > 0 {
+				r.CPUVsMinimal = float64(m.CPUPerTx) / float64(r.CPUPerTx)
+			}
+		}
 	}
 }
 
@@ -266,12 +280,15 @@ func (r *runner) enlist(ctx context.Context) ([]Result, error) {
 				return Result{}, err
 			}
 			var txs int64
+			before := r.cpu.sample()
 			elapsed, err := r.timed(func(stop <-chan struct{}) (err error) {
 				txs, err = r.produce(ctx, in, perTx, 0, stop)
 				return err
 			})
-			return Result{Scenario: ScenarioEnlist, Variant: fmt.Sprintf("%d per tx", perTx), Elapsed: elapsed,
-				TxPerSec: float64(txs) / elapsed.Seconds(), MsgsPerSec: float64(txs*int64(perTx)) / elapsed.Seconds()}, err
+			res := Result{Scenario: ScenarioEnlist, Variant: fmt.Sprintf("%d per tx", perTx), Elapsed: elapsed,
+				TxPerSec: float64(txs) / elapsed.Seconds(), MsgsPerSec: float64(txs*int64(perTx)) / elapsed.Seconds()}
+			res.CPUPerTx, res.DBCPUPerTx = r.cpu.sample().perTx(before, txs)
+			return res, err
 		}
 	}
 	alone, err := r.rounds(ctx, []Contender{Loop{}}, once(0), txPerSec)
