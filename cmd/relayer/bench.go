@@ -181,11 +181,11 @@ func benchNATS(ctx context.Context, url string) (relayer.Transport, func(), erro
 func printBench(w io.Writer, cfg bench.Config, results []bench.Result) {
 	fmt.Fprintf(w, "relayer bench: %d producers, %d-byte bodies, sink %s\n\n", max(cfg.Producers, 1), cfg.BodySize, cmp.Or(cfg.TransportName, "in-process"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tCONTENDER\tMSG/S\tTX/S\tRANGE\tRATIO\tVS LOOP\tVS MINIMAL\tCPU/TX (DB)\tCPU VS MINIMAL\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLOST\tDUP\tOUT OF ORDER\t")
+	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tCONTENDER\tMSG/S\tTX/S\tRANGE\tRATIO\tVS LOOP\tVS MINIMAL\tCPU (DB)\tCPU VS MINIMAL\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLOST\tDUP\tOUT OF ORDER\t")
 	for _, r := range results {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", r.Scenario, r.Variant, cmp.Or(r.Contender, "-"),
 			figure(r.MsgsPerSec, "%.0f"), figure(r.TxPerSec, "%.0f"), benchRange(r), figure(r.Ratio, "%.2f"), figure(r.VsLoop, "%.2f"), figure(r.VsMinimal, "%.2f"),
-			cpuPerTx(r), figure(r.CPUVsMinimal, "%.2f"), figure(r.Produced, "%.0f"),
+			cpu(r), figure(r.CPUVsMinimal, "%.2f"), figure(r.Produced, "%.0f"),
 			r.Backlog, latency(r.P50), latency(r.P95), latency(r.P99), r.Lost, r.Duplicates, r.OutOfOrder)
 	}
 	tw.Flush()
@@ -204,16 +204,20 @@ func benchRange(r bench.Result) string {
 	return fmt.Sprintf("%.0f–%.0f msg/s", r.MsgsPerSecMin, r.MsgsPerSecMax)
 }
 
-// cpuPerTx is a result's CPU per transaction in µs, with the database's
-// part in parentheses when it was measured.
-func cpuPerTx(r bench.Result) string {
-	switch {
-	case r.CPUPerTx == 0:
-		return "-"
-	case r.DBCPUPerTx == 0:
-		return fmt.Sprintf("%d µs", r.CPUPerTx.Microseconds())
+// cpu is a result's CPU per transaction (enlist) or message delivered, in
+// µs, with the database's part in parentheses when it was measured.
+func cpu(r bench.Result) string {
+	unit := "µs/msg"
+	if r.Scenario == bench.ScenarioEnlist {
+		unit = "µs/tx"
 	}
-	return fmt.Sprintf("%d (%d) µs", r.CPUPerTx.Microseconds(), r.DBCPUPerTx.Microseconds())
+	switch {
+	case r.CPU == 0:
+		return "-"
+	case r.DBCPU == 0:
+		return fmt.Sprintf("%.1f %s", float64(r.CPU)/1e3, unit)
+	}
+	return fmt.Sprintf("%.1f (%.1f) %s", float64(r.CPU)/1e3, float64(r.DBCPU)/1e3, unit)
 }
 
 func figure(v float64, format string) string {

@@ -257,24 +257,26 @@ type Result struct {
 	MsgsPerSecMax float64       `json:"msgs_per_sec_max,omitempty"`
 	P99Min        time.Duration `json:"p99_min_ns,omitempty"`
 	P99Max        time.Duration `json:"p99_max_ns,omitempty"`
-	// CPUPerTx is the CPU spent per transaction committed (enlist): this
-	// process's (the producers, the contender's client code, the garbage
-	// collector) and, when DBCPUPerTx is set, the database server's too.
-	// It is the median over the rounds, as are DBCPUPerTx and the range.
-	// On a machine whose cores the producers share with the database, it
-	// moves far less with the machine's other work than throughput does.
-	CPUPerTx    time.Duration `json:"cpu_per_tx_ns,omitempty"`
-	CPUPerTxMin time.Duration `json:"cpu_per_tx_min_ns,omitempty"`
-	CPUPerTxMax time.Duration `json:"cpu_per_tx_max_ns,omitempty"`
-	// DBCPUPerTx is the database server's share of CPUPerTx: its processes'
-	// CPU time per transaction, read from /proc when the server runs on
-	// this machine; zero when it does not (another host, a container, a
-	// system without /proc). Whatever else the server runs meanwhile counts
-	// too.
-	DBCPUPerTx time.Duration `json:"db_cpu_per_tx_ns,omitempty"`
-	// CPUVsMinimal is the minimal loop's CPUPerTx against this contender's,
-	// of the same variant, when both include the database's: above 1, a
-	// transaction costs less than the minimal loop's.
+	// CPU is the CPU spent per transaction committed (enlist) or per
+	// message delivered (from the producers' start until the backlog
+	// drained in e2e and latency, from the workers' start in drain,
+	// ordered and bloat): this process's (the producers, the contender's
+	// client code and workers, the garbage collector) and, when DBCPU is
+	// set, the database server's too. It is the median over the rounds, as
+	// are DBCPU and the range CPUMin to CPUMax. On a machine whose cores
+	// the producers share with the database, it moves far less with the
+	// machine's other work than throughput does.
+	CPU    time.Duration `json:"cpu_ns,omitempty"`
+	CPUMin time.Duration `json:"cpu_min_ns,omitempty"`
+	CPUMax time.Duration `json:"cpu_max_ns,omitempty"`
+	// DBCPU is the database server's share of CPU: its processes' CPU
+	// time, read from /proc when the server runs on this machine; zero
+	// when it does not (another host, a container, a system without
+	// /proc). Whatever else the server runs meanwhile counts too.
+	DBCPU time.Duration `json:"db_cpu_ns,omitempty"`
+	// CPUVsMinimal is the minimal loop's CPU against this contender's, of
+	// the same variant, when both include the database's: above 1, the
+	// contender costs less than the minimal loop.
 	CPUVsMinimal float64 `json:"cpu_vs_minimal,omitempty"`
 	// Produced is the messages committed per second (e2e).
 	Produced float64 `json:"produced_per_sec,omitempty"`

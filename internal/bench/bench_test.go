@@ -26,8 +26,8 @@ func TestQuickRun(t *testing.T) {
 	want := map[string]int{bench.ScenarioEnlist: 10, bench.ScenarioE2E: 5, bench.ScenarioLatency: 6, bench.ScenarioDrain: 3, bench.ScenarioOrdered: 3}
 	got := map[string]int{}
 	for _, r := range results {
-		t.Logf("%-8s %-20s %-24s %9.0f msg/s %8.0f tx/s ratio %.2f vs loop %.2f cpu/tx %s (db %s) produced %.0f backlog %d p50 %s p99 %s lost %d dup %d ooo %d",
-			r.Scenario, r.Variant, r.Contender, r.MsgsPerSec, r.TxPerSec, r.Ratio, r.VsLoop, r.CPUPerTx, r.DBCPUPerTx, r.Produced, r.Backlog, r.P50, r.P99, r.Lost, r.Duplicates, r.OutOfOrder)
+		t.Logf("%-8s %-20s %-24s %9.0f msg/s %8.0f tx/s ratio %.2f vs loop %.2f cpu %s (db %s) produced %.0f backlog %d p50 %s p99 %s lost %d dup %d ooo %d",
+			r.Scenario, r.Variant, r.Contender, r.MsgsPerSec, r.TxPerSec, r.Ratio, r.VsLoop, r.CPU, r.DBCPU, r.Produced, r.Backlog, r.P50, r.P99, r.Lost, r.Duplicates, r.OutOfOrder)
 		got[r.Scenario]++
 		if r.Lost != 0 || r.Duplicates != 0 || r.OutOfOrder != 0 {
 			t.Errorf("%s %s: %d lost, %d duplicates, %d out of order", r.Scenario, r.Variant, r.Lost, r.Duplicates, r.OutOfOrder)
@@ -37,12 +37,11 @@ func TestQuickRun(t *testing.T) {
 		if r.Scenario != bench.ScenarioEnlist && r.MsgsPerSec <= 0 && r.Contender != bench.PathOrdered {
 			t.Errorf("%s %s: no throughput", r.Scenario, r.Variant)
 		}
-		if r.Scenario == bench.ScenarioEnlist && runtime.GOOS != "windows" &&
-			(r.CPUPerTx <= 0 || r.DBCPUPerTx > r.CPUPerTx || r.CPUPerTxMin > r.CPUPerTx || r.CPUPerTxMax < r.CPUPerTx) {
-			t.Errorf("%s %s %s: CPU per tx %s (%s to %s), the database's %s", r.Scenario, r.Variant, r.Contender,
-				r.CPUPerTx, r.CPUPerTxMin, r.CPUPerTxMax, r.DBCPUPerTx)
+		if runtime.GOOS != "windows" && (r.CPU <= 0 || r.DBCPU > r.CPU || r.CPUMin > r.CPU || r.CPUMax < r.CPU) {
+			t.Errorf("%s %s %s: CPU %s (%s to %s), the database's %s", r.Scenario, r.Variant, r.Contender,
+				r.CPU, r.CPUMin, r.CPUMax, r.DBCPU)
 		}
-		if r.Scenario == bench.ScenarioEnlist && r.Contender == bench.PathDirect && r.DBCPUPerTx > 0 && r.CPUVsMinimal <= 0 {
+		if r.Scenario != bench.ScenarioOrdered && r.Contender == bench.PathDirect && r.DBCPU > 0 && r.CPUVsMinimal <= 0 {
 			t.Errorf("%s %s: no CPU ratio to the minimal loop", r.Variant, r.Contender)
 		}
 		if (r.Scenario == bench.ScenarioE2E || r.Scenario == bench.ScenarioLatency) && (r.P50 <= 0 || r.P99 < r.P50) {

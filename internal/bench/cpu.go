@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// CPU per transaction. On a machine whose cores the producers share with
+// CPU per transaction or message. On a machine whose cores the producers share with
 // the database, throughput moves with whatever else runs there, while the
 // CPU each transaction costs hardly does. A run therefore also reads the
 // CPU time its own process spent (the producers, the contender's client
@@ -87,16 +87,17 @@ func (m cpuMeter) sample() cpuSample {
 	return s
 }
 
-// perTx returns the CPU spent from before to s per transaction of txs, and
-// the database server's part of it (zero when either sample lacks it).
-func (s cpuSample) perTx(before cpuSample, txs int64) (total, server time.Duration) {
-	if txs <= 0 {
+// per returns the CPU spent from before to s per one of n (transactions,
+// messages), and the database server's part of it (zero when either sample
+// lacks it).
+func (s cpuSample) per(before cpuSample, n int64) (total, server time.Duration) {
+	if n <= 0 {
 		return 0, 0
 	}
 	if s.serverOK && before.serverOK {
-		server = (s.server - before.server) / time.Duration(txs)
+		server = (s.server - before.server) / time.Duration(n)
 	}
-	return (s.self-before.self)/time.Duration(txs) + server, server
+	return (s.self-before.self)/time.Duration(n) + server, server
 }
 
 // procStat is what a sample needs of /proc/PID/stat.

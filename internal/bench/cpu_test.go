@@ -61,8 +61,8 @@ func TestCPUMeterReadsTheLocalServer(t *testing.T) {
 	if !before.serverOK || !after.serverOK || after.server-before.server < 50*time.Millisecond {
 		t.Errorf("the server's CPU went from %s to %s over 200ms of queries", before.server, after.server)
 	}
-	total, server := after.perTx(before, 2)
+	total, server := after.per(before, 2)
 	if server != (after.server-before.server)/2 || total < server {
-		t.Errorf("perTx = %s, %s; want the server's half and this process's on top", total, server)
+		t.Errorf("per = %s, %s; want the server's half and this process's on top", total, server)
 	}
 }

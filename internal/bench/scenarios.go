@@ -219,13 +219,13 @@ func aggregate(runs []Result, headline func(Result) float64) Result {
 		m.MsgsPerSecMin, m.MsgsPerSecMax = min(m.MsgsPerSecMin, run.MsgsPerSec), max(m.MsgsPerSecMax, run.MsgsPerSec)
 		m.P99Min, m.P99Max = min(m.P99Min, run.P99), max(m.P99Max, run.P99)
 	}
-	if runs[0].CPUPerTx > 0 {
+	if runs[0].CPU > 0 {
 		// The CPU figures' own medians and range: they move apart from
 		// the throughput's.
-		bycpu := slices.SortedFunc(slices.Values(runs), func(a, b Result) int { return cmp.Compare(a.CPUPerTx, b.CPUPerTx) })
+		bycpu := slices.SortedFunc(slices.Values(runs), func(a, b Result) int { return cmp.Compare(a.CPU, b.CPU) })
 		med := bycpu[len(bycpu)/2]
-		m.CPUPerTx, m.DBCPUPerTx = med.CPUPerTx, med.DBCPUPerTx
-		m.CPUPerTxMin, m.CPUPerTxMax = bycpu[0].CPUPerTx, bycpu[len(bycpu)-1].CPUPerTx
+		m.CPU, m.DBCPU = med.CPU, med.DBCPU
+		m.CPUMin, m.CPUMax = bycpu[0].CPU, bycpu[len(bycpu)-1].CPU
 	}
 	return m
 }
@@ -254,10 +254,20 @@ func vsLoop(results []Result, headline func(Result) float64) {
 		if base := of((Minimal{}).Name(), r.Variant); base > 0 && r.Contender != (Minimal{}).Name() {
 			r.VsMinimal = headline(*r) / base
 		}
+	}
+	cpuVsMinimal(results)
+}
+
+// cpuVsMinimal sets each result's CPUVsMinimal to the minimal loop's CPU,
+// of the same variant, against its own, where both include the
+// database's.
+func cpuVsMinimal(results []Result) {
+	for i := range results {
+		r := &results[i]
 		for _, m := range results {
 			if m.Contender == (Minimal{}).Name() && m.Variant == r.Variant && r.Contender != m.Contender &&
-				m.DBCPUPerTx > 0 && r.DBCPUPerTx > 0 {
-				r.CPUVsMinimal = float64(m.CPUPerTx) / float64(r.CPUPerTx)
+				m.DBCPU > 0 && r.DBCPU > 0 {
+				r.CPUVsMinimal = float64(m.CPU) / float64(r.CPU)
 			}
 		}
 	}
@@ -287,7 +297,7 @@ func (r *runner) enlist(ctx context.Context) ([]Result, error) {
 			})
 			res := Result{Scenario: ScenarioEnlist, Variant: fmt.Sprintf("%d per tx", perTx), Elapsed: elapsed,
 				TxPerSec: float64(txs) / elapsed.Seconds(), MsgsPerSec: float64(txs*int64(perTx)) / elapsed.Seconds()}
-			res.CPUPerTx, res.DBCPUPerTx = r.cpu.sample().perTx(before, txs)
+			res.CPU, res.DBCPU = r.cpu.sample().per(before, txs)
 			return res, err
 		}
 	}
@@ -340,6 +350,7 @@ func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant 
 	if err != nil {
 		return Result{}, err
 	}
+	cpuBefore := r.cpu.sample()
 	var txs int64
 	elapsed, err := r.timed(func(stop <-chan struct{}) (err error) {
 		txs, err = r.produce(ctx, in, perTx, every, stop)
@@ -360,12 +371,14 @@ func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant 
 	if err := sk.wait(ctx, txs*int64(perTx), 10*time.Minute, in.Err); err != nil {
 		return Result{}, err
 	}
+	cpu, dbCPU := r.cpu.sample().per(cpuBefore, txs*int64(perTx))
 	stopped = true
 	if err := in.Stop(context.WithoutCancel(ctx)); err != nil {
 		return Result{}, err
 	}
 	res := Result{Scenario: scenario, Variant: variant, Elapsed: elapsed, Backlog: backlog,
-		Produced: float64(txs*int64(perTx)) / elapsed.Seconds(), MsgsPerSec: float64(delivered) / elapsed.Seconds()}
+		Produced: float64(txs*int64(perTx)) / elapsed.Seconds(), MsgsPerSec: float64(delivered) / elapsed.Seconds(),
+		CPU: cpu, DBCPU: dbCPU}
 	if txs > 0 {
 		res.ServerTxPerMsg = float64(serverTxAfter-serverTx) / float64(txs*int64(perTx))
 	}
@@ -420,9 +433,11 @@ func (r *runner) latency(ctx context.Context) ([]Result, error) {
 	perTx := r.cfg.PerTx
 	every := time.Duration(float64(time.Second) * float64(r.cfg.Producers*perTx) / float64(r.cfg.Rate))
 	variant := fmt.Sprintf("%d msg/s, %d per tx", r.cfg.Rate, perTx)
-	return r.rounds(ctx, r.contenders(ScenarioLatency), func(ctx context.Context, c Contender, round int) (Result, error) {
+	res, err := r.rounds(ctx, r.contenders(ScenarioLatency), func(ctx context.Context, c Contender, round int) (Result, error) {
 		return r.dispatched(ctx, c, ScenarioLatency, variant, perTx, every, round)
 	}, p99)
+	cpuVsMinimal(res)
+	return res, err
 }
 
 // backlog fills a contender's outbox with n messages, then times its
@@ -449,12 +464,14 @@ func (r *runner) backlog(ctx context.Context, c Contender, scenario, variant str
 		}
 		defer func() { err = errors.Join(err, release()) }()
 	}
+	cpuBefore := r.cpu.sample()
 	begin := time.Now()
 	if err := in.Start(ctx); err != nil {
 		return Result{}, err
 	}
 	waitErr := sk.wait(ctx, int64(len(ids)), 10*time.Minute, in.Err)
 	elapsed := time.Since(begin)
+	cpu, dbCPU := r.cpu.sample().per(cpuBefore, int64(len(ids)))
 	if err := errors.Join(waitErr, in.Stop(context.WithoutCancel(ctx))); err != nil {
 		return Result{}, err
 	}
@@ -462,7 +479,8 @@ func (r *runner) backlog(ctx context.Context, c Contender, scenario, variant str
 	for i, id := range ids {
 		commits[i].id = id
 	}
-	res := Result{Scenario: scenario, Variant: variant, Elapsed: elapsed, MsgsPerSec: float64(len(ids)) / elapsed.Seconds()}
+	res := Result{Scenario: scenario, Variant: variant, Elapsed: elapsed, MsgsPerSec: float64(len(ids)) / elapsed.Seconds(),
+		CPU: cpu, DBCPU: dbCPU}
 	res.Lost, res.Duplicates, res.OutOfOrder, _ = sk.check(commits)
 	return res, nil
 }
