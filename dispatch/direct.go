@@ -142,13 +142,7 @@ func (d *directWorker) Stats() Stats { return d.stats.snapshot() }
 // workers. When the queue is full or the dispatcher has stopped it returns a
 // *[PendingError] wrapping [ErrQueueFull] or [ErrStopped].
 func (d *directWorker) Committed(rows []relayer.Message) error {
-	now := time.Now()
-	kept := rows[:0:0]
-	for i := range rows {
-		if !rows[i].Ordered && (rows[i].DeliverAt.IsZero() || !rows[i].DeliverAt.After(now)) {
-			kept = append(kept, rows[i])
-		}
-	}
+	kept := dueUnordered(rows, time.Now())
 	if len(kept) == 0 {
 		return nil
 	}
@@ -165,6 +159,19 @@ func (d *directWorker) Committed(rows []relayer.Message) error {
 		d.leave(kept)
 		return &PendingError{Err: fmt.Errorf("%w (capacity %d)", ErrQueueFull, d.opts.QueueCapacity), Rows: len(kept)}
 	}
+}
+
+// dueUnordered returns the rows of rows that are unordered and due at now:
+// those direct dispatch sends and recovery takes. It returns nil when there
+// are none, and a new slice otherwise.
+func dueUnordered(rows []relayer.Message, now time.Time) []relayer.Message {
+	var due []relayer.Message
+	for i := range rows {
+		if !rows[i].Ordered && (rows[i].DeliverAt.IsZero() || !rows[i].DeliverAt.After(now)) {
+			due = append(due, rows[i])
+		}
+	}
+	return due
 }
 
 // SendsCommitted reports that the dispatcher sends the due unordered rows

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/store"
@@ -339,9 +340,9 @@ func (r *Runner) Wake() { r.wakeAll() }
 func (r *Runner) StoreOptions() store.Options { return r.store.Options() }
 
 // Committed hands committed rows to direct dispatch (with direct dispatch
-// turned off, it wakes recovery instead), and wakes the runner's ordered
-// workers whose lanes the ordered rows are in. It implements
-// [enlist.CommitListener].
+// turned off, it wakes recovery instead, when some of them are unordered and
+// due), and wakes the runner's ordered workers whose lanes the ordered rows
+// are in. It implements [enlist.CommitListener].
 func (r *Runner) Committed(rows []relayer.Message) error {
 	c := r.crew.Load()
 	r.wakeOrdered(rows)
@@ -349,7 +350,11 @@ func (r *Runner) Committed(rows []relayer.Message) error {
 		return c.direct.Committed(rows)
 	}
 	if c.recovery != nil {
-		c.recovery.wakeFor(rows)
+		// Recovery takes no ordered row and no row before its time: a
+		// commit of those alone would only cost it a fruitless take.
+		if due := dueUnordered(rows, time.Now()); len(due) > 0 {
+			c.recovery.wakeFor(due)
+		}
 	}
 	return nil
 }

@@ -131,6 +131,42 @@ func TestRunnerWithoutDirectDispatchSendsLateCommitsAtOnce(t *testing.T) {
 	b.waitRows(t, 0)
 }
 
+// With direct dispatch off, commits of ordered rows wake the ordered workers
+// and not recovery, which would take nothing (its poll is a minute away
+// here); a commit of an unordered row still wakes it.
+func TestRunnerWithoutDirectDispatchWakesRecoveryForUnorderedRowsOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r, err := dispatch.NewRunner(b.db, b.outbox, dispatch.RunnerOptions{DisableDirect: true, DisableCleanup: true, Logger: b.logger(),
+		Recovery: dispatch.RecoveryOptions{PollInterval: time.Minute}, Ordered: dispatch.OrderedOptions{PollInterval: 5 * time.Second}})
+	must(t, err)
+	t.Cleanup(func() { r.Stop(context.Background()) })
+	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: r})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.Lanes()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // until the ordered worker has joined
+	}
+	time.Sleep(200 * time.Millisecond) // and recovery has made its first pass
+	before := r.Stats().Recovery.Scans
+	const commits = 20
+	for i := 1; i <= commits; i++ {
+		publishWith(t, b, w, relayer.NewOutgoing(Shipped{i}, relayer.Key("k")))
+		b.waitSent(t, i)
+	}
+	if scans := r.Stats().Recovery.Scans - before; scans > 2 {
+		t.Errorf("%d commits of ordered rows made recovery take %d times, want no take", commits, scans)
+	}
+	start := time.Now()
+	publishWith(t, b, w, relayer.NewOutgoing(Placed{1}))
+	b.waitSent(t, commits+1)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("an unordered row was sent %s after its commit", d)
+	}
+	b.waitRows(t, 0)
+}
+
 // An ordered message committed through a runner's writer is sent at once,
 // not at the ordered worker's next poll (5 s away here).
 func TestRunnerWakesOrderedWorkersAtCommit(t *testing.T) {
