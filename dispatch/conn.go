@@ -29,6 +29,12 @@ type workerConn struct {
 	// store.TuneTakingConn), for sessions that run only takes or ordered
 	// batches and probes.
 	generic bool
+	// chainedAt is set while the pinned connection is in a transaction that
+	// an ordered batch's COMMIT AND CHAIN or ROLLBACK AND CHAIN began (see
+	// openBatch) and no statement has run in yet: when it began. Such a
+	// transaction holds no snapshot and no transaction id, and keeps nothing
+	// from vacuum.
+	chainedAt time.Time
 }
 
 func newWorkerConn(db *sql.DB, base *store.Store) *workerConn {
@@ -96,6 +102,49 @@ func (w *workerConn) begin(ctx context.Context) (*sql.Tx, *store.Store, error) {
 	return tx, st, nil
 }
 
+// openBatch opens an ordered batch's transaction on the pinned connection:
+// the one the previous batch chained, or a new one. The connection must be
+// pinned (see store).
+func (w *workerConn) openBatch(ctx context.Context) error {
+	if w.chained() {
+		w.chainedAt = time.Time{}
+		return nil
+	}
+	_, err := w.conn.ExecContext(ctx, "BEGIN")
+	return err
+}
+
+// endBatch ends an ordered batch's transaction with end, "COMMIT" or
+// "ROLLBACK", and chains the next batch's: one round trip fewer per batch
+// while batches follow one another. A failed end leaves nothing chained; the
+// caller drops the connection.
+func (w *workerConn) endBatch(ctx context.Context, end string) error {
+	if _, err := w.conn.ExecContext(ctx, end+" AND CHAIN"); err != nil {
+		return err
+	}
+	w.chainedAt = time.Now()
+	return nil
+}
+
+// chained reports whether a chained transaction is open (see endBatch).
+func (w *workerConn) chained() bool { return !w.chainedAt.IsZero() }
+
+// unchain ends the chained transaction, if one is open, before the
+// connection runs anything else than a batch, or waits unused: it has run no
+// statement, so rolling it back undoes nothing. A failure drops the
+// connection.
+func (w *workerConn) unchain(ctx context.Context) error {
+	if !w.chained() {
+		return nil
+	}
+	w.chainedAt = time.Time{}
+	if _, err := w.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		w.broken()
+		return err
+	}
+	return nil
+}
+
 // broken drops the pinned connection after a statement failed. Its session
 // state is unknown (and it may be dead), so it is closed rather than returned
 // to the pool with the worker settings on it.
@@ -104,12 +153,16 @@ func (w *workerConn) broken() {
 		discard(w.conn)
 		w.conn, w.st = nil, nil
 	}
+	w.chainedAt = time.Time{}
 }
 
 // release returns the connection to the pool with its settings reset.
 func (w *workerConn) release(ctx context.Context) {
 	if w.conn == nil {
 		return
+	}
+	if err := w.unchain(ctx); err != nil {
+		return // dropped
 	}
 	if err := store.UntuneWorkerConn(ctx, w.conn); err != nil {
 		discard(w.conn)

@@ -86,3 +86,64 @@ func TestClockOffsetOf(t *testing.T) {
 		}
 	}
 }
+
+// An ordered batch chains the next one's transaction, which the next batch
+// takes up without a BEGIN; a slot left unused for chainIdle ends it, so that
+// no session stays idle in a transaction once batches stop.
+func TestBatchTransactionsChainUntilIdle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Open(t, "pgx")
+	st, err := store.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorkerConn(db, st)
+	t.Cleanup(func() { w.release(ctx) })
+	if _, err := w.store(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := w.conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	session := func(wantState, wantQuery string) {
+		t.Helper()
+		var state, query string
+		if err := db.QueryRowContext(ctx, `SELECT state, query FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state, &query); err != nil {
+			t.Fatal(err)
+		}
+		if state != wantState || query != wantQuery {
+			t.Errorf("session: %s after %q, want %s after %q", state, query, wantState, wantQuery)
+		}
+	}
+	if err := w.openBatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	session("idle in transaction", "BEGIN")
+	if err := w.endBatch(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	session("idle in transaction", "COMMIT AND CHAIN")
+	if err := w.openBatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	session("idle in transaction", "COMMIT AND CHAIN") // no BEGIN sent
+	if err := w.endBatch(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	session("idle in transaction", "ROLLBACK AND CHAIN")
+
+	s := &laneScheduler{free: []*laneSlot{{conn: w}}}
+	if at := s.unchainIdle(ctx); at.IsZero() || !w.chained() {
+		t.Fatal("a chain just made was ended")
+	} else if wait := time.Until(at); wait <= 0 || wait > chainIdle {
+		t.Errorf("the chain ends in %s, want within %s", wait, chainIdle)
+	}
+	session("idle in transaction", "ROLLBACK AND CHAIN")
+	w.chainedAt = time.Now().Add(-chainIdle)
+	if at := s.unchainIdle(ctx); !at.IsZero() || w.chained() {
+		t.Fatal("a chain unused for chainIdle was kept")
+	}
+	session("idle", "ROLLBACK")
+}

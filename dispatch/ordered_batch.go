@@ -61,7 +61,9 @@ const (
 // The transaction is run with BEGIN and COMMIT statements on the pinned
 // connection rather than a *sql.Tx, whose context would roll it back the
 // moment the batch's deadline passes, releasing the lane rows while a late
-// send may still reach the broker.
+// send may still reach the broker. It ends with COMMIT AND CHAIN or
+// ROLLBACK AND CHAIN, so that the slot's next batch needs no BEGIN (see
+// workerConn.endBatch).
 //
 // Cancelling ctx stops the batch from sending more rows; the sends under way
 // return and what was sent is recorded and committed on a context of the
@@ -76,11 +78,8 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	if err != nil {
 		return buf, res, err
 	}
-	end := func(stmt string) error {
-		_, err := conn.conn.ExecContext(ctx, stmt)
-		return err
-	}
-	if err := end("BEGIN"); err != nil {
+	end := func(stmt string) error { return conn.endBatch(ctx, stmt) }
+	if err := conn.openBatch(ctx); err != nil {
 		return buf, res, err
 	}
 	g := o.group

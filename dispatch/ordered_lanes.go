@@ -85,6 +85,9 @@ func (g *laneGroup) run(ctx context.Context) {
 			if !s.nextProbe.IsZero() {
 				wait = time.Until(s.nextProbe)
 			}
+			if at := s.unchainIdle(ctx); !at.IsZero() {
+				wait = min(wait, time.Until(at))
+			}
 			g.idle(ctx, wait, s.results, s.finished)
 			s.fruitless = false
 			continue
@@ -103,8 +106,50 @@ func (g *laneGroup) run(ctx context.Context) {
 			s.fruitless = false
 		case r := <-s.results:
 			s.finished(r)
+		case <-s.chainTimer(ctx):
 		}
 	}
+}
+
+// chainTimer ends the chained transactions of free slots unused for
+// chainIdle, and returns a channel that fires when the next of the others
+// will have been, or nil when none is left.
+func (s *laneScheduler) chainTimer(ctx context.Context) <-chan time.Time {
+	at := s.unchainIdle(ctx)
+	if at.IsZero() {
+		return nil
+	}
+	if s.timer == nil {
+		s.timer = time.NewTimer(time.Until(at))
+	} else {
+		s.timer.Reset(time.Until(at))
+	}
+	return s.timer.C
+}
+
+// unchainIdle ends the chained transactions (see workerConn.endBatch) of free
+// slots unused for chainIdle or longer, so that no session stays idle in a
+// transaction once batches stop, and returns when the next of the others
+// will have been unused that long: zero when none is left chained.
+func (s *laneScheduler) unchainIdle(ctx context.Context) time.Time {
+	var next time.Time
+	now := time.Now()
+	for _, sl := range s.free {
+		if !sl.conn.chained() {
+			continue
+		}
+		at := sl.conn.chainedAt.Add(chainIdle)
+		if !now.Before(at) {
+			if err := sl.conn.unchain(ctx); err != nil {
+				s.o.logError("dispatch: end an ordered slot's chained transaction", err)
+			}
+			continue
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
 }
 
 // laneScheduler is the state of an ordered worker's dispatch loop: its
@@ -131,6 +176,8 @@ type laneScheduler struct {
 	probedAt, progressAt, nextProbe time.Time
 	// together counts the batches in flight of lanes that do not run alone.
 	together int
+	// timer is chainTimer's, made at its first use.
+	timer *time.Timer
 	// fruitless is set by a probe and cleared by any progress: when every
 	// lane the last probe found ended without progress (failing or stalled
 	// heads), the next probe waits for the poll, even while other lanes are
@@ -311,6 +358,10 @@ func (g *laneGroup) probe(ctx context.Context, sl *laneSlot, held, running map[i
 	// instead of hanging it.
 	ctx, cancel := context.WithTimeout(ctx, o.opts.LeaseDuration/2)
 	defer cancel()
+	if err := sl.conn.unchain(ctx); err != nil {
+		o.logError("dispatch: ordered probe", err)
+		return nil
+	}
 	g.releaseSurplus(ctx, sl.conn, held, running, lanes)
 	st, err := sl.conn.store(ctx)
 	var ready []int
