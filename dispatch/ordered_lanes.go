@@ -221,7 +221,8 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 	if s.fruitless {
 		return false
 	}
-	if next := s.probedAt.Add(busyProbeGap); !s.g.probeNow.Swap(false) && s.progressAt.After(s.probedAt) && time.Now().Before(next) {
+	asked := s.g.probeNow.Swap(false)
+	if next := s.probedAt.Add(busyProbeGap); !asked && s.progressAt.After(s.probedAt) && time.Now().Before(next) {
 		// Busy with the lanes commits woke, which need no probe: probe for
 		// the others (rows of other processes, retries come due) at most
 		// once per busyProbeGap.
@@ -230,6 +231,9 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 	}
 	sl := s.slot()
 	if sl == nil {
+		if asked {
+			s.g.probeNow.Store(true) // for when a batch ends
+		}
 		return true
 	}
 	s.pending = s.g.probe(ctx, sl, s.held, s.running)

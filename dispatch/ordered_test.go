@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -65,5 +66,23 @@ func TestOrderedOptionsValidate(t *testing.T) {
 	}
 	if _, err := loadSection(MapSource(map[string]string{"PollInterval": "20s"}), (*OrderedOptions).options); err == nil || !strings.Contains(err.Error(), "PollInterval") {
 		t.Errorf("a poll interval over a third of the default lease: %v", err)
+	}
+}
+
+// A Wake that finds every slot busy is kept for when a batch ends, instead of
+// leaving the rows it was for to the next poll.
+func TestWakeWithEverySlotBusyProbesWhenOneIsFree(t *testing.T) {
+	o := &orderedWorker{opts: OrderedOptions{Concurrency: 1}}
+	g := newLaneGroup(o)
+	s := &laneScheduler{o: o, g: g, running: map[int]bool{3: true}, held: map[int]bool{}, solo: map[int]bool{}}
+	s.slots = []*laneSlot{{}} // the only slot, running lane 3
+	s.probedAt = time.Now()
+	s.progressAt = s.probedAt.Add(time.Millisecond) // busy with woken lanes
+	o.Wake()
+	if !s.refill(context.Background()) {
+		t.Fatal("refill with a batch running reports nothing to wait for")
+	}
+	if !g.probeNow.Load() {
+		t.Error("the Wake was dropped while every slot was busy")
 	}
 }
