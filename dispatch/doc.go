@@ -237,6 +237,13 @@
 // which costs more than running one of these small statements, and index
 // scans even for a plan made while the outbox was empty.
 //
+// While batches follow one another, direct dispatch and ordered workers end
+// each transaction with COMMIT AND CHAIN, so that the next one needs no
+// BEGIN. Monitoring therefore shows their sessions "idle in transaction"
+// between batches, for up to a second after the last one: such a transaction
+// has run no statement, holds no snapshot and no transaction id, and keeps
+// nothing from vacuum.
+//
 // # Configuration
 //
 // Options structs are validated at construction; every field's zero value means
