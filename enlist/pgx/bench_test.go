@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relayer-go/relayer"
@@ -23,8 +25,12 @@ import (
 // row and publishes 1, 10 or 100 messages (one PublishAll), on one
 // connection: through database/sql (pgx's stdlib driver), through pgx's
 // native interface (this package), and, for comparison, with the same rows
-// written by pgx's COPY instead of the multi-row INSERT. round-trips/op
-// counts the client's flushes to the server. Compare the three in one run.
+// written by pgx's COPY instead of the multi-row INSERT, and the minimal
+// hand-written outbox: a table of its own with an id, a payload, headers and
+// a creation time, a primary key only, written with one multi-row INSERT of
+// constant bytes through pgx (the database's limit for an outbox).
+// round-trips/op counts the client's flushes to the server. Compare them in
+// one run.
 func BenchmarkEnlistmentCost(b *testing.B) {
 	ctx := context.Background()
 	db, sqlWrites := testdb.OpenCounting(b)
@@ -45,6 +51,18 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 	}
 	pw := relayerpgx.NewWriter(w)
 	insert := `INSERT INTO "` + schema + `".orders (id) VALUES ($1)`
+	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+schema+`".minimal (
+    id         uuid PRIMARY KEY,
+    payload    bytea NOT NULL,
+    headers    bytea NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		b.Fatal(err)
+	}
+	minimalHeaders, err := headers.Encode([]headers.Header{{Name: relayer.HeaderContentType, Value: []byte("application/json")}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	var next atomic.Int64
 	contentType := []headers.Header{{Name: relayer.HeaderContentType, Value: []byte("application/json")}}
 	columns := []string{"id", "message_type", "transport", "destination", "body", "headers", "created_at"}
@@ -84,6 +102,35 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 						return err
 					}
 					return tx.PublishAll(ctx, msgs...)
+				})
+			})
+		})
+		b.Run(fmt.Sprintf("messages=%d/minimal", n), func(b *testing.B) {
+			var q strings.Builder
+			q.WriteString(`INSERT INTO "` + schema + `".minimal (id, payload, headers) VALUES `)
+			for i := range n {
+				if i > 0 {
+					q.WriteByte(',')
+				}
+				fmt.Fprintf(&q, "($%d, $%d, $%d)", 3*i+1, 3*i+2, 3*i+3)
+			}
+			payload := []byte(`{"N":1}`)
+			args := make([]any, 0, 3*n)
+			run(b, pgxWrites, func(id int64) error {
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, insert, id); err != nil {
+						return err
+					}
+					args = args[:0]
+					for range n {
+						mid, err := uuid.NewV7()
+						if err != nil {
+							return err
+						}
+						args = append(args, mid, payload, minimalHeaders)
+					}
+					_, err := tx.Exec(ctx, q.String(), args...)
+					return err
 				})
 			})
 		})
