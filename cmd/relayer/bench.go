@@ -13,9 +13,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/enlist"
+	relayerpgx "github.com/relayer-go/relayer/enlist/pgx"
 	"github.com/relayer-go/relayer/internal/bench"
 	relayernats "github.com/relayer-go/relayer/transport/nats"
 )
@@ -44,7 +47,7 @@ throwaway PostgreSQL cluster.`,
 	fs.StringVar(&f.schema, "schema", "", "schema for the run's tables; must not exist (default relayer_bench_<pid>)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run's schema afterwards")
 	fs.StringVar(&f.scenarios, "scenario", strings.Join(bench.Scenarios, ","), `comma-separated scenarios to run; also "bloat", when named: an ordered backlog of --backlog rows delivered by one worker, as is and with a snapshot held open meanwhile`)
-	fs.StringVar(&f.contenders, "contender", "", `comma-separated contenders to run: "hand-written loop", "minimal loop", "relayer direct", "relayer recovery", "relayer ordered" (default: these five); also "relayer ordered remote (poll)" and "relayer ordered remote (wake)", ordered workers told of no commit but by the wake-up across processes, when named`)
+	fs.StringVar(&f.contenders, "contender", "", `comma-separated contenders to run: "hand-written loop", "minimal loop", "relayer direct", "relayer recovery", "relayer ordered" (default: these five, and in the enlist scenario "relayer direct (pgx)", whose producers write through pgx's native interface); also "relayer ordered remote (poll)" and "relayer ordered remote (wake)", ordered workers told of no commit but by the wake-up across processes, when named`)
 	fs.BoolVar(&f.quick, "quick", false, "run every scenario briefly (1s, a 5,000-row backlog)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the results as JSON, one object per line")
 	fs.StringVar(&f.sink, "sink", "memory", "where messages go: memory (an in-process sink), nats, kafka or amqp (RabbitMQ)")
@@ -64,7 +67,7 @@ throwaway PostgreSQL cluster.`,
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg := bench.Config{Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
+	cfg := bench.Config{Contenders: []bench.Contender{bench.RelayerPGX(publishPGX)}, Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
 		Rate: f.rate, PerTx: f.perTx, Backlog: f.backlog, OrderedBacklog: f.orderedBacklog, OrderedBatchSize: f.orderedBatchSize, BodySize: f.bodySize, Rounds: f.rounds}
 	for s := range strings.SplitSeq(f.scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -286,4 +289,16 @@ func (s *stepper) stop() {
 		close(s.done)
 	}
 	s.wg.Wait()
+}
+
+// publishPGX is the business transaction of the bench's "relayer direct
+// (pgx)" contender: the writer of pgx's native interface (enlist/pgx) on
+// conn.
+func publishPGX(ctx context.Context, conn *pgx.Conn, w *enlist.Writer, insert string, arg any, msgs []relayer.Outgoing) error {
+	return relayerpgx.NewWriter(w).RunInTx(ctx, conn, pgx.TxOptions{}, func(tx *relayerpgx.Tx) error {
+		if _, err := tx.Exec(ctx, insert, arg); err != nil {
+			return err
+		}
+		return tx.PublishAll(ctx, msgs...)
+	})
 }

@@ -912,8 +912,11 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("code %d, stderr:\n%s", code, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 27 {
-		t.Fatalf("%d JSON lines, want 27:\n%s", len(lines), out.String())
+	if len(lines) != 30 { // 27, and the enlist scenario's pgx writer at 1, 10 and 100 per tx
+		t.Fatalf("%d JSON lines, want 30:\n%s", len(lines), out.String())
+	}
+	if n := strings.Count(out.String(), `"contender":"relayer direct (pgx)"`); n != 3 {
+		t.Errorf("%d results of the pgx writer, want 3 (enlist at 1, 10 and 100 per tx)", n)
 	}
 	for _, l := range lines {
 		var r struct {
@@ -934,7 +937,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 	}
-	if !strings.Contains(errOut.String(), "step 27/27") {
+	if !strings.Contains(errOut.String(), "step 30/30") {
 		t.Errorf("progress lines missing:\n%s", errOut.String())
 	}
 	// The table form, one scenario, on NATS.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
@@ -139,12 +140,52 @@ func (c relayerPath) New(ctx context.Context, env Env) (Instance, error) {
 	return in, nil
 }
 
+// PathDirectPGX is PathDirect with its producers writing through a writer
+// of pgx's native interface (see [RelayerPGX]).
+const PathDirectPGX = PathDirect + " (pgx)"
+
+// PGXPublish runs one business transaction on conn through a writer of pgx's
+// native interface built on w: the business insert with its one argument,
+// then msgs in one PublishAll, then the commit, which tells w's listener.
+// The enlist/pgx module provides such a writer; the bench, in the core
+// module, cannot depend on it.
+type PGXPublish func(ctx context.Context, conn *pgx.Conn, w *enlist.Writer, insert string, arg any, msgs []relayer.Outgoing) error
+
+// RelayerPGX returns the contender PathDirectPGX: Relayer's direct path,
+// whose producers publish through publish on pgx connections of Env.DB
+// (pgx's database/sql driver), as the minimal loop's do. It runs in the
+// enlist scenario only, where it sets the writer's interface against the
+// minimal loop's.
+func RelayerPGX(publish PGXPublish) Contender {
+	return relayerPGX{relayerPath: relayerPath{PathDirect, 4}, publish: publish}
+}
+
+type relayerPGX struct {
+	relayerPath
+	publish PGXPublish
+}
+
+func (c relayerPGX) Name() string              { return PathDirectPGX }
+func (c relayerPGX) Runs(scenario string) bool { return scenario == ScenarioEnlist }
+
+func (c relayerPGX) New(ctx context.Context, env Env) (Instance, error) {
+	in, err := c.relayerPath.New(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	in.(*relayerInstance).publish = c.publish
+	return in, nil
+}
+
 type relayerInstance struct {
 	env     Env
 	outbox  relayer.Outbox
 	runner  *dispatch.Runner
 	w       *enlist.Writer
 	ordered bool
+	// publish, when set, runs the producers' transactions on pgx's native
+	// interface (see RelayerPGX).
+	publish PGXPublish
 }
 
 // Producer publishes ordered messages, each producer over keys of its own
@@ -181,6 +222,14 @@ func (in *relayerInstance) Producer(p, perTx int) (func(context.Context) error, 
 		}
 		// A failed transaction ends the run, so its numbers are never
 		// reused.
+		if in.publish != nil {
+			c, err := in.env.DB.Conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return native(c, func(pc *pgx.Conn) error { return in.publish(ctx, pc, in.w, insert, "order", msgs) })
+		}
 		return in.w.RunInTx(ctx, in.env.DB, nil, func(tx *enlist.Tx) error {
 			if _, err := tx.ExecContext(ctx, insert, "order"); err != nil {
 				return err
