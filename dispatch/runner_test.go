@@ -131,14 +131,12 @@ func TestRunnerWithoutDirectDispatchSendsLateCommitsAtOnce(t *testing.T) {
 	b.waitRows(t, 0)
 }
 
-// With direct dispatch off, commits of ordered rows wake the ordered workers
-// and not recovery, which would take nothing (its poll is a minute away
-// here); a commit of an unordered row still wakes it.
-func TestRunnerWithoutDirectDispatchWakesRecoveryForUnorderedRowsOnly(t *testing.T) {
-	t.Parallel()
-	b := setup(t, dispatch.DirectOptions{})
-	r, err := dispatch.NewRunner(b.db, b.outbox, dispatch.RunnerOptions{DisableDirect: true, DisableCleanup: true, Logger: b.logger(),
-		Recovery: dispatch.RecoveryOptions{PollInterval: time.Minute}, Ordered: dispatch.OrderedOptions{PollInterval: 5 * time.Second}})
+// startedRunner builds a runner on b's outbox with opts and a writer that
+// notifies it, starts it, and returns once its ordered worker has joined and
+// its workers have made their first, empty scans.
+func startedRunner(t *testing.T, b *bundle, opts dispatch.RunnerOptions) (*dispatch.Runner, *enlist.Writer) {
+	t.Helper()
+	r, err := dispatch.NewRunner(b.db, b.outbox, opts)
 	must(t, err)
 	t.Cleanup(func() { r.Stop(context.Background()) })
 	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: r})
@@ -146,9 +144,20 @@ func TestRunnerWithoutDirectDispatchWakesRecoveryForUnorderedRowsOnly(t *testing
 	must(t, r.Start(context.Background()))
 	deadline := time.Now().Add(10 * time.Second)
 	for len(r.Lanes()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // until the ordered worker has joined
+		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // and recovery has made its first pass
+	time.Sleep(200 * time.Millisecond)
+	return r, w
+}
+
+// With direct dispatch off, commits of ordered rows wake the ordered workers
+// and not recovery, which would take nothing (its poll is a minute away
+// here); a commit of an unordered row still wakes it.
+func TestRunnerWithoutDirectDispatchWakesRecoveryForUnorderedRowsOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	r, w := startedRunner(t, b, dispatch.RunnerOptions{DisableDirect: true, DisableCleanup: true, Logger: b.logger(),
+		Recovery: dispatch.RecoveryOptions{PollInterval: time.Minute}, Ordered: dispatch.OrderedOptions{PollInterval: 5 * time.Second}})
 	before := r.Stats().Recovery.Scans
 	const commits = 20
 	for i := 1; i <= commits; i++ {
@@ -172,18 +181,8 @@ func TestRunnerWithoutDirectDispatchWakesRecoveryForUnorderedRowsOnly(t *testing
 func TestRunnerWakesOrderedWorkersAtCommit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	r, err := dispatch.NewRunner(b.db, b.outbox, dispatch.RunnerOptions{DisableCleanup: true, Logger: b.logger(),
+	_, w := startedRunner(t, b, dispatch.RunnerOptions{DisableCleanup: true, Logger: b.logger(),
 		Ordered: dispatch.OrderedOptions{PollInterval: 5 * time.Second}})
-	must(t, err)
-	t.Cleanup(func() { r.Stop(context.Background()) })
-	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: r})
-	must(t, err)
-	must(t, r.Start(context.Background()))
-	deadline := time.Now().Add(10 * time.Second)
-	for len(r.Lanes()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // until the worker has joined
-	}
-	time.Sleep(200 * time.Millisecond) // and finished its first, empty scan
 	for i := 1; i <= 3; i++ {
 		start := time.Now()
 		publishWith(t, b, w, relayer.NewOutgoing(Shipped{i}, relayer.Key("k")))
