@@ -132,6 +132,9 @@ func (s *laneScheduler) chainTimer(ctx context.Context) <-chan time.Time {
 // transaction once batches stop, and returns when the next of the others
 // will have been unused that long: zero when none is left chained.
 func (s *laneScheduler) unchainIdle(ctx context.Context) time.Time {
+	if ctx.Err() != nil {
+		return time.Time{} // stopping: close ends the chains as it returns the connections
+	}
 	var next time.Time
 	now := time.Now()
 	for _, sl := range s.free {
