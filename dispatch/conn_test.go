@@ -92,8 +92,17 @@ func TestClockOffsetOf(t *testing.T) {
 // no session stays idle in a transaction once batches stop.
 func TestBatchTransactionsChainUntilIdle(t *testing.T) {
 	t.Parallel()
+	for _, driver := range testdb.Drivers() {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			testBatchTransactionsChain(t, driver)
+		})
+	}
+}
+
+func testBatchTransactionsChain(t *testing.T, driver string) {
 	ctx := context.Background()
-	db := testdb.Open(t, "pgx")
+	db := testdb.Open(t, driver)
 	st, err := store.New(db, store.Options{Schema: testdb.NewSchema(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package tests holds benchmarks and integration tests that span packages:
 // the whole path from a committed transaction to a real broker's
 // acknowledgement, the inbox with each data layer's transaction, and the
-// install test that gets each published module as a user would. It is a
+// install test that gets each published module as a user would, and a
+// Runner's dispatch on each database/sql driver, lib/pq included. It is a
 // module of its own, so that what it needs (broker clients, ORMs) never
 // reaches the published modules' users.
 //
