@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -424,29 +423,13 @@ func TestCompletionFailureRollsBackTheTake(t *testing.T) {
 	}
 }
 
-// openNamed opens the test database with the driver and an application name
-// of its own, so that a test can find its sessions in pg_stat_activity.
-func openNamed(t *testing.T, driver string) (*sql.DB, string) {
-	t.Helper()
-	app := "relayer_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-	u, err := url.Parse(testdb.URL(t))
-	must(t, err)
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	db, err := sql.Open(driver, u.String())
-	must(t, err)
-	t.Cleanup(func() { db.Close() })
-	return db, app
-}
-
 // A worker whose session dies while it sends (a crash, a network cut, or the
 // server ending a transaction idle past the claim) loses its take: the rows
 // are back in the table untouched, the outcome is a completion failure, and
 // the worker carries on with a new connection.
 func TestTakeRollsBackWhenTheSessionDies(t *testing.T) {
 	t.Parallel()
-	db, app := openNamed(t, "pgx")
+	db, app := testdb.OpenNamed(t, "pgx")
 	b := setupOn(t, db, dispatch.DirectOptions{ClaimDuration: time.Minute})
 	release := b.mem.Block(false)
 	defer release()
@@ -497,7 +480,7 @@ func TestChainedTakesEndWhenIdle(t *testing.T) {
 	for _, driver := range testdb.Drivers() {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
-			db, app := openNamed(t, driver)
+			db, app := testdb.OpenNamed(t, driver)
 			b := setupOn(t, db, dispatch.DirectOptions{})
 			b.start(t)
 			for i := range 5 {

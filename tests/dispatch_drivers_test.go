@@ -2,14 +2,9 @@ package tests
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
@@ -38,19 +33,7 @@ func TestRunnerOnEachDriver(t *testing.T) {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			app := "relayer_drv_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
-			u, err := url.Parse(testdb.URL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			q := u.Query()
-			q.Set("application_name", app)
-			u.RawQuery = q.Encode()
-			db, err := sql.Open(driver, u.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			db, app := testdb.OpenNamed(t, driver)
 			var routes relayer.Routes
 			if err := routes.Add("tests.placed", relayer.Route{Transport: "mem", Destination: "placed"}); err != nil {
 				t.Fatal(err)

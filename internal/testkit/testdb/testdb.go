@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -194,7 +195,28 @@ func adminExec(dbURL, stmt string) error {
 // *sql.DB when the test ends. The pool holds at most 10 connections.
 func Open(tb testing.TB, driver string) *sql.DB {
 	tb.Helper()
-	dbURL := URL(tb)
+	return open(tb, driver, URL(tb))
+}
+
+// OpenNamed is Open with a connection parameter application_name of its own,
+// which it returns: a test finds its sessions in pg_stat_activity by it.
+func OpenNamed(tb testing.TB, driver string) (*sql.DB, string) {
+	tb.Helper()
+	u, err := url.Parse(URL(tb))
+	if err != nil {
+		tb.Fatalf("testdb: parsing the test database's URL: %v", err)
+	}
+	var random [8]byte
+	rand.Read(random[:])
+	app := "relayer_test_" + hex.EncodeToString(random[:])
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return open(tb, driver, u.String()), app
+}
+
+func open(tb testing.TB, driver, dbURL string) *sql.DB {
+	tb.Helper()
 	if !slices.Contains(sql.Drivers(), driver) {
 		tb.Fatalf("testdb: unknown database/sql driver %q (registered: %q)", driver, sql.Drivers())
 	}

@@ -171,3 +171,20 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
+
+// OpenNamed's sessions carry the application name it returns, each call its
+// own.
+func TestOpenNamed(t *testing.T) {
+	db, app := testdb.OpenNamed(t, "pgx")
+	_, other := testdb.OpenNamed(t, "pgx")
+	if app == other {
+		t.Errorf("two calls gave the same name %q", app)
+	}
+	var got string
+	if err := db.QueryRow(`SELECT current_setting('application_name')`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != app {
+		t.Errorf("application_name %q, want %q", got, app)
+	}
+}
