@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math/bits"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -108,32 +107,35 @@ func (c *columnArrays) args() []any {
 }
 
 // insertValues writes up to insertValuesMax messages with one VALUES list of
-// plain parameters, leaving out the optional columns no message has.
+// plain parameters, leaving out the optional columns no message has and
+// sending once the columns every message holds one value of (typically the
+// type, route and creation time of a PublishAll, and its trace context).
 func (s *Store) insertValues(ctx context.Context, exec ExecFunc, msgs []relayer.Message) error {
-	mask := 0
+	sh := insertShape{rows: len(msgs), sent: insertRequired, shared: insertShareable}
+	now := time.Now()
+	first := &msgs[0]
+	firstCreated := createdOr(first, now)
 	for i := range msgs {
 		m := &msgs[i]
 		if err := validateMessage(m); err != nil {
 			return fmt.Errorf("%w: message %d (id %s): %w", ErrInvalidMessage, i, m.ID, err)
 		}
-		if m.Key != "" {
-			mask |= colKey
-		}
-		if m.Ordered {
-			mask |= colLane
-		}
-		if !m.DeliverAt.IsZero() {
-			mask |= colDeliver
-		}
-		if m.TraceParent != "" {
-			mask |= colParent
-		}
-		if m.TraceState != "" {
-			mask |= colState
+		sh.sent |= optionalSent(m)
+		if i > 0 {
+			sh.shared &^= differing(first, m, firstCreated, createdOr(m, now))
 		}
 	}
-	args := make([]any, 0, len(msgs)*(insertRequired+bits.OnesCount(uint(mask))))
-	now := time.Now()
+	if len(msgs) == 1 {
+		sh.shared = 0
+	}
+	sh.shared &= sh.sent
+	args := make([]any, 0, sh.params())
+	for c := range insertColumns {
+		if sh.shared&(1<<c) != 0 {
+			args = append(args, insertArg(c, first, firstCreated, nil))
+		}
+	}
+	own := sh.sent &^ sh.shared
 	var hbuf []byte
 	for i := range msgs {
 		m := &msgs[i]
@@ -142,36 +144,106 @@ func (s *Store) insertValues(ctx context.Context, exec ExecFunc, msgs []relayer.
 		if hbuf, err = headers.Append(hbuf, m.Headers); err != nil {
 			return fmt.Errorf("%w: message %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
 		}
-		created := m.CreatedAt
-		if created.IsZero() {
-			created = now
+		created := createdOr(m, now)
+		for c := range insertColumns {
+			if own&(1<<c) != 0 {
+				args = append(args, insertArg(c, m, created, hbuf[start:len(hbuf):len(hbuf)]))
+			}
 		}
-		body := m.Body
-		if body == nil {
-			body = []byte{} // NULL would violate NOT NULL; an empty body is a body
+	}
+	return wrap(ctx, "insert", exec(ctx, s.q.insertValues.get(sh), args...))
+}
+
+// createdOr returns m's creation time, or now when it has none.
+func createdOr(m *relayer.Message, now time.Time) time.Time {
+	if m.CreatedAt.IsZero() {
+		return now
+	}
+	return m.CreatedAt
+}
+
+// optionalSent returns the optional columns m has a value for.
+func optionalSent(m *relayer.Message) uint16 {
+	var sent uint16
+	if m.Key != "" {
+		sent |= 1 << icKey
+	}
+	if m.Ordered {
+		sent |= 1 << icLane
+	}
+	if !m.DeliverAt.IsZero() {
+		sent |= 1 << icDeliver
+	}
+	if m.TraceParent != "" {
+		sent |= 1 << icParent
+	}
+	if m.TraceState != "" {
+		sent |= 1 << icState
+	}
+	return sent
+}
+
+// differing returns the shareable columns whose values differ between a
+// and b, created at aCreated and bCreated.
+func differing(a, b *relayer.Message, aCreated, bCreated time.Time) uint16 {
+	var d uint16
+	for _, f := range [...]struct {
+		col  int
+		diff bool
+	}{
+		{icType, a.Type != b.Type},
+		{icTransport, a.Transport != b.Transport},
+		{icDestination, a.Destination != b.Destination},
+		{icCreated, !aCreated.Equal(bCreated)},
+		{icKey, a.Key != b.Key},
+		{icLane, a.Ordered != b.Ordered || a.Ordered && a.Lane != b.Lane},
+		{icDeliver, !a.DeliverAt.Equal(b.DeliverAt)},
+		{icParent, a.TraceParent != b.TraceParent},
+		{icState, a.TraceState != b.TraceState},
+	} {
+		if f.diff {
+			d |= 1 << f.col
 		}
+	}
+	return d
+}
+
+// insertArg returns m's value of column c, created at created and with the
+// stored header bytes hdr.
+func insertArg(c int, m *relayer.Message, created time.Time, hdr []byte) any {
+	switch c {
+	case icID:
 		// The id goes as text: pgx, given a uuid.UUID (a driver.Valuer),
 		// first tries and fails to encode it binary, building an error each
 		// time (15% of the client's time at 100 rows); lib/pq takes no
 		// [16]byte.
-		args = append(args, m.ID.String(), m.Type, m.Transport, m.Destination, body, hbuf[start:len(hbuf):len(hbuf)], pgTime(created))
-		if mask&colKey != 0 {
-			args = append(args, sql.NullString{String: m.Key, Valid: m.Key != ""})
+		return m.ID.String()
+	case icType:
+		return m.Type
+	case icTransport:
+		return m.Transport
+	case icDestination:
+		return m.Destination
+	case icBody:
+		if m.Body == nil {
+			return []byte{} // NULL would violate NOT NULL; an empty body is a body
 		}
-		if mask&colLane != 0 {
-			args = append(args, sql.NullInt32{Int32: int32(m.Lane), Valid: m.Ordered})
-		}
-		if mask&colDeliver != 0 {
-			args = append(args, sql.NullTime{Time: pgTime(m.DeliverAt), Valid: !m.DeliverAt.IsZero()})
-		}
-		if mask&colParent != 0 {
-			args = append(args, sql.NullString{String: m.TraceParent, Valid: m.TraceParent != ""})
-		}
-		if mask&colState != 0 {
-			args = append(args, sql.NullString{String: m.TraceState, Valid: m.TraceState != ""})
-		}
+		return m.Body
+	case icHeaders:
+		return hdr
+	case icCreated:
+		return pgTime(created)
+	case icKey:
+		return sql.NullString{String: m.Key, Valid: m.Key != ""}
+	case icLane:
+		return sql.NullInt32{Int32: int32(m.Lane), Valid: m.Ordered}
+	case icDeliver:
+		return sql.NullTime{Time: pgTime(m.DeliverAt), Valid: !m.DeliverAt.IsZero()}
+	case icParent:
+		return sql.NullString{String: m.TraceParent, Valid: m.TraceParent != ""}
+	default: // icState
+		return sql.NullString{String: m.TraceState, Valid: m.TraceState != ""}
 	}
-	return wrap(ctx, "insert", exec(ctx, s.q.insertValues.get(len(msgs), mask), args...))
 }
 
 // Validate checks msgs as [Store.Insert] does, writing nothing: it returns

@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 
 	"github.com/google/uuid"
 )
@@ -347,8 +347,8 @@ SET attempts = o.attempts + 1, last_error = f.error, parked_at = now(), claim_to
 FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error)
 WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
 		// Up to insertValuesMax rows as plain parameters, one statement per
-		// row count: cheaper for the server than unnesting twelve arrays
-		// (and, for one row, twelve one-element arrays).
+		// shape (see insertShape): cheaper for the server than unnesting
+		// twelve arrays (and, for one row, twelve one-element arrays).
 		insertValues: insertValues(n.Outbox),
 		insert: `INSERT INTO ` + n.Outbox + ` (id, message_type, transport, destination, body, headers,
     ordering_key, lane, created_at, deliver_at, trace_parent, trace_state)
@@ -361,63 +361,126 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[]
 // go through unnest.
 const insertValuesMax = 128
 
-// The columns an insert may leave out, when every row of it has none:
-// each is a bit of an insert's column mask.
+// The columns of a VALUES insert, in the order the statement names them;
+// each is a bit of an insert's column sets.
 const (
-	colKey = 1 << iota
-	colLane
-	colDeliver
-	colParent
-	colState
-	colMasks = 1 << iota
+	icID = iota
+	icType
+	icTransport
+	icDestination
+	icBody
+	icHeaders
+	icCreated
+	icKey
+	icLane
+	icDeliver
+	icParent
+	icState
+	insertColumns
 )
 
-// optionalColumns names the columns of the bits above, in their order.
-var optionalColumns = [...]string{"ordering_key", "lane", "deliver_at", "trace_parent", "trace_state"}
+// insertColumnNames names the columns of the bits above.
+var insertColumnNames = [insertColumns]string{"id", "message_type", "transport", "destination", "body", "headers",
+	"created_at", "ordering_key", "lane", "deliver_at", "trace_parent", "trace_state"}
 
-// insertStatements makes, and keeps, the INSERT of n rows as a VALUES list of
-// plain parameters for each row count and column mask: the required columns
-// (id, message_type, transport, destination, body, headers, created_at), then
-// the optional ones of the mask. A column every row leaves empty is not sent
-// at all (it defaults to NULL), which spares a parameter per row.
-type insertStatements struct {
-	outbox string
-	built  [insertValuesMax + 1][colMasks]atomic.Pointer[string]
+const (
+	// insertRequired is the columns every insert sends.
+	insertRequired uint16 = 1<<(icCreated+1) - 1
+	// insertShareable is the columns an insert may send once for all its
+	// rows when they hold one value: all but the id, body and headers.
+	insertShareable uint16 = (1<<insertColumns - 1) &^ (1<<icID | 1<<icBody | 1<<icHeaders)
+	// insertStatementsMax bounds the statements an outbox keeps; past it, a
+	// statement of a new shape is built for its one use.
+	insertStatementsMax = 4096
+)
+
+// insertShape is what an INSERT … VALUES depends on: its row count, the
+// columns it sends (the required ones, then the optional ones some row has)
+// and, of those, the columns sent once as one parameter that every row's
+// tuple names (see Store.insertValues).
+type insertShape struct {
+	rows         int
+	sent, shared uint16
 }
 
-func insertValues(outbox string) *insertStatements { return &insertStatements{outbox: outbox} }
+// params returns how many parameters a statement of the shape takes.
+func (sh insertShape) params() int {
+	return bits.OnesCount16(sh.shared) + sh.rows*bits.OnesCount16(sh.sent&^sh.shared)
+}
 
-// get returns the statement for n rows (1 to insertValuesMax) and mask.
-func (st *insertStatements) get(n, mask int) string {
-	if q := st.built[n][mask].Load(); q != nil {
-		return *q
+// insertStatements makes, and keeps, the INSERT … VALUES of each shape: the
+// shared columns' parameters first, in column order, then each row's own. A
+// column every row leaves empty is not sent at all (it defaults to NULL),
+// and a column every row holds one value of is sent once, which spares the
+// client's encoding and the server's binding a parameter per row.
+type insertStatements struct {
+	outbox string
+	mu     sync.RWMutex
+	built  map[insertShape]string
+}
+
+func insertValues(outbox string) *insertStatements {
+	return &insertStatements{outbox: outbox, built: map[insertShape]string{}}
+}
+
+// get returns the statement of shape sh, whose rows are 1 to insertValuesMax.
+func (st *insertStatements) get(sh insertShape) string {
+	st.mu.RLock()
+	q, ok := st.built[sh]
+	st.mu.RUnlock()
+	if ok {
+		return q
 	}
-	cols := insertRequired + bits.OnesCount(uint(mask))
+	q = st.build(sh)
+	st.mu.Lock()
+	if len(st.built) < insertStatementsMax {
+		st.built[sh] = q
+	}
+	st.mu.Unlock()
+	return q
+}
+
+func (st *insertStatements) build(sh insertShape) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + st.outbox + ` (id, message_type, transport, destination, body, headers, created_at`)
-	for i, name := range optionalColumns {
-		if mask&(1<<i) != 0 {
-			b.WriteString(", " + name)
+	b.WriteString(`INSERT INTO ` + st.outbox + ` (`)
+	var number [insertColumns]int // the parameter of each shared column
+	param := 0
+	for c := range insertColumns {
+		if sh.sent&(1<<c) == 0 {
+			continue
+		}
+		if c > icID { // the id is always sent, and first
+			b.WriteString(", ")
+		}
+		b.WriteString(insertColumnNames[c])
+		if sh.shared&(1<<c) != 0 {
+			param++
+			number[c] = param
 		}
 	}
 	b.WriteString(`) VALUES `)
-	for i := range n {
+	for i := range sh.rows {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteByte('(')
-		for c := range cols {
-			if c > 0 {
+		first := true
+		for c := range insertColumns {
+			if sh.sent&(1<<c) == 0 {
+				continue
+			}
+			if !first {
 				b.WriteString(", ")
 			}
-			b.WriteString("$" + strconv.Itoa(i*cols+c+1))
+			first = false
+			n := number[c]
+			if n == 0 {
+				param++
+				n = param
+			}
+			b.WriteString("$" + strconv.Itoa(n))
 		}
 		b.WriteByte(')')
 	}
-	q := b.String()
-	st.built[n][mask].Store(&q)
-	return q
+	return b.String()
 }
-
-// insertRequired is the columns every insert sends.
-const insertRequired = 7

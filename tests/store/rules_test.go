@@ -94,6 +94,49 @@ func testInsertPreservesEveryField(t *testing.T, mode string) {
 	})
 }
 
+// TestInsertOfRowsSharingColumns checks the VALUES insert that sends the
+// columns its rows share once: every field survives when rows share every
+// column they may, when ordered rows share a lane and a key, and when rows
+// share some columns and not others.
+func TestInsertOfRowsSharingColumns(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		full := func() relayer.Message {
+			m := b.unordered(t)
+			m.Key = "customer-7"
+			m.DeliverAt = b.t0.Add(-time.Second)
+			m.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+			m.TraceState = "vendor=a"
+			return m
+		}
+		alike := []relayer.Message{full(), full(), full()}
+		lane := []relayer.Message{b.ordered(t, "k", 8), b.ordered(t, "k", 8)}
+		lane[1].CreatedAt = time.Time{} // stamped at insert: the rows' creation times differ
+		mixed := []relayer.Message{full(), b.unordered(t), full(), b.ordered(t, "other", 8)}
+		mixed[1].Destination, mixed[1].Type = "orders.shipped", "orders.OrderShipped"
+		mixed[2].TraceState = "vendor=b"
+		mixed[3].CreatedAt = b.t0.Add(time.Hour)
+		for name, msgs := range map[string][]relayer.Message{"alike": alike, "one lane": lane, "mixed": mixed} {
+			for i := range msgs {
+				msgs[i].Body = fmt.Appendf(nil, `{"row":%d}`, i)
+			}
+			b.insert(t, msgs...)
+			for i, want := range msgs {
+				got, _, found, err := b.store.Message(context.Background(), want.ID)
+				if err != nil || !found {
+					t.Fatalf("%s, row %d: Message = found %v, %v", name, i, found, err)
+				}
+				if want.CreatedAt.IsZero() {
+					want.CreatedAt = got.CreatedAt
+				}
+				if diff := compareMessages(got.Message, want); diff != "" {
+					t.Errorf("%s, row %d differs from what was inserted: %s", name, i, diff)
+				}
+			}
+		}
+	})
+}
+
 func compareMessages(got, want relayer.Message) string {
 	switch {
 	case got.ID != want.ID:
