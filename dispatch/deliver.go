@@ -44,11 +44,14 @@ type Stats struct {
 	// worker's runs over the outbox.
 	Scans uint64
 	// CorruptRows counts rows that could not be sent because their stored
-	// headers do not decode: recovery moves unordered ones to the dead
-	// letters, ordered workers park ordered ones with their key.
+	// headers do not decode, or, ordered, because they have no key (only
+	// another program writes such rows): recovery moves unordered ones to
+	// the dead letters, ordered workers park ordered ones with their key,
+	// and move keyless ones to the dead letters.
 	CorruptRows uint64
-	// DeadLettered counts unordered rows moved to the dead letters: failed
-	// for good (relayer.ErrPermanent), out of attempts, or corrupt.
+	// DeadLettered counts rows moved to the dead letters: unordered ones
+	// failed for good (relayer.ErrPermanent), out of attempts, or corrupt;
+	// ordered ones over the outbox's limits or without a key.
 	DeadLettered uint64
 	// Parked counts ordered rows parked with their key: failed for good or
 	// out of attempts.

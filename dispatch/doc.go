@@ -72,7 +72,9 @@
 //     on. Unordered rows whose stored headers do not decode are
 //     dead-lettered as store.ReasonCorrupt, their bytes unchanged; an
 //     ordered one is parked with its key, unsent, so that the operator
-//     decides between a redrive (once the bytes are mended) and a skip.
+//     decides between a redrive (once the bytes are mended) and a skip. An
+//     ordered row without a key (only another program writes one) has no
+//     key to hold: it is dead-lettered as store.ReasonCorrupt.
 //   - Any other failure spends one attempt and makes the message wait for its
 //     retry time, on the database's clock: the policy's Backoff (default 1s)
 //     after the first failure, doubling up to MaxBackoff (default 5m), each

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -97,6 +98,60 @@ func TestOrderedCorruptRowIsParkedAndItsLaneGoesOn(t *testing.T) {
 	dead := b.deadLetters(t)
 	if len(dead) != 2 || len(dead[0].headers) != 8 {
 		t.Errorf("dead letters = %+v, want the two corrupt rows with their bytes", dead)
+	}
+}
+
+// The outbox has no check constraints (migration 6), so another program can
+// write rows no writer of Relayer would: headers shorter than their prefix,
+// an ordered row without a key, a negative lane. None is lost and none
+// stops the others: the short headers and the keyless row go to the dead
+// letters as corrupt, and the row in a negative lane stays, counted as a
+// row no worker scans.
+func TestRowsOtherProgramsWriteWronglyLoseNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	ids := b.enlistOnly(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Placed{2}))
+	_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET headers = '\x010000' WHERE id = $1`, ids[0])
+	must(t, err)
+	keys := keysInLane("wrong", 4, 3)
+	b.shipped(t, keys, 1, 3)
+	var keyless uuid.UUID
+	must(t, b.db.QueryRow(`UPDATE "`+b.schema+`".ob_outbox SET ordering_key = NULL WHERE ordering_key = $1 RETURNING id`, keys[0]).Scan(&keyless))
+	_, err = b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET lane = -1 WHERE ordering_key = $1`, keys[1])
+	must(t, err)
+	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
+	must(t, r.Start(context.Background()))
+	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond})
+	waitUntil(t, "the good unordered row and the third key's row", func() bool { return b.mem.Len() >= 2 })
+	waitUntil(t, "two dead letters", func() bool { return len(b.deadLetters(t)) == 2 })
+	time.Sleep(200 * time.Millisecond) // a few more passes
+	got := map[string]int{}
+	for _, m := range b.mem.All() {
+		got[m.Key]++
+	}
+	if want := map[string]int{"": 1, keys[2]: 1}; !maps.Equal(got, want) {
+		t.Errorf("sent per key %v, want %v: the good unordered row and %s's", got, want, keys[2])
+	}
+	dead := map[uuid.UUID]deadLetter{}
+	for _, d := range b.deadLetters(t) {
+		dead[d.id] = d
+	}
+	if d := dead[ids[0]]; d.reason != store.ReasonCorrupt || string(d.headers) != "\x01\x00\x00" {
+		t.Errorf("dead letter of the short headers: %+v, want reason %q and the 3 stored bytes", d, store.ReasonCorrupt)
+	}
+	if d := dead[keyless]; d.reason != store.ReasonCorrupt || !strings.Contains(d.lastErr, "no ordering key") {
+		t.Errorf("dead letter of the keyless ordered row: %+v, want reason %q saying it has no key", d, store.ReasonCorrupt)
+	}
+	if st := o.Stats(); st.CorruptRows != 1 || st.DeadLettered != 1 {
+		t.Errorf("ordered stats = %+v, want the keyless row counted corrupt and dead-lettered", st)
+	}
+	if n := o.RowsBeyondLanes(); n != 1 {
+		t.Errorf("RowsBeyondLanes = %d, want the row in lane -1", n)
+	}
+	var left string
+	must(t, b.db.QueryRow(`SELECT ordering_key FROM "`+b.schema+`".ob_outbox`).Scan(&left))
+	if left != keys[1] {
+		t.Errorf("the outbox holds %q, want the row of %s in lane -1 kept", left, keys[1])
 	}
 }
 
@@ -275,6 +330,23 @@ func TestSchemaVersionIsCheckedAtStart(t *testing.T) {
 	must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".old_outbox`).Scan(&n))
 	if n != 0 {
 		t.Errorf("%d rows written to the outdated outbox", n)
+	}
+
+	// A schema that lacks only migrations after MinSchemaVersion is used as
+	// it is, and the runner says that migrating would make it faster.
+	atMin := b.outbox
+	atMin.TablePrefix = "min_"
+	steps, err = store.Migrations(store.OptionsOf(atMin))
+	must(t, err)
+	for _, step := range steps[:store.MinSchemaVersion] {
+		_, err = b.db.Exec(step.SQL)
+		must(t, err)
+	}
+	if err := publishWith(atMin, enlist.Options{RefuseNewerSchema: true}); err != nil {
+		t.Errorf("publish on a schema at MinSchemaVersion: %v", err)
+	}
+	if err := start(atMin, dispatch.RunnerOptions{}); err != nil || !strings.Contains(b.logs.String(), "lacks migrations that would make it faster") {
+		t.Errorf("Runner.Start on a schema at MinSchemaVersion: %v, want it started, saying to migrate; logs:\n%s", err, b.logs.String())
 	}
 
 	_, err = b.db.Exec(`INSERT INTO "`+b.schema+`".ob_relayer_migrations (version, name) VALUES ($1, 'newer')`, store.SchemaVersion+1)

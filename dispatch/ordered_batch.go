@@ -240,9 +240,11 @@ type laneFailure struct {
 	park bool
 	// corrupt: the row's stored headers do not decode.
 	corrupt bool
-	// row is set for a row over the outbox's limits (see store.OverLimit),
-	// whose failure cannot be recorded: it moves to the dead letters.
-	row *store.Row
+	// row is set for a row whose failure cannot be recorded: one over the
+	// outbox's limits (see store.OverLimit), or one without a key to hold.
+	// It moves to the dead letters for reason (a store.Reason*).
+	row    *store.Row
+	reason string
 }
 
 // sendLanes sends the lanes of a batch, each on a goroutine of its own, so
@@ -345,6 +347,17 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 		ls.hold(m.Key)
 		return nil
 	}
+	if m.Key == "" {
+		// Only another program writes an ordered row without a key (the
+		// outbox has no check constraint since migration 6). It has no key
+		// to hold, so it cannot be parked: it leaves for the dead letters,
+		// and the lane goes on.
+		w.stats.corrupt.Add(1)
+		p.outcomes[i] = rowFailed
+		p.failures = append(p.failures, laneFailure{Failure: store.Failure{ID: r.ID, Error: "ordered row has no ordering key"},
+			corrupt: true, row: r, reason: store.ReasonCorrupt})
+		return nil
+	}
 	e := endpoint{m.Transport, m.Destination}
 	isProbe := p.probe.gen != 0 && i == len(p.rows)-1
 	if ls.down[e] || (!isProbe && o.aside.skipped(e)) {
@@ -409,7 +422,7 @@ func (ls *laneSend) send(ctx context.Context, e endpoint, m *relayer.Message) er
 func (o *orderedWorker) recordFailure(p *laneBatch, i int, f laneFailure) {
 	p.outcomes[i] = rowFailed
 	if err := store.OverLimit(&p.rows[i].Message); err != nil {
-		f.row = &p.rows[i]
+		f.row, f.reason = &p.rows[i], store.ReasonOverLimit
 		f.Error = fmt.Sprintf("%s (and %v: moved to the dead letters, since its failure cannot be recorded)", f.Error, err)
 	}
 	p.failures = append(p.failures, f)
@@ -483,7 +496,7 @@ func sortOutcomes(parts []laneBatch) batchOutcomes {
 				row := *f.row
 				row.Attempts++
 				row.LastError = f.Error
-				out.buried, out.reasons = append(out.buried, row), append(out.reasons, store.ReasonOverLimit)
+				out.buried, out.reasons = append(out.buried, row), append(out.reasons, f.reason)
 			case f.park:
 				out.parks = append(out.parks, f.Failure)
 			default:
@@ -502,6 +515,10 @@ func (o *orderedWorker) logFailures(parts []laneBatch) {
 		for _, f := range p.failures {
 			attrs := []any{slog.String("worker", w.name), slog.Int("lane", p.lane), slog.String("id", f.ID.String()), slog.String("error", f.Error)}
 			switch {
+			case f.row != nil && f.corrupt:
+				w.stats.buried.Add(1)
+				o.opts.Logger.Error("dispatch: ordered row without an ordering key cannot be sent in order; moved to the dead letters, the lane's other keys go on", attrs...)
+				continue
 			case f.row != nil:
 				w.stats.buried.Add(1)
 				o.opts.Logger.Error("dispatch: ordered row over the outbox's limits failed; moved to the dead letters, its key's later rows go on", attrs...)
@@ -582,9 +599,6 @@ func (o *orderedWorker) sendHeld(ctx, sendCtx context.Context, conn *workerConn,
 // resolve finds the transport of an ordered row and checks that its endpoint
 // keeps per-key order. Its errors are recorded on the row.
 func (o *orderedWorker) resolve(ctx context.Context, m *relayer.Message) (relayer.Transport, error) {
-	if m.Key == "" {
-		return nil, errors.New("ordered row has no ordering key")
-	}
 	tr, ok := o.sender.transports[m.Transport]
 	if !ok {
 		return nil, fmt.Errorf("transport %q is not registered with this worker", m.Transport)

@@ -514,16 +514,22 @@ func (c *crew) leaveUnstarted() {
 	}
 }
 
-// checkSchema refuses an outdated schema, and warns of (or refuses) a newer
-// one.
+// checkSchema refuses an outdated schema, warns of (or refuses) a newer
+// one, and tells of a schema that lacks only migrations the runner can do
+// without.
 func (r *Runner) checkSchema(ctx context.Context) error {
-	_, err := r.store.CheckSchema(ctx)
+	v, err := r.store.CheckSchema(ctx)
 	if errors.Is(err, store.ErrSchemaNewer) && !r.opts.RefuseNewerSchema {
 		r.opts.Logger.Warn("dispatch: "+err.Error(), slog.Int("release_schema_version", store.SchemaVersion))
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("dispatch: %w", err)
+	}
+	if v < store.SchemaVersion {
+		r.opts.Logger.Info("dispatch: the outbox "+r.store.Options().Label()+" lacks migrations that would make it faster; "+
+			"run `relayer migrate` or store.Migrate (safe while writers and workers run)",
+			slog.Int("schema_version", v), slog.Int("release_schema_version", store.SchemaVersion))
 	}
 	return nil
 }

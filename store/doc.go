@@ -66,7 +66,7 @@
 //
 //   - The stable surface, for operators and integrators, kept without
 //     breaking changes from v1.0: the schema ([Migrate], [Migrations],
-//     [SchemaSQL], [SchemaVersion], [Store.CheckSchema],
+//     [SchemaSQL], [SchemaVersion], [MinSchemaVersion], [Store.CheckSchema],
 //     [Store.CheckSchemaWith]); [Options], [New], [Store.With] and the
 //     stored [Row]; the writes of enlistment ([Store.Insert],
 //     [Store.InsertWith]); the claim protocol above, which is the store

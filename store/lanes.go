@@ -221,8 +221,9 @@ func (s *Store) Heartbeat(ctx context.Context, member Lease, d time.Duration) ([
 }
 
 // RowsBeyondLanes counts, up to 10,000, the pending rows whose lane is lanes
-// or more: rows that a worker configured with lanes lanes never scans, because
-// their writer hashed keys into more lanes.
+// or more, or negative: rows that a worker configured with lanes lanes never
+// scans, because their writer hashed keys into more lanes or another program
+// wrote them.
 func (s *Store) RowsBeyondLanes(ctx context.Context, lanes int) (int64, error) {
 	return s.count(ctx, "rows beyond lanes", s.q.beyondLanes, lanes)
 }

@@ -315,11 +315,12 @@ WHERE o.id = ANY($1::text::uuid[]) AND o.id = f.id AND ` + laneOwner("$4"),
 SET attempts = o.attempts + 1, last_error = f.error, parked_at = now()
 FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error), ` + n.Leases + ` AS ls
 WHERE o.id = ANY($1::text::uuid[]) AND o.id = f.id AND ` + laneOwner("$3"),
-		// Rows whose lane is at or past a worker's lane count: written by
-		// writers configured with more lanes than the worker, they are never
-		// scanned. Bounded, so that a large mismatch costs little to report.
+		// Rows whose lane is at or past a worker's lane count, written by
+		// writers configured with more lanes than the worker, or negative,
+		// written by another program: they are never scanned. Bounded, so
+		// that a large mismatch costs little to report.
 		beyondLanes: `SELECT count(*) FROM (SELECT 1 FROM ` + n.Outbox + `
-    WHERE lane >= $1 AND parked_at IS NULL LIMIT 10000) AS b`,
+    WHERE (lane >= $1 OR lane < 0) AND parked_at IS NULL LIMIT 10000) AS b`,
 		serverTime: `SELECT clock_timestamp()`,
 		// Operator reads (see ops.go).
 		listLeases: `SELECT name, owner, owner_token, expires_at FROM ` + n.Leases + `

@@ -199,8 +199,9 @@ const (
 	ReasonPermanent = "permanent"
 	// ReasonExhausted: it failed as many times as its retry policy allows.
 	ReasonExhausted = "exhausted"
-	// ReasonCorrupt: its stored headers do not decode, so it cannot be sent
-	// as it is; its bytes are kept unchanged.
+	// ReasonCorrupt: its stored headers do not decode, or it is ordered and
+	// has no key, so it cannot be sent as it is; its bytes are kept
+	// unchanged.
 	ReasonCorrupt = "corrupt"
 	// ReasonSkipped: an operator skipped it, the parked head of its key, to
 	// release the key's later messages ([Store.SkipParkedHead]).

@@ -8,10 +8,16 @@ import (
 	"strings"
 )
 
-// SchemaVersion is the newest migration this release knows, and the one its
-// writers and workers need: they refuse a schema that lacks it (see
-// [Store.CheckSchema]).
-const SchemaVersion = 5
+// SchemaVersion is the newest migration this release knows: the one
+// [Migrate] brings an outbox to.
+const SchemaVersion = 6
+
+// MinSchemaVersion is the oldest schema this release's writers and workers
+// run on: they refuse one that lacks any of the migrations 1 to
+// MinSchemaVersion (see [Store.CheckSchema]). The migrations after it, up to
+// [SchemaVersion], make them faster but change nothing they rely on, so that
+// a release can be deployed before its migration is run.
+const MinSchemaVersion = 5
 
 // Schema version errors. Each is wrapped with the outbox's names, both
 // versions and what to do; test with [errors.Is].
@@ -23,14 +29,15 @@ var (
 	ErrSchemaOutdated = errors.New("store: outbox schema is older than this release")
 	// ErrSchemaNewer is returned when the outbox's tables record a migration
 	// newer than [SchemaVersion]: a newer release migrated them, as in a
-	// rolling deploy. Migrations only add, so an older release keeps
-	// working; writers and workers warn, or refuse when told to.
+	// rolling deploy. No migration takes away what an older release relies
+	// on, so it keeps working; writers and workers warn, or refuse when told
+	// to.
 	ErrSchemaNewer = errors.New("store: outbox schema is newer than this release")
 )
 
 // CheckSchema reads the migrations the outbox's tables record and returns
 // the newest. It returns an error wrapping [ErrSchemaOutdated] when one of
-// the versions 1 to [SchemaVersion] is missing (or no migration is recorded:
+// the versions 1 to [MinSchemaVersion] is missing (or no migration is recorded:
 // the tables do not exist, or a tool created them without recording the
 // steps), and the version with an error wrapping [ErrSchemaNewer] when a
 // newer one is recorded. Either error says how to migrate. It runs one
@@ -48,7 +55,7 @@ func (s *Store) CheckSchema(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	switch {
-	case present < SchemaVersion:
+	case present < MinSchemaVersion:
 		return newest, s.outdated(newest, present)
 	case newest > SchemaVersion:
 		return newest, s.newer(newest)
@@ -93,7 +100,7 @@ const (
 // newer is the error of a schema a newer release migrated.
 func (s *Store) newer(newest int) error {
 	return fmt.Errorf("%w: %s records migration %d, and this release knows migrations up to %d; "+
-		"a newer release migrated it (a rolling deploy?): this one keeps working, since migrations only add, until it is upgraded",
+		"a newer release migrated it (a rolling deploy?): this one keeps working, since no migration takes away what it relies on, until it is upgraded",
 		ErrSchemaNewer, s.label(), newest, SchemaVersion)
 }
 
@@ -101,7 +108,7 @@ func (s *Store) newer(newest int) error {
 func (s *Store) outdated(newest, present int) error {
 	have := "records no migration"
 	if newest > 0 {
-		have = fmt.Sprintf("records %d of the migrations 1 to %d this release needs", present, SchemaVersion)
+		have = fmt.Sprintf("records %d of the migrations 1 to %d this release needs", present, MinSchemaVersion)
 	}
 	cmd := "relayer migrate --database-url URL"
 	if s.opts.Schema != "public" {
@@ -145,7 +152,7 @@ type versionQueries struct {
 func buildVersionQueries(n names) *versionQueries {
 	// The table's name as to_regclass reads it: quoted parts, as n has them.
 	regclass := strings.ReplaceAll(n.Migrations, `'`, `''`)
-	versions := `SELECT coalesce(max(version), 0), count(*) FILTER (WHERE version BETWEEN 1 AND ` + strconv.Itoa(SchemaVersion) + `)
+	versions := `SELECT coalesce(max(version), 0), count(*) FILTER (WHERE version BETWEEN 1 AND ` + strconv.Itoa(MinSchemaVersion) + `)
 FROM ` + n.Migrations
 	// check raises an exception naming the versions found when the schema
 	// is outdated (and, strictly, when it is newer): the only answer a
@@ -164,7 +171,7 @@ BEGIN
     IF to_regclass('` + regclass + `') IS NOT NULL THEN
         EXECUTE '` + strings.ReplaceAll(versions, `'`, `''`) + `' INTO newest, present;
     END IF;
-    IF present < ` + strconv.Itoa(SchemaVersion) + ` THEN
+    IF present < ` + strconv.Itoa(MinSchemaVersion) + ` THEN
         RAISE EXCEPTION '` + markOutdated + ` % %', newest, present;
     END IF;` + newer + `
 END

@@ -606,6 +606,8 @@ func TestCorruptHeadersFailExplicitly(t *testing.T) {
 			raw  string
 			want error
 		}{
+			{"", headers.ErrTruncated},
+			{"010000", headers.ErrTruncated},
 			{"0200000000000000", headers.ErrUnsupportedVersion},
 			{"01000000010000002000000000000000", headers.ErrTruncated},
 			{"010000000000000000", headers.ErrTrailingBytes},
