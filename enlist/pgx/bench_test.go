@@ -106,14 +106,7 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("messages=%d/minimal", n), func(b *testing.B) {
-			var q strings.Builder
-			q.WriteString(`INSERT INTO "` + schema + `".minimal (id, payload, headers) VALUES `)
-			for i := range n {
-				if i > 0 {
-					q.WriteByte(',')
-				}
-				fmt.Fprintf(&q, "($%d, $%d, $%d)", 3*i+1, 3*i+2, 3*i+3)
-			}
+			query := minimalInsert(schema, n)
 			payload := []byte(`{"N":1}`)
 			args := make([]any, 0, 3*n)
 			run(b, pgxWrites, func(id int64) error {
@@ -129,9 +122,39 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 						}
 						args = append(args, mid, payload, minimalHeaders)
 					}
-					_, err := tx.Exec(ctx, q.String(), args...)
+					_, err := tx.Exec(ctx, query, args...)
 					return err
 				})
+			})
+		})
+		// The minimal loop's transaction through database/sql, the
+		// interface of the database-sql writer: what that interface costs
+		// any outbox.
+		b.Run(fmt.Sprintf("messages=%d/minimal-database-sql", n), func(b *testing.B) {
+			query := minimalInsert(schema, n)
+			payload := []byte(`{"N":1}`)
+			args := make([]any, 0, 3*n)
+			run(b, sqlWrites, func(id int64) error {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback()
+				if _, err := tx.ExecContext(ctx, insert, id); err != nil {
+					return err
+				}
+				args = args[:0]
+				for range n {
+					mid, err := uuid.NewV7()
+					if err != nil {
+						return err
+					}
+					args = append(args, mid, payload, minimalHeaders)
+				}
+				if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+					return err
+				}
+				return tx.Commit()
 			})
 		})
 		// The rows the writer would build, written with COPY: the
@@ -165,4 +188,18 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 			})
 		})
 	}
+}
+
+// minimalInsert returns the minimal loop's multi-row INSERT of n messages
+// into schema's minimal table.
+func minimalInsert(schema string, n int) string {
+	var q strings.Builder
+	q.WriteString(`INSERT INTO "` + schema + `".minimal (id, payload, headers) VALUES `)
+	for i := range n {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		fmt.Fprintf(&q, "($%d, $%d, $%d)", 3*i+1, 3*i+2, 3*i+3)
+	}
+	return q.String()
 }
