@@ -912,8 +912,8 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("code %d, stderr:\n%s", code, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 30 { // 27, and the enlist scenario's pgx writer at 1, 10 and 100 per tx
-		t.Fatalf("%d JSON lines, want 30:\n%s", len(lines), out.String())
+	if len(lines) != 33 { // 27, and the enlist scenario's pgx writer and minimal loop on database/sql at 1, 10 and 100 per tx
+		t.Fatalf("%d JSON lines, want 33:\n%s", len(lines), out.String())
 	}
 	if n := strings.Count(out.String(), `"contender":"relayer direct (pgx)"`); n != 3 {
 		t.Errorf("%d results of the pgx writer, want 3 (enlist at 1, 10 and 100 per tx)", n)
@@ -937,7 +937,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 	}
-	if !strings.Contains(errOut.String(), "step 30/30") {
+	if !strings.Contains(errOut.String(), "step 33/33") {
 		t.Errorf("progress lines missing:\n%s", errOut.String())
 	}
 	// The table form, one scenario, on NATS.

@@ -23,7 +23,7 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{bench.ScenarioEnlist: 10, bench.ScenarioE2E: 5, bench.ScenarioLatency: 6, bench.ScenarioDrain: 3, bench.ScenarioOrdered: 3}
+	want := map[string]int{bench.ScenarioEnlist: 13, bench.ScenarioE2E: 5, bench.ScenarioLatency: 6, bench.ScenarioDrain: 3, bench.ScenarioOrdered: 3}
 	got := map[string]int{}
 	for _, r := range results {
 		t.Logf("%-8s %-20s %-24s %9.0f msg/s %8.0f tx/s ratio %.2f vs loop %.2f cpu %s (db %s) produced %.0f backlog %d p50 %s p99 %s lost %d dup %d ooo %d",

@@ -52,7 +52,31 @@ func (Minimal) New(ctx context.Context, env Env) (Instance, error) {
 	return &minimalInstance{env: env, table: table, hdrs: hdrs}, nil
 }
 
+// MinimalSQL is [Minimal] whose producers write through database/sql (a
+// *sql.Tx on pgx's driver) instead of pgx's native API: what that interface
+// costs an outbox of any layout, to set beside the writers of Relayer that
+// take a *sql.DB. It runs in the enlist scenario only.
+type MinimalSQL struct{}
+
+// Name implements [Contender].
+func (MinimalSQL) Name() string { return "minimal loop (database/sql)" }
+
+// Runs implements [Contender].
+func (MinimalSQL) Runs(scenario string) bool { return scenario == ScenarioEnlist }
+
+// New implements [Contender].
+func (MinimalSQL) New(ctx context.Context, env Env) (Instance, error) {
+	in, err := Minimal{}.New(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	in.(*minimalInstance).viaSQL = true
+	return in, nil
+}
+
 type minimalInstance struct {
+	// viaSQL: producers write through database/sql (MinimalSQL).
+	viaSQL  bool
 	env     Env
 	table   string
 	hdrs    []byte
@@ -90,6 +114,9 @@ func native(c *sql.Conn, f func(*pgx.Conn) error) error {
 // their ids in ids[:0].
 func (m *minimalInstance) commit(ctx context.Context, business bool, insert string, n int, args []any, ids []uuid.UUID) ([]uuid.UUID, error) {
 	ids = ids[:0]
+	if m.viaSQL {
+		return m.commitSQL(ctx, business, insert, n, args, ids)
+	}
 	c, err := m.env.DB.Conn(ctx)
 	if err != nil {
 		return ids, err
@@ -106,14 +133,8 @@ func (m *minimalInstance) commit(ctx context.Context, business bool, insert stri
 				return err
 			}
 		}
-		args = args[:0]
-		for range n {
-			id, err := uuid.NewV7()
-			if err != nil {
-				return err
-			}
-			ids = append(ids, id)
-			args = append(args, id, m.env.Body, m.hdrs)
+		if ids, args, err = m.rows(n, args, ids); err != nil {
+			return err
 		}
 		if n > 0 {
 			if _, err := tx.Exec(ctx, insert, args...); err != nil {
@@ -123,6 +144,43 @@ func (m *minimalInstance) commit(ctx context.Context, business bool, insert stri
 		return tx.Commit(ctx)
 	})
 	return ids, err
+}
+
+// commitSQL is commit through database/sql.
+func (m *minimalInstance) commitSQL(ctx context.Context, business bool, insert string, n int, args []any, ids []uuid.UUID) ([]uuid.UUID, error) {
+	tx, err := m.env.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return ids, err
+	}
+	defer tx.Rollback()
+	if business {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+m.env.Orders+` (note) VALUES ($1)`, "order"); err != nil {
+			return ids, err
+		}
+	}
+	if ids, args, err = m.rows(n, args, ids); err != nil {
+		return ids, err
+	}
+	if n > 0 {
+		if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
+			return ids, err
+		}
+	}
+	return ids, tx.Commit()
+}
+
+// rows appends n messages' ids to ids and their parameters to args[:0].
+func (m *minimalInstance) rows(n int, args []any, ids []uuid.UUID) ([]uuid.UUID, []any, error) {
+	args = args[:0]
+	for range n {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return ids, args, err
+		}
+		ids = append(ids, id)
+		args = append(args, id, m.env.Body, m.hdrs)
+	}
+	return ids, args, nil
 }
 
 // Producer implements [Instance].

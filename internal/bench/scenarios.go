@@ -33,7 +33,7 @@ func (r *runner) all(scenario string) []Contender {
 		// no other contender keeps per-key order with several workers.
 		return []Contender{relayerPath{PathOrdered, 1}, relayerPath{PathOrdered, 2}, relayerPath{PathOrdered, 4}}
 	}
-	all := []Contender{Loop{}, Minimal{}, Relayer(PathDirect), Relayer(PathRecovery), Relayer(PathOrdered)}
+	all := []Contender{Loop{}, Minimal{}, MinimalSQL{}, Relayer(PathDirect), Relayer(PathRecovery), Relayer(PathOrdered)}
 	if scenario == ScenarioLatency {
 		// A Runner's default, one ordered worker, as well as four: the
 		// latency at a moderate rate.
