@@ -114,15 +114,11 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 					if _, err := tx.Exec(ctx, insert, id); err != nil {
 						return err
 					}
-					args = args[:0]
-					for range n {
-						mid, err := uuid.NewV7()
-						if err != nil {
-							return err
-						}
-						args = append(args, mid, payload, minimalHeaders)
+					var err error
+					if args, err = minimalArgs(args, n, payload, minimalHeaders); err != nil {
+						return err
 					}
-					_, err := tx.Exec(ctx, query, args...)
+					_, err = tx.Exec(ctx, query, args...)
 					return err
 				})
 			})
@@ -143,13 +139,8 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 				if _, err := tx.ExecContext(ctx, insert, id); err != nil {
 					return err
 				}
-				args = args[:0]
-				for range n {
-					mid, err := uuid.NewV7()
-					if err != nil {
-						return err
-					}
-					args = append(args, mid, payload, minimalHeaders)
+				if args, err = minimalArgs(args, n, payload, minimalHeaders); err != nil {
+					return err
 				}
 				if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 					return err
@@ -202,4 +193,18 @@ func minimalInsert(schema string, n int) string {
 		fmt.Fprintf(&q, "($%d, $%d, $%d)", 3*i+1, 3*i+2, 3*i+3)
 	}
 	return q.String()
+}
+
+// minimalArgs returns the parameters of the minimal loop's insert of n
+// messages, each with a new id, in args[:0].
+func minimalArgs(args []any, n int, payload, hdrs []byte) ([]any, error) {
+	args = args[:0]
+	for range n {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return args, err
+		}
+		args = append(args, id, payload, hdrs)
+	}
+	return args, nil
 }
