@@ -37,3 +37,8 @@ func Of(schema, prefix string) Names {
 // Index returns the quoted name of an index; PostgreSQL puts indexes in
 // their table's schema, so the name is not qualified.
 func (n Names) Index(name string) string { return `"` + n.prefix + name + `"` }
+
+// Constraint returns the quoted name of a constraint of one of the tables,
+// such as the name PostgreSQL gave a check it named after its table
+// (name "outbox_lane_check"); it is not qualified.
+func (n Names) Constraint(name string) string { return n.Index(name) }

@@ -159,64 +159,72 @@ func TestSchemaIndexes(t *testing.T) {
 	}
 }
 
-// Migration 6 drops the three check constraints the first step created,
-// found by their definition, and keeps a check the outbox's owner added. An
-// outbox without it is one this release's writers and workers run on.
+// Migration 6 drops the three check constraints the first step created, by
+// the names PostgreSQL gave them (with the longest prefix too), and keeps a
+// check the outbox's owner added. An outbox without it is one this
+// release's writers and workers run on.
 func TestMigrationDropsTheOutboxChecks(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {
-		ctx := context.Background()
-		opts := store.Options{Schema: b.opts.Schema, TablePrefix: "checked_"}
-		steps, err := store.Migrations(opts)
-		must(t, err)
-		for _, step := range steps {
-			if step.Version <= store.MinSchemaVersion {
-				_, err := b.db.ExecContext(ctx, step.SQL)
-				must(t, err)
-			}
-		}
-		outbox := `"` + opts.Schema + `".checked_outbox`
-		checks := func() []string {
-			t.Helper()
-			rows, err := b.db.QueryContext(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
-    WHERE conrelid = $1::regclass AND contype = 'c' ORDER BY 1`, outbox)
-			must(t, err)
-			defer rows.Close()
-			var defs []string
-			for rows.Next() {
-				var d string
-				must(t, rows.Scan(&d))
-				defs = append(defs, d)
-			}
-			must(t, rows.Err())
-			return defs
-		}
-		if got := checks(); len(got) != 3 {
-			t.Fatalf("checks at migration %d: %q, want the first step's three", store.MinSchemaVersion, got)
-		}
-		_, err = b.db.ExecContext(ctx, `ALTER TABLE `+outbox+` ADD CONSTRAINT owners CHECK (attempts < 1000000)`)
-		must(t, err)
-		st, err := store.New(b.db, opts)
-		must(t, err)
-		exec := func(ctx context.Context, q string, args ...any) error {
-			_, err := b.db.ExecContext(ctx, q, args...)
-			return err
-		}
-		if v, err := st.CheckSchema(ctx); v != store.MinSchemaVersion || err != nil {
-			t.Errorf("CheckSchema at migration %d: %d, %v; want no error", store.MinSchemaVersion, v, err)
-		}
-		if err := st.CheckSchemaWith(ctx, exec, true); err != nil {
-			t.Errorf("CheckSchemaWith at migration %d: %v, want no error", store.MinSchemaVersion, err)
-		}
-		applied, err := store.Migrate(ctx, b.db, opts)
-		must(t, err)
-		if !slices.Equal(applied, []int{6}) {
-			t.Errorf("Migrate applied %v, want [6]", applied)
-		}
-		if got := checks(); !slices.Equal(got, []string{"CHECK ((attempts < 1000000))"}) {
-			t.Errorf("checks after migration 6: %q, want only the owner's", got)
+		for _, prefix := range []string{"checked_", strings.Repeat("p", store.TablePrefixMaxLen)} {
+			t.Run(prefix, func(t *testing.T) { dropsTheOutboxChecks(t, b, prefix) })
 		}
 	})
+}
+
+func dropsTheOutboxChecks(t *testing.T, b *bundle, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	opts := store.Options{Schema: b.opts.Schema, TablePrefix: prefix}
+	steps, err := store.Migrations(opts)
+	must(t, err)
+	for _, step := range steps {
+		if step.Version <= store.MinSchemaVersion {
+			_, err := b.db.ExecContext(ctx, step.SQL)
+			must(t, err)
+		}
+	}
+	outbox := `"` + opts.Schema + `"."` + prefix + `outbox"`
+	checks := func() []string {
+		t.Helper()
+		rows, err := b.db.QueryContext(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
+    WHERE conrelid = $1::regclass AND contype = 'c' ORDER BY 1`, outbox)
+		must(t, err)
+		defer rows.Close()
+		var defs []string
+		for rows.Next() {
+			var d string
+			must(t, rows.Scan(&d))
+			defs = append(defs, d)
+		}
+		must(t, rows.Err())
+		return defs
+	}
+	if got := checks(); len(got) != 3 {
+		t.Fatalf("checks at migration %d: %q, want the first step's three", store.MinSchemaVersion, got)
+	}
+	_, err = b.db.ExecContext(ctx, `ALTER TABLE `+outbox+` ADD CONSTRAINT owners CHECK (attempts < 1000000)`)
+	must(t, err)
+	st, err := store.New(b.db, opts)
+	must(t, err)
+	exec := func(ctx context.Context, q string, args ...any) error {
+		_, err := b.db.ExecContext(ctx, q, args...)
+		return err
+	}
+	if v, err := st.CheckSchema(ctx); v != store.MinSchemaVersion || err != nil {
+		t.Errorf("CheckSchema at migration %d: %d, %v; want no error", store.MinSchemaVersion, v, err)
+	}
+	if err := st.CheckSchemaWith(ctx, exec, true); err != nil {
+		t.Errorf("CheckSchemaWith at migration %d: %v, want no error", store.MinSchemaVersion, err)
+	}
+	applied, err := store.Migrate(ctx, b.db, opts)
+	must(t, err)
+	if !slices.Equal(applied, []int{6}) {
+		t.Errorf("Migrate applied %v, want [6]", applied)
+	}
+	if got := checks(); !slices.Equal(got, []string{"CHECK ((attempts < 1000000))"}) {
+		t.Errorf("checks after migration 6: %q, want only the owner's", got)
+	}
 }
 
 // TestSchemaFillsOutboxPages checks that migration 5 lets inserts fill the
