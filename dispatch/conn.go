@@ -35,6 +35,10 @@ type workerConn struct {
 	// transaction holds no snapshot and no transaction id, and keeps nothing
 	// from vacuum.
 	chainedAt time.Time
+	// txFrom is when the worker sent the statement that began the open
+	// batch's transaction (its BEGIN, or the previous batch's COMMIT AND
+	// CHAIN): the transaction's now() on the database is no earlier.
+	txFrom time.Time
 }
 
 func newWorkerConn(db *sql.DB, base *store.Store) *workerConn {
@@ -110,6 +114,7 @@ func (w *workerConn) openBatch(ctx context.Context) error {
 		w.chainedAt = time.Time{}
 		return nil
 	}
+	w.txFrom = time.Now()
 	_, err := w.conn.ExecContext(ctx, "BEGIN")
 	return err
 }
@@ -119,6 +124,7 @@ func (w *workerConn) openBatch(ctx context.Context) error {
 // while batches follow one another. A failed end leaves nothing chained; the
 // caller drops the connection.
 func (w *workerConn) endBatch(ctx context.Context, end string) error {
+	w.txFrom = time.Now()
 	if _, err := w.conn.ExecContext(ctx, end+" AND CHAIN"); err != nil {
 		return err
 	}

@@ -126,7 +126,10 @@
 // two ways: the lanes a commit of this process touched (see
 // [Runner.Committed]), which need no query, and a read-only probe of its
 // lanes, run when it has nothing else to do, after a wake-up across
-// processes, at each poll, and at most every 20 ms while busy. It runs up to
+// processes, at each poll, and at most every 20 ms while busy. The probe
+// reads each lane's head from the lane's cursor (see step 2 below), as a
+// batch reads it, so that it too passes over no dead index entries of rows
+// already delivered. It runs up to
 // Concurrency batches at once per worker, each in a transaction on a
 // connection of its own and over up to 16 ready lanes. A lane whose sends failed or were slow
 // runs in a batch of its own on a free connection; the others go together:
@@ -140,7 +143,16 @@
 //     succeeds only for leases free, expired or already this loop's, and
 //     that keeps the lease rows locked until the transaction ends, so no
 //     second connected owner can take a lane even after expiry (locked in
-//     lane order, so that overlapping batches never deadlock);
+//     lane order, so that overlapping batches never deadlock). When the
+//     loop renewed every one of the batch's leases within the last third
+//     of the lease, under the same owner names, the batch locks the lease
+//     rows the same way instead, writing nothing (store.Store.LockLaneLeases):
+//     a busy lane's lease row then gets a new version every third of the
+//     lease rather than every batch, so that a snapshot held open elsewhere
+//     does not leave thousands of dead versions behind for every statement
+//     that reads the leases to pass over. If a lease it locks is gone (an
+//     operator released it), the batch rolls back and its lanes go again at
+//     once, taking the leases anew;
 //  2. read the held lanes' head rows in id order and admit, per lane, the
 //     prefix before the first row that is not due or is claimed (a later row
 //     never overtakes its head); the admitted rows need no claim of their

@@ -83,9 +83,16 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 		return buf, res, err
 	}
 	g := o.group
-	held, err := st.AcquireLaneLeasesFor(ctx, lanes, g.owners(lanes), g.token, o.opts.LeaseDuration)
+	held, renewed, err := o.leaseLanes(ctx, st, conn, lanes)
 	if err != nil {
 		return buf, res, err
+	}
+	if renewed == nil && len(held) < len(lanes) {
+		// A lease renewed a moment ago is gone (an operator released it):
+		// the lanes go again at once, renewing.
+		g.renewals.forget(lanes)
+		res.more = lanes
+		return buf, res, end("ROLLBACK")
 	}
 	if len(held) == 0 {
 		return buf, res, end("ROLLBACK")
@@ -122,12 +129,36 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	if err := end("COMMIT"); err != nil {
 		return buf, res, err
 	}
+	if renewed != nil {
+		renewed()
+	}
 	g.cursors.advance(from, reads, buf, parts)
 	o.logFailures(parts) // once they are recorded for good
 	for _, p := range parts {
 		g.member(p.lane).stats.deleted.Add(uint64(p.sent))
 	}
 	return buf, done, nil
+}
+
+// leaseLanes takes the batch's hold on lanes in the open transaction and
+// returns the lanes it holds, in ascending order. When every one of lanes was
+// renewed under its owner within the last third of the lease, it locks
+// their lease rows without writing them, and renewed is nil; otherwise it
+// takes or renews each lease, and renewed records the renewal, to be called
+// once the transaction has committed.
+func (o *orderedWorker) leaseLanes(ctx context.Context, st *store.Store, conn *workerConn, lanes []int) (held []int, renewed func(), err error) {
+	g, d := o.group, o.opts.LeaseDuration
+	owners := g.owners(lanes)
+	if g.renewals.fresh(lanes, owners, d-d/3) {
+		// The database checks the leases too, with room for the clocks.
+		held, err = st.LockLaneLeases(ctx, lanes, g.token, d/2)
+		return held, nil, err
+	}
+	from := conn.txFrom // the transaction's now(), which the renewal counts from, is no earlier
+	if held, err = st.AcquireLaneLeasesFor(ctx, lanes, owners, g.token, d); err != nil {
+		return nil, nil, err
+	}
+	return held, func() { g.renewals.renewed(held, lanes, owners, from.Add(d)) }, nil
 }
 
 // admitHeads splits the held lanes' head rows, read in lane and id order,

@@ -29,6 +29,8 @@ type laneGroup struct {
 	token   uuid.UUID
 	// cursors are where the next read of each lane starts.
 	cursors laneCursors
+	// renewals says which lanes' leases were renewed a moment ago.
+	renewals laneRenewals
 	// live holds the members serving now (see serve): the group batches the
 	// lanes of their shares only.
 	live atomic.Pointer[[]*orderedWorker]

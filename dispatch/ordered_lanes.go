@@ -374,7 +374,7 @@ func (g *laneGroup) probe(ctx context.Context, sl *laneSlot, held, running map[i
 	var ready []int
 	if err == nil {
 		o.stats.scans.Add(1)
-		ready, err = st.ProbeLanes(ctx, lanes, g.token)
+		ready, err = st.ProbeLanes(ctx, g.cursors.from(lanes), g.token)
 	}
 	if err != nil {
 		sl.conn.broken()
@@ -432,6 +432,7 @@ func (g *laneGroup) releaseSurplus(ctx context.Context, conn *workerConn, held, 
 			return
 		}
 		delete(held, lane)
+		g.renewals.forget([]int{lane})
 		released = true
 	}
 }

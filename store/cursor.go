@@ -137,20 +137,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 	if len(from) == 0 {
 		return dst[:0], nil, nil
 	}
-	var lanes, after, xmax, xip, retry, since, server, lowest, probes arrayLiteral
-	for _, c := range from {
-		lanes.int(c.Lane, false)
-		after.uuid(c.after)
-		xmax.text(c.xmax, c.xmax == "")
-		xip.text(c.xip, c.xip == "")
-		retry.time(c.retry, c.retry.IsZero())
-		since.time(c.since, c.since.IsZero())
-		server.text(c.server, c.server == "")
-		lowest.text(c.lowest, c.lowest == "")
-		probes.text(c.probes, c.probes == "")
-	}
-	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, lanes.String(), after.String(), xmax.String(), xip.String(),
-		retry.String(), since.String(), server.String(), lowest.String(), probes.String(), limit)
+	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, append(cursorArgs(from), limit)...)
 	if err != nil {
 		return dst[:0], nil, wrap(ctx, "read lanes", err)
 	}
@@ -195,6 +182,25 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		reads[i].full = reads[i].Rows >= limit
 	}
 	return dst, reads, wrap(ctx, "read lanes", rows.Close())
+}
+
+// cursorArgs returns the parameters $1 to $9 of a read from the cursors
+// from (see laneCursorArgs).
+func cursorArgs(from []LaneCursor) []any {
+	var lanes, after, xmax, xip, retry, since, server, lowest, probes arrayLiteral
+	for _, c := range from {
+		lanes.int(c.Lane, false)
+		after.uuid(c.after)
+		xmax.text(c.xmax, c.xmax == "")
+		xip.text(c.xip, c.xip == "")
+		retry.time(c.retry, c.retry.IsZero())
+		since.time(c.since, c.since.IsZero())
+		server.text(c.server, c.server == "")
+		lowest.text(c.lowest, c.lowest == "")
+		probes.text(c.probes, c.probes == "")
+	}
+	return []any{lanes.String(), after.String(), xmax.String(), xip.String(),
+		retry.String(), since.String(), server.String(), lowest.String(), probes.String()}
 }
 
 // narrowSnapshot is the most transaction ids between a snapshot's xmin and

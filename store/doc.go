@@ -47,7 +47,9 @@
 //     the rows it did not send with [Store.Restore], and commits. A crash or a
 //     lost connection rolls the take back and every row is there again.
 //   - Lanes, for ordered rows: a transaction takes or renews the leases of
-//     the lanes it runs in one statement ([Store.AcquireLaneLeases]), reads
+//     the lanes it runs in one statement ([Store.AcquireLaneLeases]; or,
+//     for leases it renewed a moment ago, locks them without writing them,
+//     [Store.LockLaneLeases]), reads
 //     their heads ([Store.ReadLanes], each lane from its [LaneCursor], which
 //     [LaneCursor.Advance] moves past what the transaction settled once it
 //     commits; [Store.ReadLaneHeads] reads from the lanes' starts), sends the
@@ -56,9 +58,9 @@
 //     [Store.ParkLaneRows] and [Store.Bury] before committing. The locked
 //     lease rows keep every other worker off the lanes' rows until then, so
 //     the rows need no claim ([Store.ClaimLaneRows] claims them for a caller
-//     that settles outside that transaction). [Store.ProbeLanes] finds the
-//     lanes worth a batch, and [Store.Heartbeat] keeps the workers'
-//     membership.
+//     that settles outside that transaction). [Store.ProbeLanes] finds
+//     the lanes worth a batch, each read from its cursor too, and
+//     [Store.Heartbeat] keeps the workers' membership.
 //
 // # Which methods are stable
 //

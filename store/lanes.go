@@ -57,15 +57,19 @@ func (l LeaseRow) Member() (instance string, ok bool) {
 	return strings.CutPrefix(l.Name, memberLeasePrefix)
 }
 
-// ProbeLanes returns, in one read-only statement, those of lanes whose head
-// (first row that is not parked and whose key has no parked row) is due and
-// unclaimed, and whose lease is free, expired, or held by token. It writes
-// nothing, so empty and stalled lanes cost no lease writes.
-func (s *Store) ProbeLanes(ctx context.Context, lanes []int, token uuid.UUID) ([]int, error) {
-	if len(lanes) == 0 {
+// ProbeLanes returns, in one read-only statement, those lanes of from whose
+// head (first row that is not parked and whose key has no parked row nor one
+// waiting for its retry) is due and unclaimed, and whose lease is free,
+// expired, or held by token, in ascending order. It writes nothing, so empty
+// and stalled lanes cost no lease writes. Each lane's head is read from its
+// cursor, as [Store.ReadLanes] reads it ([NewLaneCursor] reads from the
+// lane's start): a worker probing the lanes it holds walks no more of the
+// dead index entries its deliveries left behind than its reads do.
+func (s *Store) ProbeLanes(ctx context.Context, from []LaneCursor, token uuid.UUID) ([]int, error) {
+	if len(from) == 0 {
 		return nil, nil
 	}
-	return queryRows(ctx, s.db, "probe lanes", s.q.laneProbe, []any{intArray(lanes), token}, func(rows *sql.Rows, l *int) error {
+	return queryRows(ctx, s.db, "probe lanes", s.q.laneProbe, append(cursorArgs(from), token), func(rows *sql.Rows, l *int) error {
 		return rows.Scan(l)
 	})
 }
@@ -135,6 +139,30 @@ func (s *Store) AcquireLaneLeasesFor(ctx context.Context, lanes []int, owners []
 	}
 	slices.Sort(held)
 	return held, wrap(ctx, "acquire lane leases", rows.Close())
+}
+
+// LockLaneLeases locks, in one statement, the leases of those of lanes that
+// token holds for at least min more on the database clock, without writing
+// them, and returns those lanes in ascending order. Like
+// [Store.AcquireLaneLeasesFor], inside a transaction it keeps the lease rows
+// locked until the transaction ends, in lane order, so that the two never
+// deadlock; unlike it, it neither takes nor renews a lease. A holder that
+// renewed its leases a moment ago locks them this way for a batch: a row
+// lock instead of a new row version per lease, which matters when an old
+// snapshot held elsewhere keeps vacuum from removing the old versions.
+func (s *Store) LockLaneLeases(ctx context.Context, lanes []int, token uuid.UUID, min time.Duration) ([]int, error) {
+	if token == uuid.Nil {
+		return nil, fmt.Errorf("%w: a lease needs a token", ErrInvalidArgument)
+	}
+	if min < 0 {
+		return nil, fmt.Errorf("%w: negative time left %s", ErrInvalidArgument, min)
+	}
+	if len(lanes) == 0 {
+		return nil, nil
+	}
+	return queryRows(ctx, s.db, "lock lane leases", s.q.laneLocks, []any{intArray(lanes), token, min.Microseconds()}, func(rows *sql.Rows, l *int) error {
+		return rows.Scan(l)
+	})
 }
 
 // ClaimLaneRows claims rows by id (ids read from lanes under their locks) in

@@ -263,7 +263,8 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 	xactIdx := s.opts.TablePrefix + "outbox_lane_xact_idx"
 	// value is what a plan made for the arguments, not generically, shows.
 	statements := []struct{ name, sql, args, index, value string }{
-		{"laneProbe", s.q.laneProbe, `'{0,1,2,3}', ` + token, laneIdx, "{0,1,2,3}"},
+		{"laneProbe", s.q.laneProbe, probeArgs(laneRead4, token), laneIdx, "{0,1,2,3}"},
+		{"laneProbeXact", s.q.laneProbe, probeArgs(laneRead4, token), xactIdx, "{0,1,2,3}"},
 		{"laneHeads", s.q.laneHeads, laneRead4, laneIdx, "{0,1,2,3}"},
 		{"laneHeadsXact", s.q.laneHeads, laneRead4, xactIdx, "{0,1,2,3}"},
 		{"laneDelete", s.q.laneDelete, ids + ", " + token, pkey, "0190a000"},
@@ -380,7 +381,8 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				{"laneHeads", s.q.laneHeads, laneRead1, laneIdx},
 				{"laneHeadsXact", s.q.laneHeads, laneRead1, s.opts.TablePrefix + "outbox_lane_xact_idx"},
 				{"readLane", s.q.readLane, "3, " + id + ", " + now + ", 100", laneIdx},
-				{"laneProbe", s.q.laneProbe, `'{0,1,2,3}', ` + id, laneIdx},
+				{"laneProbe", s.q.laneProbe, probeArgs(laneRead1, id), laneIdx},
+				{"laneProbeXact", s.q.laneProbe, probeArgs(laneRead1, id), s.opts.TablePrefix + "outbox_lane_xact_idx"},
 			}
 			for _, st := range statements {
 				exec(t, worker, `PREPARE `+st.name+` AS `+st.sql)
@@ -410,6 +412,12 @@ const (
 		`'{900,900,1000,1000}', '{"{}","{}","{900}","{900}"}', 100`
 	laneRead1 = `'{3}', '{0190a000-0000-7000-8000-000000000000}', '{1000}', '{"{900}"}', '{NULL}', '{NULL}', '{NULL}', '{1000}', '{"{900}"}', 100`
 )
+
+// probeArgs returns the arguments of laneProbe: those of laneHeads read,
+// without the limit, and token.
+func probeArgs(read, token string) string {
+	return strings.TrimSuffix(read, ", 100") + ", " + token
+}
 
 // longArray matches the id arrays in a plan, shortened in failure reports.
 var longArray = regexp.MustCompile(`'\{[^}]{200,}\}'`)

@@ -43,6 +43,7 @@ type queries struct {
 	listLeases   string
 	laneHeads    string
 	laneLeases   string
+	laneLocks    string
 	laneClaim    string
 	laneDelete   string
 	laneFail     string
@@ -93,6 +94,45 @@ const serverLife = `pg_postmaster_start_time()::text || ' ' || coalesce(pg_stat_
 // held by the token in parameter token.
 func laneOwner(token string) string {
 	return `ls.name = '` + laneLeasePrefix + `' || o.lane AND ls.owner_token = ` + token
+}
+
+// laneCursorArgs unnests the cursors a lane read starts from, one row l per
+// lane: the parameters $1 to $9 of laneHeads and laneProbe.
+const laneCursorArgs = `unnest($1::integer[], $2::text::uuid[], $3::text::xid8[], $4::text[], $5::text::timestamptz[], $6::text::timestamptz[],
+    $7::text[], $8::text::xid8[], $9::text[]) AS l(lane, after, xmax, xip, retry, since, server, lowest, probes)`
+
+// laneHeadsOf joins each lane l of laneCursorArgs to what its read from the
+// cursor needs (s: the lease's acquired_at and the server's life; c: the
+// cursor, where it still holds) and to its first limit head rows h, in id
+// order (see laneHeads).
+func laneHeadsOf(n names, limit string) string {
+	return `CROSS JOIN LATERAL (SELECT
+    (SELECT ls.acquired_at FROM ` + n.Leases + ` AS ls WHERE ls.name = '` + laneLeasePrefix + `' || l.lane) AS since,
+    ` + serverLife + ` AS server
+    OFFSET 0) AS s
+CROSS JOIN LATERAL (SELECT
+    CASE WHEN k.keep THEN l.after END AS after,
+    CASE WHEN k.keep THEN l.xmax END AS xmax,
+    CASE WHEN k.keep THEN l.xip::xid8[] END AS xip,
+    CASE WHEN k.keep THEN l.lowest END AS lowest,
+    CASE WHEN k.keep THEN l.probes::xid8[] END AS probes
+    FROM (SELECT s.since = l.since AND s.server = l.server AND (l.retry IS NULL OR l.retry > now()) AS keep) AS k) AS c
+CROSS JOIN LATERAL (
+    (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
+    WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
+      AND o.id > coalesce(c.after, '` + uuid.Nil.String() + `')
+      AND ` + unheld(n.Outbox) + `
+    ORDER BY o.id LIMIT ` + limit + `)
+    UNION ALL
+    (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
+    WHERE o.lane = l.lane AND o.xact_id >= c.lowest AND uuid_send(o.id) <= uuid_send(c.after)
+      AND (o.xact_id >= c.xmax OR o.xact_id = ANY(c.xip)) AND ` + unheld(n.Outbox) + `)
+    UNION ALL
+    (SELECT y.* FROM unnest(c.probes) AS x(xact_id)
+    CROSS JOIN LATERAL (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
+        WHERE o.lane = l.lane AND o.xact_id = x.xact_id AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `
+        OFFSET 0) AS y)
+    ORDER BY id LIMIT ` + limit + `) AS h`
 }
 
 func buildQueries(n names) *queries {
@@ -201,20 +241,19 @@ RETURNING expires_at`,
 		releaseLease: `DELETE FROM ` + n.Leases + ` WHERE name = $1 AND owner_token = $2`,
 
 		// Ordered lanes. The probe is read-only: for each lane it finds the
-		// first row that is not parked and whose key has no parked row (the
-		// head), and returns the lane only when that head is due, unclaimed and
-		// the lane's lease is free, expired or already the caller's. Empty and
-		// stalled lanes therefore cost no lease writes.
-		laneProbe: `SELECT l.lane FROM unnest($1::integer[]) AS l(lane)
-CROSS JOIN LATERAL (
-    SELECT o.deliver_at, o.claimed_until FROM ` + n.Outbox + ` AS o
-    WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
-      AND ` + unheld(n.Outbox) + `
-    ORDER BY o.id LIMIT 1) AS h
+		// first row that is not parked and whose key has no parked row nor
+		// one waiting for its retry (the head), read from the lane's cursor
+		// as laneHeads reads it, so that a probe walks no more dead index
+		// entries than a batch's read; and it returns the lane only when that
+		// head is due, unclaimed and the lane's lease is free, expired or
+		// already the caller's ($10). Empty and stalled lanes therefore cost
+		// no lease writes.
+		laneProbe: `SELECT l.lane FROM ` + laneCursorArgs + `
+` + laneHeadsOf(n, "1") + `
 LEFT JOIN ` + n.Leases + ` AS ls ON ls.name = '` + laneLeasePrefix + `' || l.lane
 WHERE (h.deliver_at IS NULL OR h.deliver_at <= now())
   AND (h.claimed_until IS NULL OR h.claimed_until <= now())
-  AND (ls.name IS NULL OR ls.owner_token = $2 OR ls.expires_at <= now())
+  AND (ls.name IS NULL OR ls.owner_token = $10 OR ls.expires_at <= now())
 ORDER BY l.lane`,
 		// The head rows of lanes, each lane's in id order, lane after lane,
 		// due or not, claimed or not: the caller admits the prefix before
@@ -245,38 +284,12 @@ ORDER BY l.lane`,
 		// stated: the held-key test already leaves parked rows out; the
 		// latter knows no uuid_send), so that no plan, whatever the
 		// statistics, walks the dead entries below the cursor.
-		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server
-FROM unnest($1::integer[], $2::text::uuid[], $3::text::xid8[], $4::text[], $5::text::timestamptz[], $6::text::timestamptz[],
-    $7::text[], $8::text::xid8[], $9::text[]) AS l(lane, after, xmax, xip, retry, since, server, lowest, probes)
-CROSS JOIN LATERAL (SELECT
-    (SELECT ls.acquired_at FROM ` + n.Leases + ` AS ls WHERE ls.name = '` + laneLeasePrefix + `' || l.lane) AS since,
-    ` + serverLife + ` AS server,
-    (SELECT min(p.retry_at) FILTER (WHERE p.parked_at IS NULL AND p.retry_at > now()) FROM ` + n.Outbox + ` AS p
-        WHERE p.lane = l.lane AND p.lane IS NOT NULL AND (p.parked_at IS NOT NULL OR p.retry_at > now())) AS next_retry
-    OFFSET 0) AS s
-CROSS JOIN LATERAL (SELECT
-    CASE WHEN k.keep THEN l.after END AS after,
-    CASE WHEN k.keep THEN l.xmax END AS xmax,
-    CASE WHEN k.keep THEN l.xip::xid8[] END AS xip,
-    CASE WHEN k.keep THEN l.lowest END AS lowest,
-    CASE WHEN k.keep THEN l.probes::xid8[] END AS probes
-    FROM (SELECT s.since = l.since AND s.server = l.server AND (l.retry IS NULL OR l.retry > now()) AS keep) AS k) AS c
-CROSS JOIN LATERAL (
-    (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
-    WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
-      AND o.id > coalesce(c.after, '` + uuid.Nil.String() + `')
-      AND ` + unheld(n.Outbox) + `
-    ORDER BY o.id LIMIT $10)
-    UNION ALL
-    (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
-    WHERE o.lane = l.lane AND o.xact_id >= c.lowest AND uuid_send(o.id) <= uuid_send(c.after)
-      AND (o.xact_id >= c.xmax OR o.xact_id = ANY(c.xip)) AND ` + unheld(n.Outbox) + `)
-    UNION ALL
-    (SELECT y.* FROM unnest(c.probes) AS x(xact_id)
-    CROSS JOIN LATERAL (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
-        WHERE o.lane = l.lane AND o.xact_id = x.xact_id AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `
-        OFFSET 0) AS y)
-    ORDER BY id LIMIT $10) AS h
+		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, r.next_retry, s.server
+FROM ` + laneCursorArgs + `
+` + laneHeadsOf(n, "$10") + `
+CROSS JOIN LATERAL (SELECT min(p.retry_at) FILTER (WHERE p.parked_at IS NULL AND p.retry_at > now()) AS next_retry
+    FROM ` + n.Outbox + ` AS p
+    WHERE p.lane = l.lane AND p.lane IS NOT NULL AND (p.parked_at IS NOT NULL OR p.retry_at > now())) AS r
 ORDER BY h.lane, h.id`,
 		// acquireLease for several lanes at once, in lane order, so that two
 		// callers whose lanes overlap lock the lease rows in the same order
@@ -290,6 +303,16 @@ SET owner = EXCLUDED.owner, owner_token = EXCLUDED.owner_token,
     expires_at = EXCLUDED.expires_at
 WHERE l.owner_token = EXCLUDED.owner_token OR l.expires_at <= now()
 RETURNING substr(l.name, 6)::integer`,
+		// The leases of lanes ($1) that token $2 holds until at least $3
+		// microseconds from now, locked in lane order as laneLeases locks
+		// them, so that the two never deadlock, and not written: a holder that
+		// renewed its leases a moment ago keeps them for a batch at the cost
+		// of a row lock rather than a new row version each, which an old
+		// snapshot held elsewhere would keep from vacuum.
+		laneLocks: `SELECT substr(ls.name, 6)::integer AS lane FROM ` + n.Leases + ` AS ls
+WHERE ls.name = ANY(ARRAY(SELECT '` + laneLeasePrefix + `' || x FROM unnest($1::integer[]) AS x))
+  AND ls.owner_token = $2 AND ls.expires_at > statement_timestamp() + $3 * interval '1 microsecond'
+ORDER BY 1 FOR NO KEY UPDATE OF ls`,
 		// No lane predicate here: the ids come from a lane read under the lane
 		// lock, and spelling out lane IS NOT NULL lets the planner pick the
 		// partial lane index with the ids as a filter whenever its statistics

@@ -69,7 +69,8 @@ func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 //     index (TestTakingSessionsPlanWithIndexes checks both takes; the
 //     write-back, [Store.Restore], is an INSERT). An ordered worker's batch
 //     sessions are tuned the same way for the lane statements ([Store.ProbeLanes],
-//     [Store.AcquireLaneLeases], [Store.ReadLaneHeads], [Store.DeleteLaneRows],
+//     [Store.AcquireLaneLeases], [Store.LockLaneLeases], [Store.ReadLanes],
+//     [Store.DeleteLaneRows],
 //     [Store.FailLaneRows], [Store.ParkLaneRows], [Store.Bury];
 //     TestOrderedSessionsPlanWithIndexes). Run nothing else on such a
 //     session.

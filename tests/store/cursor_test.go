@@ -211,3 +211,44 @@ func TestLaneCursorFindsRowsOfALongOpenWriter(t *testing.T) {
 		wantIDs(t, "a read once the writer committed", rows, late)
 	})
 }
+
+// TestLaneProbeFromACursor probes a lane from the cursor a round left: a row
+// the cursor's snapshot saw at or below it counts as gone, as it does for a
+// read, and a row that commits later with a lower id makes the lane ready.
+func TestLaneProbeFromACursor(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		token := uuid.New()
+		late := b.ordered(t, "a", 1) // a lower id than first's, committed after the round
+		first, kept := b.ordered(t, "a", 1), b.ordered(t, "b", 1)
+		b.insert(t, first, kept)
+		open, st := b.begin(t, nil)
+		defer func() { _ = open.Rollback() }()
+		if err := st.Insert(ctx, []relayer.Message{late}); err != nil {
+			t.Fatal(err)
+		}
+		// The round says both rows are gone but leaves kept in place.
+		rows, cur := b.laneRound(t, token, store.NewLaneCursor(0), func(st *store.Store, rows []store.Row) (int, time.Time) {
+			deleteAll(t, token)(st, rows[:1])
+			return len(rows), time.Time{}
+		})
+		wantIDs(t, "the round", rows, first, kept)
+		probe := func(what string, from store.LaneCursor, want ...int) {
+			t.Helper()
+			got, err := b.store.ProbeLanes(ctx, []store.LaneCursor{from}, token)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s found lanes %v ready, want %v", what, got, want)
+			}
+		}
+		probe("a probe from the cursor", cur)
+		probe("a probe from the lane's start", store.NewLaneCursor(0), 0)
+		if err := open.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		probe("a probe from the cursor once a lower id committed", cur, 0)
+	})
+}

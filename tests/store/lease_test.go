@@ -215,3 +215,77 @@ func TestReadLaneHeads(t *testing.T) {
 		}
 	})
 }
+
+// LockLaneLeases locks the lane leases a token holds for long enough,
+// writing nothing, and keeps a competing owner off them until its
+// transaction ends, even after they expire.
+func TestLockLaneLeases(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		token, other := uuid.New(), uuid.New()
+		if held, err := b.store.AcquireLaneLeases(ctx, []int{0, 1}, "w", token, time.Minute); err != nil || !slices.Equal(held, []int{0, 1}) {
+			t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
+		}
+		if held, err := b.store.AcquireLaneLeases(ctx, []int{2}, "other", other, time.Minute); err != nil || !slices.Equal(held, []int{2}) {
+			t.Fatalf("another token's lease: %v, %v", held, err)
+		}
+		if held, err := b.store.AcquireLaneLeases(ctx, []int{4}, "w", token, 300*time.Millisecond); err != nil || !slices.Equal(held, []int{4}) {
+			t.Fatalf("a short lease: %v, %v", held, err)
+		}
+		version := func(lane int) (xmin string, expires time.Time) {
+			t.Helper()
+			q := fmt.Sprintf(`SELECT xmin::text, expires_at FROM "%s"."%srelayer_leases" WHERE name = $1`, b.opts.Schema, b.opts.TablePrefix)
+			if err := b.db.QueryRow(q, store.LaneLeaseName(lane)).Scan(&xmin, &expires); err != nil {
+				t.Fatal(err)
+			}
+			return xmin, expires
+		}
+		xmin, expires := version(0)
+		got, err := b.store.LockLaneLeases(ctx, []int{4, 3, 2, 1, 0}, token, 30*time.Second)
+		if err != nil || !slices.Equal(got, []int{0, 1}) {
+			t.Errorf("LockLaneLeases = %v, %v; want lanes 0 and 1: lane 2 is another's, 3 no one's, 4 too short", got, err)
+		}
+		if got, err := b.store.LockLaneLeases(ctx, []int{0, 1}, token, 2*time.Minute); err != nil || len(got) > 0 {
+			t.Errorf("LockLaneLeases for more time than the leases have = %v, %v; want none", got, err)
+		}
+		if x, e := version(0); x != xmin || !e.Equal(expires) {
+			t.Errorf("LockLaneLeases wrote the lease: version %s, expiry %s; was %s, %s", x, e, xmin, expires)
+		}
+
+		tx, st := b.begin(t, nil)
+		defer func() { _ = tx.Rollback() }()
+		if got, err := st.LockLaneLeases(ctx, []int{4}, token, 0); err != nil || !slices.Equal(got, []int{4}) {
+			t.Fatalf("LockLaneLeases in a transaction = %v, %v", got, err)
+		}
+		time.Sleep(400 * time.Millisecond) // the lease expires, its row still locked
+		done := make(chan []int, 1)
+		go func() {
+			held, err := b.store.AcquireLaneLeases(ctx, []int{4}, "other", other, time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- held
+		}()
+		select {
+		case held := <-done:
+			t.Fatalf("another token took the lease (%v) while the locking transaction was open", held)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if held := <-done; !slices.Equal(held, []int{4}) {
+			t.Errorf("after the locking transaction ended, the expired lease went to %v, want lane 4", held)
+		}
+		for _, bad := range []struct {
+			what  string
+			token uuid.UUID
+			min   time.Duration
+		}{{"no token", uuid.Nil, time.Second}, {"negative time", token, -time.Second}} {
+			if _, err := b.store.LockLaneLeases(ctx, []int{0}, bad.token, bad.min); !errors.Is(err, store.ErrInvalidArgument) {
+				t.Errorf("%s: %v, want ErrInvalidArgument", bad.what, err)
+			}
+		}
+	})
+}
