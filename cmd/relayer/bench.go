@@ -46,7 +46,7 @@ throwaway PostgreSQL cluster.`,
 	fs.StringVar(&f.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL; empty: a throwaway cluster)")
 	fs.StringVar(&f.schema, "schema", "", "schema for the run's tables; must not exist (default relayer_bench_<pid>)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run's schema afterwards")
-	fs.StringVar(&f.scenarios, "scenario", strings.Join(bench.Scenarios, ","), `comma-separated scenarios to run; also "bloat", when named: an ordered backlog of --backlog rows delivered by one worker, as is and with a snapshot held open meanwhile`)
+	fs.StringVar(&f.scenarios, "scenario", strings.Join(bench.Scenarios, ","), `comma-separated scenarios to run; also "bloat", when named: an ordered backlog of --backlog rows delivered by one worker, as is and with a snapshot held open meanwhile, then the latency scenario's stream (--rate, --per-tx, --duration) to one ordered worker, likewise`)
 	fs.StringVar(&f.contenders, "contender", "", `comma-separated contenders to run: "hand-written loop", "minimal loop", "relayer direct", "relayer recovery", "relayer ordered" (default: these five, and in the enlist scenario "relayer direct (pgx)", whose producers write through pgx's native interface, and "minimal loop (database/sql)", the minimal loop's producers on database/sql); also "relayer ordered remote (poll)" and "relayer ordered remote (wake)", ordered workers told of no commit but by the wake-up across processes, when named`)
 	fs.BoolVar(&f.quick, "quick", false, "run every scenario briefly (1s, a 5,000-row backlog)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the results as JSON, one object per line")

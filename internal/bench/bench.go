@@ -53,7 +53,8 @@ var Scenarios = []string{ScenarioEnlist, ScenarioE2E, ScenarioLatency, ScenarioD
 // defaults, then those that run only when named. ScenarioBloat delivers an
 // ordered backlog with one worker twice, as is and with a snapshot held open
 // meanwhile (an analytics query, a forgotten transaction), so that no row
-// deleted during the delivery can be vacuumed before it ends.
+// deleted during the delivery can be vacuumed before it ends; then the
+// latency scenario's stream to one ordered worker, likewise twice.
 var AllScenarios = append(slices.Clone(Scenarios), ScenarioBloat)
 
 // ErrInvalidConfig is returned for a Config field out of range.

@@ -96,15 +96,24 @@ func TestBloatScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 2 || !strings.HasSuffix(results[1].Contender, "snapshot held") {
-		t.Fatalf("results = %+v, want the backlog as is and with a snapshot held", results)
+	if len(results) != 4 || !strings.HasSuffix(results[1].Contender, "snapshot held") || !strings.HasSuffix(results[3].Contender, "snapshot held") ||
+		!strings.HasPrefix(results[2].Variant, "stream") || !strings.HasPrefix(results[3].Variant, "stream") {
+		t.Fatalf("results = %+v, want the backlog and the stream, each as is and with a snapshot held", results)
 	}
 	for _, r := range results {
 		if r.Lost != 0 || r.Duplicates != 0 || r.OutOfOrder != 0 || r.MsgsPerSec <= 0 {
-			t.Errorf("%s: %.0f msg/s, %d lost, %d duplicates, %d out of order", r.Contender, r.MsgsPerSec, r.Lost, r.Duplicates, r.OutOfOrder)
+			t.Errorf("%s, %s: %.0f msg/s, %d lost, %d duplicates, %d out of order", r.Variant, r.Contender, r.MsgsPerSec, r.Lost, r.Duplicates, r.OutOfOrder)
+		}
+	}
+	for _, r := range results[2:] {
+		if r.P50 <= 0 || r.P99 < r.P50 {
+			t.Errorf("%s, %s: p50 %s, p99 %s", r.Variant, r.Contender, r.P50, r.P99)
 		}
 	}
 	if want := results[1].MsgsPerSec / results[0].MsgsPerSec; results[1].Ratio != want {
-		t.Errorf("ratio %.2f, want %.2f", results[1].Ratio, want)
+		t.Errorf("backlog ratio %.2f, want %.2f", results[1].Ratio, want)
+	}
+	if want := float64(results[3].P99) / float64(results[2].P99); results[3].Ratio != want {
+		t.Errorf("stream ratio %.2f, want %.2f", results[3].Ratio, want)
 	}
 }

@@ -325,7 +325,7 @@ func (r *runner) enlist(ctx context.Context) ([]Result, error) {
 // transaction per every per producer (0: as fast as they can), for the
 // scenario's duration, with the contender delivering; then it waits for the
 // backlog to drain and checks what arrived.
-func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant string, perTx int, every time.Duration, round int) (Result, error) {
+func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant string, perTx int, every time.Duration, round int) (_ Result, err error) {
 	r.cfg.Progress(fmt.Sprintf("%s: round %d, %s, %s", scenario, round+1, variant, c.Name()))
 	sk := &sink{next: r.cfg.Transport}
 	rec := &recorder{}
@@ -346,6 +346,13 @@ func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant 
 			in.Stop(context.WithoutCancel(ctx))
 		}
 	}()
+	if _, ok := c.(snapshotHeld); ok {
+		release, holdErr := holdSnapshot(ctx, r.cfg.DB)
+		if holdErr != nil {
+			return Result{}, holdErr
+		}
+		defer func() { err = errors.Join(err, release()) }()
+	}
 	serverTx, err := r.serverTransactions(ctx)
 	if err != nil {
 		return Result{}, err
@@ -458,9 +465,9 @@ func (r *runner) backlog(ctx context.Context, c Contender, scenario, variant str
 		return Result{}, err
 	}
 	if _, ok := c.(snapshotHeld); ok {
-		release, err := holdSnapshot(ctx, r.cfg.DB)
-		if err != nil {
-			return Result{}, err
+		release, holdErr := holdSnapshot(ctx, r.cfg.DB)
+		if holdErr != nil {
+			return Result{}, holdErr
 		}
 		defer func() { err = errors.Join(err, release()) }()
 	}
@@ -507,21 +514,38 @@ func (r *runner) ordered(ctx context.Context) ([]Result, error) {
 
 // bloat delivers an ordered backlog of Config.Backlog rows with one worker,
 // as is and with a snapshot held open meanwhile, and sets the second's Ratio
-// to its rate against the first's.
+// to its rate against the first's; then it runs the latency scenario's
+// stream (Config.Rate messages a second, Config.PerTx per transaction, for
+// Config.Duration) to the same worker, as is and with a snapshot held open
+// meanwhile, and sets the second's Ratio to its p99 latency against the
+// first's.
 func (r *runner) bloat(ctx context.Context) ([]Result, error) {
 	variant := fmt.Sprintf("%d rows, %d keys", r.cfg.Backlog, orderedKeys)
-	res, err := r.rounds(ctx, r.contenders(ScenarioBloat), func(ctx context.Context, c Contender, round int) (Result, error) {
+	cs := r.contenders(ScenarioBloat)
+	res, err := r.rounds(ctx, cs, func(ctx context.Context, c Contender, round int) (Result, error) {
 		return r.backlog(ctx, c, ScenarioBloat, variant, r.cfg.Backlog, round)
 	}, msgsPerSec)
-	if err == nil && len(res) == 2 && res[0].MsgsPerSec > 0 {
+	if err != nil {
+		return res, err
+	}
+	if len(res) == 2 && res[0].MsgsPerSec > 0 {
 		res[1].Ratio = res[1].MsgsPerSec / res[0].MsgsPerSec
 	}
-	return res, err
+	perTx := r.cfg.PerTx
+	every := time.Duration(float64(time.Second) * float64(r.cfg.Producers*perTx) / float64(r.cfg.Rate))
+	variant = fmt.Sprintf("stream, %d msg/s, %d per tx", r.cfg.Rate, perTx)
+	stream, err := r.rounds(ctx, cs, func(ctx context.Context, c Contender, round int) (Result, error) {
+		return r.dispatched(ctx, c, ScenarioBloat, variant, perTx, every, round)
+	}, p99)
+	if len(stream) == 2 && stream[0].P99 > 0 {
+		stream[1].Ratio = float64(stream[1].P99) / float64(stream[0].P99)
+	}
+	return append(res, stream...), err
 }
 
-// snapshotHeld is a contender delivering a backlog while a snapshot taken
-// before the delivery stays open, so that vacuum can remove none of the
-// rows the delivery deletes.
+// snapshotHeld is a contender delivering a backlog or a stream while a
+// snapshot taken before the delivery stays open, so that vacuum can remove
+// none of the row versions the delivery leaves behind.
 type snapshotHeld struct{ Contender }
 
 func (c snapshotHeld) Name() string { return c.Contender.Name() + ", snapshot held" }
