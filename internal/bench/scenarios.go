@@ -431,14 +431,21 @@ func vsDirect(results []Result) {
 	}
 }
 
+// stream returns the latency scenario's transactions: Config.PerTx messages
+// each, one every so often per producer, so that together they make
+// Config.Rate messages a second.
+func (r *runner) stream() (perTx int, every time.Duration) {
+	perTx = r.cfg.PerTx
+	return perTx, time.Duration(float64(time.Second) * float64(r.cfg.Producers*perTx) / float64(r.cfg.Rate))
+}
+
 // latency is transactions of Config.PerTx messages (10 by default) at the
 // configured total rate: commit-to-send latency while the machine has room
 // to spare (on two cores, 2,000 single-message transactions a second with
 // dispatch running leave little, and what is measured then includes the
 // queueing of a saturated machine).
 func (r *runner) latency(ctx context.Context) ([]Result, error) {
-	perTx := r.cfg.PerTx
-	every := time.Duration(float64(time.Second) * float64(r.cfg.Producers*perTx) / float64(r.cfg.Rate))
+	perTx, every := r.stream()
 	variant := fmt.Sprintf("%d msg/s, %d per tx", r.cfg.Rate, perTx)
 	res, err := r.rounds(ctx, r.contenders(ScenarioLatency), func(ctx context.Context, c Contender, round int) (Result, error) {
 		return r.dispatched(ctx, c, ScenarioLatency, variant, perTx, every, round)
@@ -531,8 +538,7 @@ func (r *runner) bloat(ctx context.Context) ([]Result, error) {
 	if len(res) == 2 && res[0].MsgsPerSec > 0 {
 		res[1].Ratio = res[1].MsgsPerSec / res[0].MsgsPerSec
 	}
-	perTx := r.cfg.PerTx
-	every := time.Duration(float64(time.Second) * float64(r.cfg.Producers*perTx) / float64(r.cfg.Rate))
+	perTx, every := r.stream()
 	variant = fmt.Sprintf("stream, %d msg/s, %d per tx", r.cfg.Rate, perTx)
 	stream, err := r.rounds(ctx, cs, func(ctx context.Context, c Contender, round int) (Result, error) {
 		return r.dispatched(ctx, c, ScenarioBloat, variant, perTx, every, round)
