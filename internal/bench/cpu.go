@@ -65,15 +65,11 @@ func (m cpuMeter) sample() cpuSample {
 	if m.postmaster == 0 {
 		return s
 	}
-	main, ok := readProcStat(m.postmaster)
-	if !ok {
-		return s
-	}
-	ticks := main.utime + main.stime + main.cutime + main.cstime
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return s
 	}
+	var ticks int64
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == m.postmaster {
@@ -83,6 +79,16 @@ func (m cpuMeter) sample() cpuSample {
 			ticks += st.utime + st.stime
 		}
 	}
+	// The server's own times last: a backend that exits during the scan
+	// has its times added to the server's children's times once reaped, so
+	// it is counted there if the scan missed it (at worst twice, never
+	// not at all), and the CPU between two samples never comes out
+	// negative.
+	main, ok := readProcStat(m.postmaster)
+	if !ok {
+		return s
+	}
+	ticks += main.utime + main.stime + main.cutime + main.cstime
 	s.server, s.serverOK = time.Duration(ticks)*procTick, true
 	return s
 }
