@@ -65,9 +65,37 @@ func (m cpuMeter) sample() cpuSample {
 	if m.postmaster == 0 {
 		return s
 	}
+	// A backend that exits is counted in the server's children's times once
+	// the server reaps it. One reaped while the backends are read would be
+	// counted twice or not at all, so a sample is taken again until the
+	// children's times stay the same across it.
+	for range 5 {
+		first, ok := readProcStat(m.postmaster)
+		if !ok {
+			return s
+		}
+		ticks, ok := m.backendTicks()
+		if !ok {
+			return s
+		}
+		last, ok := readProcStat(m.postmaster)
+		if !ok {
+			return s
+		}
+		if first.cutime+first.cstime == last.cutime+last.cstime {
+			ticks += last.utime + last.stime + last.cutime + last.cstime
+			s.server, s.serverOK = time.Duration(ticks)*procTick, true
+			return s
+		}
+	}
+	return s
+}
+
+// backendTicks adds up the CPU ticks of the server's live children.
+func (m cpuMeter) backendTicks() (int64, bool) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return s
+		return 0, false
 	}
 	var ticks int64
 	for _, e := range entries {
@@ -79,18 +107,7 @@ func (m cpuMeter) sample() cpuSample {
 			ticks += st.utime + st.stime
 		}
 	}
-	// The server's own times last: a backend that exits during the scan
-	// has its times added to the server's children's times once reaped, so
-	// it is counted there if the scan missed it (at worst twice, never
-	// not at all), and the CPU between two samples never comes out
-	// negative.
-	main, ok := readProcStat(m.postmaster)
-	if !ok {
-		return s
-	}
-	ticks += main.utime + main.stime + main.cutime + main.cstime
-	s.server, s.serverOK = time.Duration(ticks)*procTick, true
-	return s
+	return ticks, true
 }
 
 // per returns the CPU spent from before to s per one of n (transactions,
