@@ -316,11 +316,19 @@ func TestObserveRunner(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(mem.Messages("placed"))+len(mem.Messages("shipped")) < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	// A worker counts a send just after the broker took it: wait for the
+	// counts, not only for the messages.
+	sent := func(rm metricdata.ResourceMetrics, worker string) int64 {
+		n, _ := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": worker})
+		return n
 	}
+	deadline := time.Now().Add(10 * time.Second)
 	rm := mb.mustCollect(t)
+	for (len(mem.Messages("placed"))+len(mem.Messages("shipped")) < 3 || sent(rm, "direct") < 1 || sent(rm, "ordered-1") < 2) &&
+		time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		rm = mb.mustCollect(t)
+	}
 	for worker, want := range map[string]int64{"direct": 1, "ordered-1": 2} {
 		if got, _ := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": worker}); got != want {
 			t.Errorf("sent{%s} = %d, want %d", worker, got, want)
