@@ -133,6 +133,7 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 		renewed()
 	}
 	g.cursors.advance(from, reads, buf, parts)
+	g.cursors.readFromStart(from, start, nil)
 	o.logFailures(parts) // once they are recorded for good
 	for _, p := range parts {
 		g.member(p.lane).stats.deleted.Add(uint64(p.sent))
@@ -228,12 +229,15 @@ func (o *orderedWorker) result(parts []laneBatch, held []int) batchResult {
 	return res
 }
 
-// admit returns the prefix of a lane's head rows that may be sent at now: up
-// to the first row that is scheduled for later or claimed, since a scheduled
-// or claimed head stalls its lane and nothing overtakes it.
+// admit returns the prefix of a lane's head rows that a batch may take at
+// now: up to the first row that another program has claimed (through the
+// store's claim contract) and whose claim runs, since nothing overtakes a
+// claimed head before its claim ends. A row scheduled for later is admitted:
+// the batch makes it hold its key until its time (see laneSend.row), and
+// the lane's other keys go on.
 func admit(rows []store.Row, now time.Time) []store.Row {
 	for i := range rows {
-		if rows[i].DeliverAt.After(now) || rows[i].ClaimedUntil.After(now) {
+		if rows[i].ClaimedUntil.After(now) {
 			return rows[:i]
 		}
 	}
@@ -276,6 +280,9 @@ type laneFailure struct {
 	// It moves to the dead letters for reason (a store.Reason*).
 	row    *store.Row
 	reason string
+	// deferred: not a failure but a row scheduled for later, made to hold
+	// its key until RetryAt, its delivery time (store.Store.DeferLaneRows).
+	deferred bool
 }
 
 // sendLanes sends the lanes of a batch, each on a goroutine of its own, so
@@ -328,7 +335,7 @@ func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, c
 	began := time.Now()
 	defer func() {
 		ls.w.stats.sent.Add(uint64(p.sent))
-		p.slow = len(p.failures) > 0 || time.Since(began) > slowSend*time.Duration(p.sent+1)
+		p.slow = p.failed() > 0 || time.Since(began) > slowSend*time.Duration(p.sent+1)
 	}()
 	for i := range p.rows {
 		if i > 0 && (time.Now().After(admitUntil) || halted(stop)) {
@@ -340,6 +347,18 @@ func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, c
 		}
 	}
 	return nil
+}
+
+// failed counts the failures the lane's batch recorded, rows deferred to
+// their delivery time aside.
+func (p *laneBatch) failed() int {
+	n := 0
+	for _, f := range p.failures {
+		if !f.deferred {
+			n++
+		}
+	}
+	return n
 }
 
 // laneSend is the state of one lane's sends in a batch.
@@ -387,6 +406,18 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 		p.outcomes[i] = rowFailed
 		p.failures = append(p.failures, laneFailure{Failure: store.Failure{ID: r.ID, Error: "ordered row has no ordering key"},
 			corrupt: true, row: r, reason: store.ReasonCorrupt})
+		return nil
+	}
+	if m.DeliverAt.After(o.clock.now()) {
+		// Scheduled for later: the key waits for it, the lane's other keys
+		// go on. Its key is held in the table until then, as by a waiting
+		// retry, so that later reads pass it; a row whose key the held-key
+		// index cannot take (over the limits) waits in this batch only.
+		if store.OverLimit(m) == nil {
+			p.outcomes[i] = rowFailed
+			p.failures = append(p.failures, laneFailure{Failure: store.Failure{ID: r.ID, RetryAt: m.DeliverAt}, deferred: true})
+		}
+		ls.hold(m.Key)
 		return nil
 	}
 	e := endpoint{m.Transport, m.Destination}
@@ -489,7 +520,7 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 	for _, f := range []struct {
 		failures []store.Failure
 		record   func(context.Context, []store.Failure, uuid.UUID) (int64, error)
-	}{{out.fails, st.FailLaneRows}, {out.parks, st.ParkLaneRows}} {
+	}{{out.fails, st.FailLaneRows}, {out.parks, st.ParkLaneRows}, {out.defers, st.DeferLaneRows}} {
 		if len(f.failures) == 0 {
 			continue
 		}
@@ -509,6 +540,7 @@ type batchOutcomes struct {
 	sent    []uuid.UUID     // deleted
 	fails   []store.Failure // wait for their retry
 	parks   []store.Failure // parked with their key
+	defers  []store.Failure // scheduled: hold their key until their time
 	buried  []store.Row     // over the limits: to the dead letters
 	reasons []string        // of buried
 }
@@ -530,6 +562,8 @@ func sortOutcomes(parts []laneBatch) batchOutcomes {
 				out.buried, out.reasons = append(out.buried, row), append(out.reasons, f.reason)
 			case f.park:
 				out.parks = append(out.parks, f.Failure)
+			case f.deferred:
+				out.defers = append(out.defers, f.Failure)
 			default:
 				out.fails = append(out.fails, f.Failure)
 			}
@@ -544,6 +578,9 @@ func (o *orderedWorker) logFailures(parts []laneBatch) {
 	for _, p := range parts {
 		w := o.group.member(p.lane) // the worker whose share the lane is in
 		for _, f := range p.failures {
+			if f.deferred {
+				continue // not a failure
+			}
 			attrs := []any{slog.String("worker", w.name), slog.Int("lane", p.lane), slog.String("id", f.ID.String()), slog.String("error", f.Error)}
 			switch {
 			case f.row != nil && f.corrupt:

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -16,24 +17,55 @@ import (
 // keeps vacuum from removing them. A cursor made under a lease the worker no
 // longer holds is harmless: the read checks the lease and starts from the
 // lane's start. Batches of different lanes use it at once.
+//
+// A cursor is exact (see store.LaneCursor) but is not trusted for long all
+// the same: each lane is read from its start again once fullReadEvery has
+// passed since it last was, so that a row a cursor missed, by a fault no
+// test foresaw, waits that long at most.
 type laneCursors struct {
 	mu sync.Mutex
 	at map[int]store.LaneCursor
+	// fullAt is when each lane was last read from its start, by a batch or
+	// by a probe that found its head not ready.
+	fullAt map[int]time.Time
 }
 
-// from returns the cursors of lanes, in lanes' order.
+// fullReadEvery is how often each lane is read from its start whatever its
+// cursor says.
+const fullReadEvery = 30 * time.Second
+
+// from returns the cursors of lanes, in lanes' order: a lane without a
+// cursor, or not read from its start for fullReadEvery, gets one that reads
+// from its start.
 func (c *laneCursors) from(lanes []int) []store.LaneCursor {
 	out := make([]store.LaneCursor, len(lanes))
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := time.Now()
 	for i, l := range lanes {
 		cur, ok := c.at[l]
-		if !ok {
+		if !ok || now.Sub(c.fullAt[l]) >= fullReadEvery {
 			cur = store.NewLaneCursor(l)
 		}
 		out[i] = cur
 	}
 	return out
+}
+
+// readFromStart records that the lanes of from whose cursors read from the
+// lane's start were read so at or after at.
+func (c *laneCursors) readFromStart(from []store.LaneCursor, at time.Time, except []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cur := range from {
+		if !cur.FromStart() || slices.Contains(except, cur.Lane) {
+			continue
+		}
+		if c.fullAt == nil {
+			c.fullAt = map[int]time.Time{}
+		}
+		c.fullAt[cur.Lane] = at
+	}
 }
 
 // forget drops the cursors of lanes: their next read starts from the lane's
@@ -72,28 +104,32 @@ func (c *laneCursors) advance(from []store.LaneCursor, reads []store.LaneRead, h
 		}
 		rows := rest[:r.Rows]
 		rest = rest[r.Rows:]
-		gone, retryAt := settled(rows, byLane[r.Lane])
-		c.at[r.Lane] = from[next].Advance(r, rows, gone, retryAt)
+		gone, retryAt, held := settled(rows, byLane[r.Lane])
+		c.at[r.Lane] = from[next].Advance(r, rows, gone, retryAt, held...)
 	}
 }
 
 // settled returns how many of a lane's head rows, from the first, left
-// reads for good in a batch that committed with p (nil: none admitted), and
-// the earliest retry time it recorded for the lane. A row is gone when it
-// was sent (deleted), moved to the dead letters, parked, or recorded as
-// failed with a retry time, and when its key is held from then on by such
-// a failure of an earlier row; a row that waits untouched (its destination
-// down or set aside, cut for want of time, not admitted) is not.
-func settled(rows []store.Row, p *laneBatch) (gone int, retryAt time.Time) {
+// reads for good in a batch that committed with p (nil: none admitted), the
+// earliest retry time it recorded for the lane, and the keys it held. A row
+// is gone when it was sent (deleted), moved to the dead letters, parked, or
+// recorded as failed with a retry time, and when its key is held from then
+// on by such a failure of an earlier row; a row that waits untouched (its
+// destination down or set aside, cut for want of time, not admitted) is not.
+func settled(rows []store.Row, p *laneBatch) (gone int, retryAt time.Time, keys []string) {
 	if p == nil {
-		return 0, time.Time{}
+		return 0, time.Time{}, nil
 	}
 	var held map[string]bool // made only when a batch recorded failures
 	hold := func(id uuid.UUID) {
 		if held == nil {
 			held = map[string]bool{}
 		}
-		held[keyOf(p, id)] = true
+		k := keyOf(p, id)
+		if !held[k] {
+			keys = append(keys, k)
+		}
+		held[k] = true
 	}
 	for _, f := range p.failures {
 		switch {
@@ -113,16 +149,16 @@ func settled(rows []store.Row, p *laneBatch) (gone int, retryAt time.Time) {
 		case rowSent:
 		case rowFailed:
 			if !held[r.Key] && !buried(p, r) {
-				return gone, retryAt // failed, but eligible again at once
+				return gone, retryAt, keys // failed, but eligible again at once
 			}
 		default:
 			if !held[r.Key] {
-				return gone, retryAt
+				return gone, retryAt, keys
 			}
 		}
 		gone++
 	}
-	return gone, retryAt
+	return gone, retryAt, keys
 }
 
 // keyOf returns the key of the row of p with id.

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func TestSettledCountsRowsGoneFromReads(t *testing.T) {
 		failures  func(rs []store.Row) []laneFailure
 		gone      int
 		wantRetry bool
+		held      []string
 	}{{
 		name: "all sent", read: rows("a", "b", "a"), admitted: 3,
 		outcomes: []rowOutcome{rowSent, rowSent, rowSent}, gone: 3,
@@ -45,7 +47,7 @@ func TestSettledCountsRowsGoneFromReads(t *testing.T) {
 		outcomes: []rowOutcome{rowSent, rowUntouched, rowSent}, gone: 1,
 	}, {
 		name: "a failure with a retry time hides its key", read: rows("a", "b", "a", "c"), admitted: 4,
-		outcomes: []rowOutcome{rowFailed, rowSent, rowUntouched, rowSent}, gone: 4, wantRetry: true,
+		outcomes: []rowOutcome{rowFailed, rowSent, rowUntouched, rowSent}, gone: 4, wantRetry: true, held: []string{"a"},
 		failures: func(rs []store.Row) []laneFailure { return []laneFailure{fail(rs[0], retry)} },
 	}, {
 		name: "a failure to retry at once hides nothing", read: rows("a", "b"), admitted: 2,
@@ -53,7 +55,7 @@ func TestSettledCountsRowsGoneFromReads(t *testing.T) {
 		failures: func(rs []store.Row) []laneFailure { return []laneFailure{fail(rs[0], time.Time{})} },
 	}, {
 		name: "a parked row hides its key", read: rows("a", "a", "b"), admitted: 3,
-		outcomes: []rowOutcome{rowFailed, rowUntouched, rowSent}, gone: 3,
+		outcomes: []rowOutcome{rowFailed, rowUntouched, rowSent}, gone: 3, held: []string{"a"},
 		failures: func(rs []store.Row) []laneFailure {
 			f := fail(rs[0], time.Time{})
 			f.park = true
@@ -73,13 +75,13 @@ func TestSettledCountsRowsGoneFromReads(t *testing.T) {
 			if tc.failures != nil {
 				p.failures = tc.failures(tc.read)
 			}
-			gone, retryAt := settled(tc.read, p)
-			if gone != tc.gone || retryAt.Equal(retry) != tc.wantRetry {
-				t.Errorf("settled = %d, %v; want %d, retry %v", gone, retryAt, tc.gone, tc.wantRetry)
+			gone, retryAt, held := settled(tc.read, p)
+			if gone != tc.gone || retryAt.Equal(retry) != tc.wantRetry || !slices.Equal(held, tc.held) {
+				t.Errorf("settled = %d, %v, %q; want %d, retry %v, %q", gone, retryAt, held, tc.gone, tc.wantRetry, tc.held)
 			}
 		})
 	}
-	if gone, _ := settled(rows("a"), nil); gone != 0 {
+	if gone, _, _ := settled(rows("a"), nil); gone != 0 {
 		t.Errorf("settled of a lane with nothing admitted = %d, want 0", gone)
 	}
 }

@@ -374,7 +374,13 @@ func (g *laneGroup) probe(ctx context.Context, sl *laneSlot, held, running map[i
 	var ready []int
 	if err == nil {
 		o.stats.scans.Add(1)
-		ready, err = st.ProbeLanes(ctx, g.cursors.from(lanes), g.token)
+		at, from := time.Now(), g.cursors.from(lanes)
+		if ready, err = st.ProbeLanes(ctx, from, g.token); err == nil {
+			// A lane read from its start and found not ready needs no
+			// other read from its start for a while; one found ready gets
+			// it from its batch.
+			g.cursors.readFromStart(from, at, ready)
+		}
 	}
 	if err != nil {
 		sl.conn.broken()

@@ -3,9 +3,12 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,8 +30,12 @@ import (
 // Rows hidden by a retry come back when the retry time passes; the cursor
 // keeps the lane's earliest one, and the read starts from the lane's first
 // entry once it has passed. Rows hidden behind a parked key come back when
-// an operator releases the key, which stamps them with the releasing
-// transaction's id, so that every later snapshot's read finds them. A read
+// the key is released, by whatever program: the cursor keeps a digest of the
+// lane's held rows as its snapshot saw them, and a read that finds a
+// different digest starts from the lane's first entry. (This release's own
+// redrive also stamps a released key's rows with its transaction's id; the
+// cursor no longer depends on it, so that an older release's redrive, or an
+// operator's UPDATE or DELETE, cannot make a read miss them.) A read
 // also starts from the first entry whenever the lease changed hands since
 // the cursor was made, since another holder may have changed the lane, and
 // whenever the database server restarted or recovered from a crash, which may
@@ -53,7 +60,13 @@ type LaneCursor struct {
 	// crash may lose the last commits of the workers' asynchronous commits,
 	// bringing back rows the cursor passed.
 	server string
+	// held is the digest of the lane's held rows the snapshot saw.
+	held string
 }
+
+// FromStart reports whether c reads its lane from the lane's first entry:
+// it was made by [NewLaneCursor], or never advanced.
+func (c LaneCursor) FromStart() bool { return c.xmax == "" }
 
 // NewLaneCursor returns a cursor that reads lane from its start.
 func NewLaneCursor(lane int) LaneCursor { return LaneCursor{Lane: lane} }
@@ -72,6 +85,7 @@ type LaneRead struct {
 	retry  time.Time
 	since  time.Time
 	server string
+	held   string
 }
 
 // Advance returns the cursor for the lane's next read, by the same lease
@@ -80,14 +94,16 @@ type LaneRead struct {
 // first, left reads for good in that transaction: sent and deleted, moved
 // to the dead letters, or hidden because their key failed (a row whose key
 // only waits, untouched, is not gone); retryAt is the earliest retry time
-// the transaction recorded for the lane, zero for none. A read that
-// returned no rows leaves the cursor as it was.
-func (c LaneCursor) Advance(r LaneRead, rows []Row, gone int, retryAt time.Time) LaneCursor {
+// the transaction recorded for the lane, zero for none; held are the keys
+// whose rows that transaction parked or made wait for a retry time (so
+// that the cursor's digest of the held keys is the one the transaction
+// left). A read that returned no rows leaves the cursor as it was.
+func (c LaneCursor) Advance(r LaneRead, rows []Row, gone int, retryAt time.Time, held ...string) LaneCursor {
 	if len(rows) == 0 || r.Lane != c.Lane {
 		return c
 	}
 	next := LaneCursor{Lane: c.Lane, xmax: r.xmax, xip: r.xip, lowest: r.lowest, probes: r.probes, retry: r.retry,
-		since: r.since, server: r.server}
+		since: r.since, server: r.server, held: addHeldKeys(r.held, held)}
 	if !retryAt.IsZero() && (next.retry.IsZero() || retryAt.Before(next.retry)) {
 		next.retry = retryAt
 	}
@@ -105,6 +121,40 @@ func (c LaneCursor) Advance(r LaneRead, rows []Row, gone int, retryAt time.Time)
 		}
 	}
 	return next
+}
+
+// addHeldKeys returns the digest of held keys (see heldDigest) with keys
+// added to it, none of which it holds yet: a read leaves out the rows of
+// keys held already, so a transaction can only hold keys that were not.
+// A digest it cannot parse comes back empty, which reads from the start.
+func addHeldKeys(digest string, keys []string) string {
+	if len(keys) == 0 {
+		return digest
+	}
+	count, sum, ok := strings.Cut(digest, ":")
+	n, errN := strconv.ParseInt(count, 10, 64)
+	total, errS := strconv.ParseInt(sum, 10, 64)
+	if !ok || errN != nil || errS != nil {
+		return ""
+	}
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		n++
+		total += int64(heldKeyHashOf(k))
+	}
+	return strconv.FormatInt(n, 10) + ":" + strconv.FormatInt(total, 10)
+}
+
+// heldKeyHashOf is heldKeyHash in Go: the first four bytes of key's MD5, as
+// a signed big-endian integer. MD5 serves as a well-spread hash that both
+// sides compute alike, not for security.
+func heldKeyHashOf(key string) int32 {
+	sum := md5.Sum([]byte(key))
+	return int32(binary.BigEndian.Uint32(sum[:4]))
 }
 
 // before returns the id just below id in uuid order (id - 1, as a 128-bit
@@ -150,11 +200,12 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		acquired  sql.NullTime
 		nextRetry sql.NullTime
 		life      sql.RawBytes
+		held      sql.RawBytes
 	)
 	for rows.Next() {
 		dst = append(dst, Row{})
 		r := &dst[len(dst)-1]
-		if err := sc.scanKeepingCorrupt(rows, r, &snap, &acquired, &nextRetry, &life); err != nil {
+		if err := sc.scanKeepingCorrupt(rows, r, &snap, &acquired, &nextRetry, &life, &held); err != nil {
 			return dst[:0], nil, wrap(ctx, "read lanes", err)
 		}
 		if n := len(reads); n > 0 && reads[n-1].Lane == r.Lane {
@@ -172,6 +223,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 			read.retry = nextRetry.Time.UTC()
 		}
 		read.server = string(life)
+		read.held = string(held)
 		reads = append(reads, read)
 	}
 	if err := rows.Err(); err != nil {
@@ -184,10 +236,10 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 	return dst, reads, wrap(ctx, "read lanes", rows.Close())
 }
 
-// cursorArgs returns the parameters $1 to $9 of a read from the cursors
+// cursorArgs returns the parameters $1 to $10 of a read from the cursors
 // from (see laneCursorArgs).
 func cursorArgs(from []LaneCursor) []any {
-	var lanes, after, xmax, xip, retry, since, server, lowest, probes arrayLiteral
+	var lanes, after, xmax, xip, retry, since, server, lowest, probes, held arrayLiteral
 	for _, c := range from {
 		lanes.int(c.Lane, false)
 		after.uuid(c.after)
@@ -198,9 +250,10 @@ func cursorArgs(from []LaneCursor) []any {
 		server.text(c.server, c.server == "")
 		lowest.text(c.lowest, c.lowest == "")
 		probes.text(c.probes, c.probes == "")
+		held.text(c.held, c.held == "")
 	}
 	return []any{lanes.String(), after.String(), xmax.String(), xip.String(),
-		retry.String(), since.String(), server.String(), lowest.String(), probes.String()}
+		retry.String(), since.String(), server.String(), lowest.String(), probes.String(), held.String()}
 }
 
 // narrowSnapshot is the most transaction ids between a snapshot's xmin and

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +67,29 @@ func TestLaneCursorOfAnotherServerLifeReadsFromTheStart(t *testing.T) {
 	}
 	if want := []uuid.UUID{msgs[0].ID, msgs[1].ID, msgs[2].ID}; !slices.Equal(got, want) {
 		t.Errorf("read from a cursor of another server life = %v, want the lane from its start %v", got, want)
+	}
+}
+
+// TestHeldKeyHashIsTheDatabases checks that a worker adds the keys it holds
+// to a cursor's digest with the hash the database sums: were they to differ,
+// every read after a failure would start from the lane's start, or a
+// release could go unseen.
+func TestHeldKeyHashIsTheDatabases(t *testing.T) {
+	t.Parallel()
+	db, _ := emptyAnalyzedOutbox(t)
+	for _, key := range []string{"", "a", "order-42", "ключ", "🔑 with spaces", strings.Repeat("long", 200)} {
+		var want int32
+		if err := db.QueryRow(`SELECT `+strings.ReplaceAll(heldKeyHash, "k.ordering_key", "$1::text"), key).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := heldKeyHashOf(key); got != want {
+			t.Errorf("heldKeyHashOf(%.20q) = %d, the database's is %d", key, got, want)
+		}
+	}
+	if got := addHeldKeys("2:-5", []string{"a", "a", "b"}); got != "4:"+strconv.FormatInt(-5+int64(heldKeyHashOf("a"))+int64(heldKeyHashOf("b")), 10) {
+		t.Errorf("addHeldKeys = %s", got)
+	}
+	if got := addHeldKeys("nonsense", []string{"a"}); got != "" {
+		t.Errorf("addHeldKeys of an unreadable digest = %q, want empty", got)
 	}
 }

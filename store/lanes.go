@@ -59,9 +59,10 @@ func (l LeaseRow) Member() (instance string, ok bool) {
 
 // ProbeLanes returns, in one read-only statement, those lanes of from whose
 // head (first row that is not parked and whose key has no parked row nor one
-// waiting for its retry) is due and unclaimed, and whose lease is free,
-// expired, or held by token, in ascending order. It writes nothing, so empty
-// and stalled lanes cost no lease writes. Each lane's head is read from its
+// waiting for its retry) is unclaimed, due or not, and whose lease is free,
+// expired, or held by token, in ascending order: a head scheduled for later
+// is for the batch to make hold its key ([Store.DeferLaneRows]). It writes
+// nothing, so empty lanes cost no lease writes. Each lane's head is read from its
 // cursor, as [Store.ReadLanes] reads it ([NewLaneCursor] reads from the
 // lane's start): a worker probing the lanes it holds walks no more of the
 // dead index entries its deliveries left behind than its reads do.
@@ -214,6 +215,27 @@ func (s *Store) ParkLaneRows(ctx context.Context, failures []Failure, token uuid
 	}
 	ids, texts, _ := failureArrays(failures)
 	return s.affected(ctx, "park lane rows", s.q.lanePark, uuidArray(ids), texts, token)
+}
+
+// DeferLaneRows makes scheduled ordered rows, read under their lanes'
+// leases held with token in the same transaction (as for
+// [Store.DeleteLaneRows]), hold their keys until their delivery time, as a
+// row waiting for its retry holds its key: each row's retry time is set to
+// its Failure's RetryAt (its delivery time), its attempts and last error
+// are left as they were. The lane's other keys go on meanwhile. It returns
+// how many rows it changed; a zero RetryAt is refused, since it would hold
+// nothing.
+func (s *Store) DeferLaneRows(ctx context.Context, rows []Failure, token uuid.UUID) (int64, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	for _, f := range rows {
+		if f.RetryAt.IsZero() {
+			return 0, fmt.Errorf("%w: deferring row %s needs a time", ErrInvalidArgument, f.ID)
+		}
+	}
+	ids, _, until := failureArrays(rows)
+	return s.affected(ctx, "defer lane rows", s.q.laneDefer, uuidArray(ids), until, token)
 }
 
 // ReleaseLeases deletes every lease held by token: a worker's membership and

@@ -48,6 +48,7 @@ type queries struct {
 	laneDelete   string
 	laneFail     string
 	lanePark     string
+	laneDefer    string
 	releaseOwner string
 	pruneMembers string
 	liveMembers  string
@@ -97,9 +98,27 @@ func laneOwner(token string) string {
 }
 
 // laneCursorArgs unnests the cursors a lane read starts from, one row l per
-// lane: the parameters $1 to $9 of laneHeads and laneProbe.
+// lane: the parameters $1 to $10 of laneHeads and laneProbe.
 const laneCursorArgs = `unnest($1::integer[], $2::text::uuid[], $3::text::xid8[], $4::text[], $5::text::timestamptz[], $6::text::timestamptz[],
-    $7::text[], $8::text::xid8[], $9::text[]) AS l(lane, after, xmax, xip, retry, since, server, lowest, probes)`
+    $7::text[], $8::text::xid8[], $9::text[], $10::text[]) AS l(lane, after, xmax, xip, retry, since, server, lowest, probes, held)`
+
+// heldDigest sums up, for the lane l.lane, the keys held now (one of
+// their rows parked, or waiting for its retry), from the held-key index
+// alone: their number and the sum of a 32-bit hash of each (held; see
+// heldKeyHash), and the earliest retry time still to come (next_retry). A
+// cursor keeps the digest of the keys held once its read's transaction
+// committed; a later read whose digest differs reads the lane from its
+// start, since a key may have been released, by whatever program (an older
+// release's redrive, an operator's UPDATE or DELETE among them), and the
+// rows it hid, which the cursor passed, are eligible again.
+const heldDigest = `SELECT count(*)::text || ':' || coalesce(sum(` + heldKeyHash + `), 0)::text AS held,
+        min(k.next_retry) AS next_retry
+    FROM (SELECT p.ordering_key, min(p.retry_at) FILTER (WHERE p.parked_at IS NULL) AS next_retry`
+
+// heldKeyHash is the 32-bit hash of a held key k.ordering_key that
+// heldDigest sums: the first four bytes of its MD5, as a signed integer
+// (heldKeyHashOf computes the same in Go).
+const heldKeyHash = `('x' || substr(md5(k.ordering_key), 1, 8))::bit(32)::integer`
 
 // laneHeadsOf joins each lane l of laneCursorArgs to what its read from the
 // cursor needs (s: the lease's acquired_at and the server's life; c: the
@@ -108,7 +127,10 @@ const laneCursorArgs = `unnest($1::integer[], $2::text::uuid[], $3::text::xid8[]
 func laneHeadsOf(n names, limit string) string {
 	return `CROSS JOIN LATERAL (SELECT
     (SELECT ls.acquired_at FROM ` + n.Leases + ` AS ls WHERE ls.name = '` + laneLeasePrefix + `' || l.lane) AS since,
-    ` + serverLife + ` AS server
+    ` + serverLife + ` AS server, hk.held, hk.next_retry
+    FROM (` + heldDigest + ` FROM ` + n.Outbox + ` AS p
+        WHERE p.lane = l.lane AND p.lane IS NOT NULL AND (p.parked_at IS NOT NULL OR p.retry_at > now())
+        GROUP BY p.ordering_key) AS k) AS hk
     OFFSET 0) AS s
 CROSS JOIN LATERAL (SELECT
     CASE WHEN k.keep THEN l.after END AS after,
@@ -116,7 +138,7 @@ CROSS JOIN LATERAL (SELECT
     CASE WHEN k.keep THEN l.xip::xid8[] END AS xip,
     CASE WHEN k.keep THEN l.lowest END AS lowest,
     CASE WHEN k.keep THEN l.probes::xid8[] END AS probes
-    FROM (SELECT s.since = l.since AND s.server = l.server AND (l.retry IS NULL OR l.retry > now()) AS keep) AS k) AS c
+    FROM (SELECT s.since = l.since AND s.server = l.server AND s.held = l.held AND (l.retry IS NULL OR l.retry > now()) AS keep) AS k) AS c
 CROSS JOIN LATERAL (
     (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.lane IS NOT NULL AND o.parked_at IS NULL
@@ -245,15 +267,16 @@ RETURNING expires_at`,
 		// one waiting for its retry (the head), read from the lane's cursor
 		// as laneHeads reads it, so that a probe walks no more dead index
 		// entries than a batch's read; and it returns the lane only when that
-		// head is due, unclaimed and the lane's lease is free, expired or
-		// already the caller's ($10). Empty and stalled lanes therefore cost
-		// no lease writes.
+		// head is unclaimed and the lane's lease is free, expired or already
+		// the caller's ($11). Empty lanes, and lanes whose head another
+		// program claimed, therefore cost no lease writes. A head scheduled
+		// for later makes its lane ready: the batch makes it hold its key
+		// until its time (DeferLaneRows), after which it is no lane's head.
 		laneProbe: `SELECT l.lane FROM ` + laneCursorArgs + `
 ` + laneHeadsOf(n, "1") + `
 LEFT JOIN ` + n.Leases + ` AS ls ON ls.name = '` + laneLeasePrefix + `' || l.lane
-WHERE (h.deliver_at IS NULL OR h.deliver_at <= now())
-  AND (h.claimed_until IS NULL OR h.claimed_until <= now())
-  AND (ls.name IS NULL OR ls.owner_token = $10 OR ls.expires_at <= now())
+WHERE (h.claimed_until IS NULL OR h.claimed_until <= now())
+  AND (ls.name IS NULL OR ls.owner_token = $11 OR ls.expires_at <= now())
 ORDER BY l.lane`,
 		// The head rows of lanes, each lane's in id order, lane after lane,
 		// due or not, claimed or not: the caller admits the prefix before
@@ -262,7 +285,7 @@ ORDER BY l.lane`,
 		// rows after the cursor's id, from the lane index, and the rows at
 		// or before it that the cursor's snapshot did not see (xact_id at or
 		// past its xmax, or among its in-progress ids), from the xact index;
-		// then the first $10 of them in id order. The xact index is walked
+		// then the first $11 of them in id order. The xact index is walked
 		// from the snapshot's xmin ($8) when the snapshot spans few
 		// transaction ids, and otherwise from its xmax, with one probe per
 		// in-progress id ($9): one range is cheaper than a probe per
@@ -270,9 +293,10 @@ ORDER BY l.lane`,
 		// would make that range grow without bound. A lane
 		// is read from its start when it has no cursor, when its lease
 		// changed hands since the cursor was made (acquired_at differs), or
-		// when the cursor's retry time has passed: a key held by a retry
-		// hides its rows from reads, so rows at or before the cursor may
-		// have come back. Every row carries the statement's snapshot, the
+		// when the cursor's retry time has passed, or when the lane's held
+		// rows differ from those the cursor's snapshot saw (see heldDigest):
+		// a held key hides its rows from reads, so rows at or before the
+		// cursor may have come back. Every row carries the statement's snapshot, the
 		// lane's lease acquired_at, and its earliest retry time still to
 		// come, on the database clock the held-key test uses, and the life
 		// of the server (see serverLife), since a cursor cannot outlive it. The rows the
@@ -284,12 +308,9 @@ ORDER BY l.lane`,
 		// stated: the held-key test already leaves parked rows out; the
 		// latter knows no uuid_send), so that no plan, whatever the
 		// statistics, walks the dead entries below the cursor.
-		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, r.next_retry, s.server
+		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server, s.held
 FROM ` + laneCursorArgs + `
-` + laneHeadsOf(n, "$10") + `
-CROSS JOIN LATERAL (SELECT min(p.retry_at) FILTER (WHERE p.parked_at IS NULL AND p.retry_at > now()) AS next_retry
-    FROM ` + n.Outbox + ` AS p
-    WHERE p.lane = l.lane AND p.lane IS NOT NULL AND (p.parked_at IS NOT NULL OR p.retry_at > now())) AS r
+` + laneHeadsOf(n, "$11") + `
 ORDER BY h.lane, h.id`,
 		// acquireLease for several lanes at once, in lane order, so that two
 		// callers whose lanes overlap lock the lease rows in the same order
@@ -334,6 +355,12 @@ WHERE o.id = ANY($1::text::uuid[]) AND ` + laneOwner("$2"),
 SET attempts = o.attempts + 1, last_error = f.error, retry_at = f.retry_at
 FROM unnest($1::text::uuid[], $2::text::text[], $3::text::timestamptz[]) AS f(id, error, retry_at), ` + n.Leases + ` AS ls
 WHERE o.id = ANY($1::text::uuid[]) AND o.id = f.id AND ` + laneOwner("$4"),
+		// A scheduled ordered row made to hold its key until its time, as a
+		// waiting retry does: attempts and last error untouched.
+		laneDefer: `UPDATE ` + n.Outbox + ` AS o
+SET retry_at = f.retry_at
+FROM unnest($1::text::uuid[], $2::text::timestamptz[]) AS f(id, retry_at), ` + n.Leases + ` AS ls
+WHERE o.id = ANY($1::text::uuid[]) AND o.id = f.id AND ` + laneOwner("$3"),
 		lanePark: `UPDATE ` + n.Outbox + ` AS o
 SET attempts = o.attempts + 1, last_error = f.error, parked_at = now()
 FROM unnest($1::text::uuid[], $2::text::text[]) AS f(id, error), ` + n.Leases + ` AS ls

@@ -42,7 +42,9 @@ func (b *bundle) laneRound(t *testing.T, token uuid.UUID, cur store.LaneCursor,
 	if len(reads) == 0 {
 		return rows, cur.Advance(store.LaneRead{}, nil, 0, time.Time{})
 	}
-	return rows, cur.Advance(reads[0], rows, gone, retryAt)
+	held := b.heldKeys
+	b.heldKeys = nil
+	return rows, cur.Advance(reads[0], rows, gone, retryAt, held...)
 }
 
 // deleteAll settles a round by delivering every row it read.
@@ -175,6 +177,58 @@ func TestLaneCursorRereadsKeysReleasedBelowIt(t *testing.T) {
 		time.Sleep(time.Until(retryAt.Add(100 * time.Millisecond)))
 		rows, _ = b.laneRound(t, token, cur, nil)
 		wantIDs(t, "a read once the retry time passed", rows, waited, failing, behind)
+	})
+}
+
+// TestLaneCursorRereadsKeysReleasedByAnyProgram checks the rows a cursor
+// passed behind a parked key when the key is released by a program that
+// does not stamp them: an older release's redrive, or an operator's UPDATE
+// or DELETE by hand. The read must find the key's rows again, in order,
+// and before any later row of the key.
+func TestLaneCursorRereadsKeysReleasedByAnyProgram(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		token := uuid.New()
+		table := `"` + b.opts.Schema + `"."` + b.opts.TablePrefix + `outbox"`
+		parked, behind, other := b.ordered(t, "p", 1), b.ordered(t, "p", 1), b.ordered(t, "o", 1)
+		b.insert(t, parked, behind, other)
+		park := func(st *store.Store, rows []store.Row) (int, time.Time) {
+			if n, err := st.ParkLaneRows(ctx, []store.Failure{{ID: parked.ID, Error: "rejected"}}, token); err != nil || n != 1 {
+				t.Fatalf("ParkLaneRows = %d, %v", n, err)
+			}
+			b.heldKeys = append(b.heldKeys, "p")
+			var sent []store.Row
+			for _, r := range rows {
+				if r.Key != "p" {
+					sent = append(sent, r)
+				}
+			}
+			deleteAll(t, token)(st, sent)
+			return len(rows), time.Time{}
+		}
+		rows, cur := b.laneRound(t, token, store.NewLaneCursor(0), park)
+		wantIDs(t, "the first round", rows, parked, behind, other)
+		later := b.ordered(t, "p", 1)
+		b.insert(t, later)
+
+		// The previous release's `parked retry`, as an operator would type
+		// it, right after the worker's transaction that parked the key.
+		if _, err := b.db.ExecContext(ctx, `UPDATE `+table+` SET parked_at = NULL, attempts = 0, retry_at = NULL WHERE parked_at IS NOT NULL`); err != nil {
+			t.Fatal(err)
+		}
+		rows, cur = b.laneRound(t, token, cur, park)
+		wantIDs(t, "a read after an UPDATE by hand released the key", rows, parked, behind, later)
+
+		rows, cur = b.laneRound(t, token, cur, nil)
+		wantIDs(t, "a read while the key is parked again", rows)
+
+		// A parked head deleted by hand releases its key as well.
+		if _, err := b.db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id = $1`, parked.ID); err != nil {
+			t.Fatal(err)
+		}
+		rows, _ = b.laneRound(t, token, cur, nil)
+		wantIDs(t, "a read after the parked head was deleted by hand", rows, behind, later)
 	})
 }
 

@@ -27,6 +27,9 @@ type bundle struct {
 	store *store.Store
 	opts  store.Options
 	t0    time.Time // a fixed instant the test reasons from
+	// heldKeys are the keys a laneRound's settle held (parked, or made wait
+	// for a retry), for the cursor's digest; laneRound takes them.
+	heldKeys []string
 }
 
 func setup(t *testing.T, driver string) *bundle {
