@@ -3,12 +3,14 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
 )
 
 // Tests of failure isolation in ordered dispatch: whoever releases a held
@@ -96,4 +98,142 @@ func TestOrderedScheduledHeadHoldsOnlyItsKey(t *testing.T) {
 	}
 	checkOrder(t, b.mem.All(), []string{scheduled}, 3, false)
 	checkOrder(t, b.mem.All(), []string{neighbour}, 6, false)
+}
+
+// Stuck is a message type routed, in order, to a destination of its own.
+type Stuck struct{ N int }
+
+// hangs never returns from sends to the destination "stuck", whatever its
+// context says, until released; it passes the rest to the in-memory
+// transport.
+type hangs struct {
+	relayer.Transport
+	release chan struct{}
+	running atomic.Int64
+}
+
+func (h *hangs) Send(ctx context.Context, m *relayer.Message) error {
+	if m.Destination == "stuck" {
+		h.running.Add(1)
+		<-h.release
+	}
+	return h.Transport.Send(context.WithoutCancel(ctx), m)
+}
+
+// TestOrderedHungSendHoldsOnlyItsLane sends one message to a destination
+// whose send never returns, then a hundred on keys of other lanes, and
+// four on a key of its lane: the hundred go out while the send hangs, the
+// four wait for it (no other owner may send its lane meanwhile); the hung
+// send is logged at Warn with its transport, destination and lane, and its
+// destination is set aside where operators see it; once the send returns,
+// it is recorded and sent once, and its lane goes on in order.
+func TestOrderedHungSendHoldsOnlyItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	routes := *b.outbox.Routes
+	must(t, relayer.AddType[Stuck](&routes, relayer.Route{Transport: "mem", Destination: "stuck", Ordered: true}))
+	tr := &hangs{Transport: b.mem, release: make(chan struct{})}
+	outbox := b.outbox
+	outbox.Routes = &routes
+	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	w, err := enlist.NewWriter(outbox, enlist.Options{})
+	must(t, err)
+	publish := func(msgs ...relayer.Outgoing) {
+		must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
+			return tx.PublishAll(context.Background(), msgs...)
+		}))
+	}
+	stuck, _, neighbour := twoLaneKeys(t)
+	publish(relayer.NewOutgoing(Stuck{1}, relayer.Key(stuck)))
+	b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 50 * time.Millisecond})
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(tr.release)
+		}
+	}
+	t.Cleanup(release) // before the worker stops
+	waitWithin(t, 5*time.Second, "the send to hang", func() bool { return tr.running.Load() == 1 })
+
+	began := time.Now()
+	stuckLane, _ := relayer.Lane(stuck, relayer.LanesDefault)
+	var keys []string
+	for _, k := range keyList(40) {
+		if l, _ := relayer.Lane(k, relayer.LanesDefault); l != stuckLane && len(keys) < 25 {
+			keys = append(keys, k)
+		}
+	}
+	b.shipped(t, []string{neighbour}, 4, 1)
+	b.shipped(t, keys, 4, 5)
+	waitWithin(t, 10*time.Second, "the other keys' messages", func() bool {
+		if time.Since(began) > 9*time.Second {
+			t.Log(b.logs)
+		}
+		return len(b.mem.Messages("orders.shipped")) == 100
+	})
+	checkOrder(t, b.mem.Messages("orders.shipped"), keys, 4, false)
+	if seq := sequences(t, b.mem.Messages("orders.shipped")); len(seq[neighbour]) != 0 {
+		t.Errorf("a key of the hung send's lane went out while it hung: %v", seq[neighbour])
+	}
+
+	waitWithin(t, 5*time.Second, "a warning naming the hung send", func() bool {
+		logs := b.logs.String()
+		return strings.Contains(logs, "ordered send still running") && strings.Contains(logs, "destination=stuck") &&
+			strings.Contains(logs, "transport=mem") && strings.Contains(logs, "lane=")
+	})
+	waitWithin(t, 5*time.Second, "the destination set aside for operators", func() bool {
+		pauses, err := b.store.Pauses(context.Background())
+		must(t, err)
+		for _, p := range pauses {
+			if p.Destination == "stuck" {
+				return true
+			}
+		}
+		return false
+	})
+
+	release()
+	waitWithin(t, 10*time.Second, "the hung message, recorded", func() bool {
+		var n int
+		must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_outbox`).Scan(&n))
+		return n == 0
+	})
+	if n := len(b.mem.Messages("stuck")); n != 1 {
+		t.Errorf("the hung message arrived %d times, want once", n)
+	}
+	checkOrder(t, b.mem.Messages("orders.shipped"), []string{neighbour}, 4, false)
+}
+
+// late delays, ignoring its context, the first send of one message body
+// by a given time, then sends it.
+type late struct {
+	relayer.Transport
+	body  string
+	delay time.Duration
+	once  atomic.Bool
+}
+
+func (l *late) Send(ctx context.Context, m *relayer.Message) error {
+	if string(m.Body) == l.body && l.once.CompareAndSwap(false, true) {
+		time.Sleep(l.delay)
+		ctx = context.WithoutCancel(ctx)
+	}
+	return l.Transport.Send(ctx, m)
+}
+
+// TestOrderedLateSendReplaysNoOtherLane runs one batch of sixteen lanes in
+// which one send returns, successfully, after the batch's deadline: the
+// other lanes commit what they sent, and the late send is recorded when it
+// returns, so that nothing is sent twice.
+func TestOrderedLateSendReplaysNoOtherLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	keys := keysOnDistinctLanes(16)
+	tr := &late{Transport: b.mem, body: `{"N":2}`, delay: 1500 * time.Millisecond}
+	b.shipped(t, keys, 5, 80)
+	b.orderedWorker(t, b.db, tr, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 50 * time.Millisecond})
+	b.waitRows(t, 0)
+	time.Sleep(200 * time.Millisecond) // room for copies sent again
+	checkOrder(t, b.mem.All(), keys, 5, false)
 }

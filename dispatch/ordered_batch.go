@@ -35,6 +35,10 @@ type laneBatch struct {
 	// worker is stopping, rather than because their key or destination had
 	// to wait: the lane may have more to send at once.
 	cut bool
+	// handed is set when a send of the lane outlived its time: the batch
+	// leaves its row untouched and commits without it, and a keeper holds
+	// the lane until the send returns (see keeper).
+	handed *handedSend
 }
 
 // rowOutcome is what a batch did with one admitted row.
@@ -69,7 +73,14 @@ const (
 // return and what was sent is recorded and committed on a context of the
 // batch's own (see detach), so that a stop by cancellation sends nothing
 // twice.
-func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store.Row, lanes []int) (_ []store.Row, res batchResult, err error) {
+func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store.Row, lanes []int) (out []store.Row, res batchResult, err error) {
+	defer func() {
+		if len(res.handed) > 0 {
+			// A send handed off still reads its row: the slot's next
+			// batch reads into a buffer of its own.
+			out = nil
+		}
+	}()
 	start := time.Now()
 	stop := ctx
 	ctx, cancel := detach(stop, start.Add(o.opts.LeaseDuration/2))
@@ -113,12 +124,23 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	if len(parts) == 0 {
 		return buf, res, end("ROLLBACK")
 	}
-	if err := o.sendLanes(ctx, stop, conn, parts, start.Add(o.opts.LeaseDuration/4)); err != nil {
+	if err := o.sendLanes(ctx, stop, parts, start.Add(o.opts.LeaseDuration/4)); err != nil {
 		return buf, res, err
 	}
 	done := o.result(parts, held)
-	res.slow = done.slow // reported whatever the end
-	if !settles(parts) {
+	res.slow, res.handed = done.slow, done.handed // reported whatever the end
+	if len(done.handed) > 0 {
+		// Renewed for a whole lease, so that no other owner can take the
+		// lanes between this commit and their keepers' locks.
+		lanes := make([]int, len(done.handed))
+		for i, h := range done.handed {
+			lanes[i] = h.lane
+		}
+		if _, err := st.AcquireLaneLeasesFor(ctx, lanes, g.owners(lanes), g.token, o.opts.LeaseDuration); err != nil {
+			return buf, res, err
+		}
+	}
+	if !settles(parts) && len(done.handed) == 0 {
 		// Nothing sent and nothing to record (the destinations are set
 		// aside): the leases' renewal goes with the rollback.
 		return buf, res, end("ROLLBACK")
@@ -218,6 +240,10 @@ func (o *orderedWorker) result(parts []laneBatch, held []int) batchResult {
 		if p.slow {
 			res.slow = append(res.slow, p.lane)
 		}
+		if p.handed != nil {
+			res.handed = append(res.handed, p.handed)
+			continue // its keeper says when it may go again
+		}
 		// A lane whose whole head was sent, or whose keys that could not be
 		// sent are now held, is empty up to the rows committed since, which
 		// wake it: it is batched again at once only when it may hold more
@@ -290,15 +316,17 @@ type laneFailure struct {
 // lane is done, a send of another lane still running after a sixth of the
 // batch's deadline is a straggler (see stragglers): it ends, recorded as
 // failed, so that the batch commits what the others sent instead of holding
-// their rows, and rolling them back, until the deadline. A lane found slow is
-// marked so (laneBatch.slow) and runs alone afterwards. An error means the
-// batch must roll back (a send outlived the batch).
-func (o *orderedWorker) sendLanes(ctx, stop context.Context, conn *workerConn, parts []laneBatch, admitUntil time.Time) error {
+// their rows, and rolling them back, until the deadline. A send that does
+// not end by its hand-off time (see sendHeld) leaves its lane to a keeper,
+// and the batch commits the others without waiting for it. A lane found
+// slow is marked so (laneBatch.slow) and runs alone afterwards. An error
+// means the batch must roll back.
+func (o *orderedWorker) sendLanes(ctx, stop context.Context, parts []laneBatch, admitUntil time.Time) error {
 	for i := range parts {
 		parts[i].outcomes = make([]rowOutcome, len(parts[i].rows))
 	}
 	if len(parts) == 1 {
-		return o.sendLane(ctx, stop, nil, conn, &parts[0], admitUntil)
+		return o.sendLane(ctx, stop, nil, &parts[0], admitUntil)
 	}
 	watch := newStragglers(o.opts.LeaseDuration / 2 / slowSendDivisor)
 	defer watch.close()
@@ -312,7 +340,7 @@ func (o *orderedWorker) sendLanes(ctx, stop context.Context, conn *workerConn, p
 		}
 		wg.Go(func() {
 			defer watch.finish()
-			errs[i] = o.sendLane(ctx, stop, watch, conn, p, admitUntil)
+			errs[i] = o.sendLane(ctx, stop, watch, p, admitUntil)
 		})
 	}
 	wg.Wait()
@@ -328,10 +356,10 @@ func (o *orderedWorker) sendLanes(ctx, stop context.Context, conn *workerConn, p
 // bound for it, and their keys, the same way, attempts untouched. No row is
 // admitted after admitUntil has passed (keeping the rest of the deadline for
 // recording) or once stop is cancelled; the last row is the probe of a
-// paused destination when p.probe is set. An error means the batch must
-// roll back (a send outlived the batch).
-func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, conn *workerConn, p *laneBatch, admitUntil time.Time) error {
-	ls := laneSend{o: o, w: o.group.member(p.lane), watch: watch, conn: conn, p: p}
+// paused destination when p.probe is set. A send handed off (see sendHeld)
+// ends the lane's sends. An error means the batch must roll back.
+func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, p *laneBatch, admitUntil time.Time) error {
+	ls := laneSend{o: o, w: o.group.member(p.lane), watch: watch, p: p}
 	began := time.Now()
 	defer func() {
 		ls.w.stats.sent.Add(uint64(p.sent))
@@ -344,6 +372,9 @@ func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, c
 		}
 		if err := ls.row(ctx, i); err != nil {
 			return err
+		}
+		if p.handed != nil {
+			break // the rest of the lane waits for the send handed off
 		}
 	}
 	return nil
@@ -366,7 +397,6 @@ type laneSend struct {
 	o     *orderedWorker
 	w     *orderedWorker // the worker whose share the lane is in, for counts and logs
 	watch *stragglers    // nil when the lane is the batch's only one
-	conn  *workerConn
 	p     *laneBatch
 	// waiting holds the keys whose rows wait from here on; down, the
 	// destinations found unavailable in this batch.
@@ -426,19 +456,17 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 		ls.hold(m.Key) // the destination is down or set aside: the key waits, untouched
 		return nil
 	}
-	err := ls.send(ctx, e, m)
+	err := ls.send(ctx, e, r)
 	attrs := func() []any {
 		return []any{slog.String("worker", w.name), slog.Int("lane", p.lane), slog.String("id", r.ID.String()), slog.String("error", err.Error())}
 	}
 	switch {
-	case errors.Is(err, errLateSend):
-		// Whether the broker has the row is unknown, and the deadline for
-		// recording anything has passed: roll back, attempts untouched; the
-		// lane row was held until the transport returned, so nothing of
-		// this lane was sent meanwhile.
-		w.stats.expired.Add(1)
-		o.opts.Logger.Warn("dispatch: ordered send returned after the batch deadline; the lane was held until then and its rows will be sent again", attrs()...)
-		return err
+	case errors.Is(err, errHandedOff):
+		// The send outlived its time: the row stays untouched in this
+		// batch, which goes on to commit the other lanes, and a keeper
+		// holds this lane until the transport returns (see keeper).
+		p.handed.row = i
+		return nil
 	case errors.Is(err, relayer.ErrUnavailable):
 		// The destination is down: the row keeps its attempts and waits,
 		// with its key, until the destination is back.
@@ -459,10 +487,14 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 	return nil
 }
 
-// send resolves m's transport and sends m, watched as a possible straggler
+// send resolves r's transport and sends r, watched as a possible straggler
 // when the lane shares its batch, and records the outcome for the
-// destination.
-func (ls *laneSend) send(ctx context.Context, e endpoint, m *relayer.Message) error {
+// destination: a send that runs for a sixth of the batch's deadline sets
+// its destination aside while it runs. A send still running at its
+// hand-off time (see handOffAfter) is handed off: it returns
+// errHandedOff and sets ls.p.handed.
+func (ls *laneSend) send(ctx context.Context, e endpoint, r *store.Row) error {
+	m := &r.Message
 	tr, err := ls.o.resolve(ctx, m)
 	if err != nil {
 		return err
@@ -471,9 +503,16 @@ func (ls *laneSend) send(ctx context.Context, e endpoint, m *relayer.Message) er
 	if ls.watch != nil {
 		sctx, done = ls.watch.start(ctx)
 	}
-	err = ls.o.sendHeld(ctx, sctx, ls.conn, tr, m)
+	deadline, _ := ctx.Deadline()
+	watch := ls.o.aside.watch(e, deadline)
+	started := time.Now()
+	inflight, err := ls.o.sendHeld(ctx, sctx, tr, m, started.Add(ls.o.handOffAfter()))
 	done()
-	ls.o.aside.record(e, outcomeOf(err, false), err)
+	if inflight != nil {
+		ls.p.handed = &handedSend{lane: ls.p.lane, e: e, row: -1, msg: *r, done: inflight, started: started, watch: watch, member: ls.w}
+		return err
+	}
+	watch.end(outcomeOf(err, false), err)
 	return err
 }
 
@@ -609,19 +648,26 @@ func (o *orderedWorker) logFailures(parts []laneBatch) {
 	}
 }
 
-// errLateSend reports a send that returned after its batch's deadline.
-var errLateSend = errors.New("send returned after the batch deadline")
+// errHandedOff reports a send still running at its hand-off time: its lane
+// is handed to a keeper (see keeper) and the batch goes on without it.
+var errHandedOff = errors.New("ordered send handed off to a keeper of its lane")
+
+// handOffAfter is how long an ordered send may run before its lane is
+// handed off: a sixth of the batch's deadline, when a send counts as slow
+// and a straggler is ended (see sendLanes), and slowSend more for a
+// transport that honours that end to return.
+func (o *orderedWorker) handOffAfter() time.Duration {
+	return o.opts.LeaseDuration/2/slowSendDivisor + slowSend
+}
 
 // sendHeld sends m on sendCtx (ctx, or a child that ends a straggler) and
-// waits for the transport to return, however long past ctx's deadline, the
-// batch's, that takes: the caller's transaction holds the lane row
-// until then, so that no other owner sends this lane while the send may
-// still reach the broker. Past the deadline it keeps that transaction alive
-// with a trivial statement every third of the session's idle timeout; if the
-// worker stops answering (a partition), the server ends the transaction. A
-// send that returns after the deadline, with or without an error, reports
-// errLateSend; one ended as a straggler before it reports errStraggler.
-func (o *orderedWorker) sendHeld(ctx, sendCtx context.Context, conn *workerConn, tr relayer.Transport, m *relayer.Message) error {
+// waits for the transport to return until handAt, or until ctx ends. A send
+// still running then is handed off: sendHeld returns errHandedOff and the
+// channel the transport's result will arrive on, and the caller's lane goes
+// to a keeper, which holds the lane, so that no other owner sends it, until
+// the transport returns however late (see keeper). A send ended as a
+// straggler reports errStraggler.
+func (o *orderedWorker) sendHeld(ctx, sendCtx context.Context, tr relayer.Transport, m *relayer.Message, handAt time.Time) (<-chan error, error) {
 	done := make(chan error, 1)
 	go func() {
 		defer func() {
@@ -631,37 +677,19 @@ func (o *orderedWorker) sendHeld(ctx, sendCtx context.Context, conn *workerConn,
 		}()
 		done <- tr.Send(sendCtx, m)
 	}()
+	hand := time.NewTimer(time.Until(handAt))
+	defer hand.Stop()
 	select {
 	case err := <-done:
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return fmt.Errorf("%w: %w", errLateSend, err)
-		case err != nil && sendCtx.Err() != nil:
+		if err != nil && sendCtx.Err() != nil && ctx.Err() == nil {
 			// Ended as a straggler, in time to record it.
-			return fmt.Errorf("%w: %w", context.Cause(sendCtx), err)
+			return nil, fmt.Errorf("%w: %w", context.Cause(sendCtx), err)
 		}
-		return err
+		return nil, err
+	case <-hand.C:
 	case <-ctx.Done():
 	}
-	tick := time.NewTicker(conn.idleTx / 3)
-	defer tick.Stop()
-	alive := true
-	for {
-		select {
-		case err := <-done:
-			return fmt.Errorf("%w (%w): transport returned %v", errLateSend, ctx.Err(), err)
-		case <-tick.C:
-			if !alive {
-				continue
-			}
-			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), conn.idleTx/3)
-			_, err := conn.conn.ExecContext(kctx, "SELECT 1")
-			cancel()
-			if err != nil {
-				alive = false // the transaction is lost; still wait for the transport
-			}
-		}
-	}
+	return done, errHandedOff
 }
 
 // resolve finds the transport of an ordered row and checks that its endpoint

@@ -83,7 +83,8 @@ func (a *arrivals) Send(ctx context.Context, m *relayer.Message) error {
 
 // A send that outlives its batch's deadline keeps the lane locked until the
 // transport returns: no owner sends the lane meanwhile, so the late copy never
-// arrives after a newer message of its key.
+// arrives after a newer message of its key; and its outcome is recorded when
+// it returns, so that nothing of the lane but the late send is sent again.
 func TestOrderedLateSendHoldsItsLane(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
@@ -98,17 +99,23 @@ func TestOrderedLateSendHoldsItsLane(t *testing.T) {
 		a.mu.Lock()
 		got = slices.Clone(a.got["k"])
 		a.mu.Unlock()
-		if len(got) >= 6 || time.Now().After(deadline) {
-			break // the late copy and the five sent again
+		if len(got) >= 5 || time.Now().After(deadline) {
+			break
 		}
 	}
+	time.Sleep(200 * time.Millisecond) // room for a copy sent again
+	a.mu.Lock()
+	got = slices.Clone(a.got["k"])
+	a.mu.Unlock()
 	for i := 1; i < len(got); i++ {
 		if got[i] < got[i-1] {
 			t.Fatalf("arrivals of key k: %v: message %d arrived after %d", got, got[i], got[i-1])
 		}
 	}
-	if len(got) < 5 || got[0] != 1 {
-		t.Errorf("arrivals of key k: %v, want 1..5 with the late copy first", got)
+	// The transport returns its context's error, late: whether the broker
+	// has the message is unknown, so it is sent again, and only it.
+	if !slices.Equal(got, []int{1, 2, 3, 4, 5}) && !slices.Equal(got, []int{1, 1, 2, 3, 4, 5}) {
+		t.Errorf("arrivals of key k: %v, want 1..5, the late send first, and none but it again\n%s", got, b.logs)
 	}
 }
 

@@ -25,6 +25,8 @@ type laneDone struct {
 	slot  *laneSlot
 	lanes []int // the batch's lanes
 	solo  bool  // the batch ran a lane alone
+	// kept: a keeper's report (see keeper), not a batch's: it held no slot.
+	kept bool
 	batchResult
 	err error
 }
@@ -40,6 +42,9 @@ type batchResult struct {
 	more []int
 	// slow holds the lanes whose sends failed or were slow.
 	slow []int
+	// handed holds the sends the batch handed off: their lanes stay
+	// running, held by keepers, until those report.
+	handed []*handedSend
 }
 
 // lanesPerBatch bounds the lanes one batch takes: their leases, heads and
@@ -76,6 +81,7 @@ func (g *laneGroup) run(ctx context.Context) {
 		running: map[int]bool{},
 		held:    map[int]bool{},
 		solo:    map[int]bool{},
+		began:   map[*laneSlot]time.Time{},
 	}
 	defer s.close(ctx)
 	for ctx.Err() == nil && !g.quitting() {
@@ -96,7 +102,7 @@ func (g *laneGroup) run(ctx context.Context) {
 		// as the lanes it found, instead of waiting for them to end.
 		s.addWoken()
 		s.startPending(ctx)
-		if len(s.running) == 0 {
+		if !s.batching() {
 			continue
 		}
 		select {
@@ -107,6 +113,7 @@ func (g *laneGroup) run(ctx context.Context) {
 		case r := <-s.results:
 			s.finished(r)
 		case <-s.chainTimer(ctx):
+		case <-s.startTimer():
 		}
 	}
 }
@@ -179,6 +186,15 @@ type laneScheduler struct {
 	probedAt, progressAt, nextProbe time.Time
 	// together counts the batches in flight of lanes that do not run alone.
 	together int
+	// keeping counts the lanes of running held by keepers (see keeper),
+	// not by batches.
+	keeping int
+	// began holds when each batch in flight began, by its slot.
+	began map[*laneSlot]time.Time
+	// startAt, when set, is when lanes left waiting for a running batch
+	// (see startPending) stop waiting for it.
+	startAt   time.Time
+	startWait *time.Timer
 	// timer is chainTimer's, made at its first use.
 	timer *time.Timer
 	// fruitless is set by a probe and cleared by any progress: when every
@@ -230,7 +246,7 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 		// the others (rows of other processes, retries come due) at most
 		// once per busyProbeGap.
 		s.nextProbe = next
-		return len(s.running) > 0
+		return s.batching()
 	}
 	sl := s.slot()
 	if sl == nil {
@@ -243,7 +259,7 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 	s.probedAt = time.Now()
 	s.free = append(s.free, sl)
 	s.fruitless = true
-	return len(s.pending) > 0 || len(s.running) > 0
+	return len(s.pending) > 0 || s.batching()
 }
 
 // busyProbeGap is the least time between two probes while batches make
@@ -280,7 +296,13 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 			rest = append(slices.Clone(ready[:i]), ready[i+1:]...)
 		} else {
 			if s.together > 0 && len(ready) < lanesPerBatch/2 {
-				return
+				// Wait for the batches in flight, unless they have run
+				// for slowSend already: a slow or stuck send holds only
+				// its own batch.
+				if at := s.youngest().Add(slowSend); time.Now().Before(at) {
+					s.startAt = at
+					return
+				}
 			}
 			n := min(len(ready), lanesPerBatch)
 			lanes, rest = ready[:n:n], ready[n:]
@@ -296,23 +318,70 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 		if !solo {
 			s.together++
 		}
+		s.began[sl] = time.Now()
 		go func() {
 			r := laneDone{slot: sl, lanes: lanes, solo: solo}
 			sl.buf, r.batchResult, r.err = s.o.batch(ctx, sl.conn, sl.buf, lanes)
+			for _, h := range r.handed {
+				go s.keeper(h)
+			}
 			s.results <- r
 		}()
 	}
 }
 
-// finished records a batch's end and reports whether it made progress.
+// batching reports whether a batch is in flight: one will report on
+// results.
+func (s *laneScheduler) batching() bool { return len(s.running) > s.keeping }
+
+// youngest returns when the last batch in flight began.
+func (s *laneScheduler) youngest() time.Time {
+	var t time.Time
+	for _, at := range s.began {
+		if at.After(t) {
+			t = at
+		}
+	}
+	return t
+}
+
+// startTimer returns a channel that fires when lanes left waiting for the
+// batches in flight stop waiting (see startPending), or nil when none wait.
+func (s *laneScheduler) startTimer() <-chan time.Time {
+	if s.startAt.IsZero() {
+		return nil
+	}
+	wait := time.Until(s.startAt)
+	s.startAt = time.Time{}
+	if s.startWait == nil {
+		s.startWait = time.NewTimer(wait)
+	} else {
+		s.startWait.Reset(wait)
+	}
+	return s.startWait.C
+}
+
+// finished records a batch's end, or a keeper's, and reports whether it
+// made progress.
 func (s *laneScheduler) finished(r laneDone) bool {
 	for _, lane := range r.lanes {
-		delete(s.running, lane)
+		if !slices.ContainsFunc(r.handed, func(h *handedSend) bool { return h.lane == lane }) {
+			delete(s.running, lane)
+		}
 	}
-	if !r.solo {
-		s.together--
+	for _, h := range r.handed {
+		s.solo[h.lane] = true
+		s.keeping++
 	}
-	s.free = append(s.free, r.slot)
+	if r.kept {
+		s.keeping--
+	} else {
+		if !r.solo {
+			s.together--
+		}
+		delete(s.began, r.slot)
+		s.free = append(s.free, r.slot)
+	}
 	if r.err != nil {
 		r.slot.conn.broken()
 		s.o.logError("dispatch: ordered batch", r.err, slog.Any("lanes", r.lanes))

@@ -1,0 +1,198 @@
+package dispatch
+
+// Keepers: a lane whose send outlives its time leaves its batch, which
+// commits the other lanes, and is held by a keeper until the send returns.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
+)
+
+// stuckLogEvery is how often a keeper logs that its send still runs.
+const stuckLogEvery = 10 * time.Second
+
+// handedSend is a send still running when its batch handed its lane off.
+type handedSend struct {
+	lane int
+	e    endpoint
+	// row is the index of the row in its laneBatch's rows; msg is a copy
+	// of it, for the keeper.
+	row     int
+	msg     store.Row
+	done    <-chan error // the transport's result
+	started time.Time
+	watch   *sendWatch
+	member  *orderedWorker // whose share the lane is in, for counts and logs
+}
+
+// keeper holds the lane of a send handed off by its batch (see sendHeld)
+// until the transport returns, then records what it can and reports the
+// lane as done on the scheduler's results. The batch renewed the lane's
+// lease before it committed, so that no other owner can take the lane
+// until the keeper holds it. The keeper holds it in a transaction of its
+// own connection that locks the lease row, as a batch does: no other owner
+// takes the lane while that transaction is connected, even past the
+// lease's expiry. Every third of the lease it renews the lease and commits,
+// then locks it again, so that other workers see the lane taken and do not
+// wait on the lock. It logs, at Warn, that the send is still running, with
+// its transport, destination, lane and how long, at once and every
+// stuckLogEvery.
+//
+// When the transport returns: a send that succeeded has its row deleted;
+// one that failed for a reason of its own is recorded as a failure; one
+// that failed because its context ended (the batch had moved on) is
+// unknown, and its row is left untouched, its attempts unspent, to be sent
+// again. Only Stop running out of time (see detach) ends a keeper sooner:
+// its transaction rolls back, and whatever the transport does afterwards
+// is a possible duplicate, as with a crash.
+func (s *laneScheduler) keeper(h *handedSend) {
+	o, g := s.o, s.g
+	d := o.opts.LeaseDuration
+	res := laneDone{lanes: []int{h.lane}, kept: true, batchResult: batchResult{slow: []int{h.lane}}}
+	defer func() { s.results <- res }()
+	logger := o.opts.Logger.With(slog.String("worker", h.member.name), slog.Int("lane", h.lane),
+		slog.String("transport", h.e.transport), slog.String("destination", h.e.destination), slog.String("id", h.msg.ID.String()))
+	logger.Warn("dispatch: ordered send still running; its lane waits for it alone, held by a connection of its own, and the other lanes go on",
+		slog.Duration("running_for", time.Since(h.started).Round(time.Millisecond)))
+	// The destination is set aside while the send runs, as one that timed
+	// out: its other rows wait, the other destinations flow, and operators
+	// see the pause (console, relayer stats).
+	o.aside.record(h.e, timedOut, fmt.Errorf("a send has been running for %s", time.Since(h.started).Round(time.Second)))
+
+	conn := newWorkerConn(o.db, o.store)
+	conn.idleTx = d/2 + idleTxMargin
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn.release(ctx)
+	}()
+	statement := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), d/2)
+	}
+	// hold begins a transaction that renews and locks the lane's lease;
+	// it reports whether the lane is held.
+	hold := func() (*store.Store, bool) {
+		ctx, cancel := statement()
+		defer cancel()
+		st, err := conn.store(ctx)
+		if err == nil {
+			if err = conn.unchain(ctx); err == nil {
+				err = conn.openBatch(ctx)
+			}
+		}
+		var held []int
+		if err == nil {
+			held, err = st.AcquireLaneLeasesFor(ctx, []int{h.lane}, []string{h.member.name}, g.token, d)
+		}
+		if err != nil {
+			conn.broken()
+			logger.Error("dispatch: ordered keeper cannot hold its lane; it tries again", slog.String("error", err.Error()))
+			return nil, false
+		}
+		if len(held) == 0 {
+			logger.Error("dispatch: ordered keeper lost its lane's lease; a copy of the running send may arrive after later messages of its key")
+			_ = conn.endBatch(ctx, "ROLLBACK")
+			return st, false
+		}
+		return st, true
+	}
+	// end ends the keeper's transaction with stmt.
+	end := func(stmt string) {
+		ctx, cancel := statement()
+		defer cancel()
+		if err := conn.endBatch(ctx, stmt); err != nil {
+			conn.broken()
+			logger.Error("dispatch: ordered keeper", slog.String("error", err.Error()))
+		}
+	}
+
+	st, held := hold()
+	renew := time.NewTicker(d / 3)
+	defer renew.Stop()
+	warn := time.NewTicker(stuckLogEvery)
+	defer warn.Stop()
+	for {
+		select {
+		case err := <-h.done:
+			stopping := err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+			h.watch.end(outcomeOf(err, stopping), err)
+			logger.Info("dispatch: ordered send handed off returned", slog.Duration("after", time.Since(h.started).Round(time.Millisecond)),
+				slog.Any("error", err))
+			if !held {
+				return // unknown: the row stays as it is
+			}
+			if rerr := s.recordHanded(st, h, err, stopping, &res); rerr != nil {
+				logger.Error("dispatch: ordered keeper could not record the send's outcome; its row will be sent again", slog.String("error", rerr.Error()))
+				end("ROLLBACK")
+				return
+			}
+			end("COMMIT")
+			if res.progressed {
+				h.member.stats.deleted.Add(1)
+			}
+			return
+		case <-renew.C:
+			if held {
+				end("COMMIT") // the renewal becomes visible
+			}
+			st, held = hold()
+		case <-warn.C:
+			logger.Warn("dispatch: ordered send still running; its lane waits for it",
+				slog.Duration("running_for", time.Since(h.started).Round(time.Second)))
+		case <-g.killed.Done():
+			if held {
+				end("ROLLBACK")
+			}
+			logger.Warn("dispatch: ordered worker stopped with a send still running; its row will be sent again")
+			return
+		}
+	}
+}
+
+// recordHanded records, in the keeper's transaction, the outcome err of the
+// send h: delete the row it sent, record a failure of its own, or, when
+// the send ended because its context did (stopping), leave the row.
+func (s *laneScheduler) recordHanded(st *store.Store, h *handedSend, err error, stopping bool, res *laneDone) error {
+	o := s.o
+	ctx, cancel := context.WithTimeout(context.Background(), o.opts.LeaseDuration/2)
+	defer cancel()
+	id := h.msg.ID
+	switch {
+	case err == nil:
+		n, derr := st.DeleteLaneRows(ctx, []uuid.UUID{id}, s.g.token)
+		if derr != nil {
+			return derr
+		}
+		if n != 1 {
+			return fmt.Errorf("deleted %d of 1 sent row", n)
+		}
+		h.member.stats.sent.Add(1)
+		res.progressed, res.more = true, []int{h.lane}
+		return nil
+	case stopping, errors.Is(err, errStraggler), errors.Is(err, relayer.ErrUnavailable), store.OverLimit(&h.msg.Message) != nil:
+		return nil
+	}
+	v := o.sender.retries.judge(&h.msg.Message, h.msg.Attempts, err, o.clock.now())
+	f := []store.Failure{{ID: id, Error: err.Error(), RetryAt: v.retryAt}}
+	record := st.FailLaneRows
+	if v.reason != "" {
+		record = st.ParkLaneRows
+	}
+	n, ferr := record(ctx, f, s.g.token)
+	if ferr == nil && n != 1 {
+		ferr = fmt.Errorf("recorded %d of 1 failure", n)
+	}
+	if ferr == nil {
+		h.member.stats.failed.Add(1)
+		s.g.cursors.forget([]int{h.lane})
+	}
+	return ferr
+}
