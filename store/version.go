@@ -33,6 +33,15 @@ var (
 	// on, so it keeps working; writers and workers warn, or refuse when told
 	// to.
 	ErrSchemaNewer = errors.New("store: outbox schema is newer than this release")
+	// ErrSchemaIncomplete is returned when the outbox's tables record the
+	// migrations this release needs but lack an object those migrations
+	// made and writers or workers rely on: the default that stamps each
+	// row with its transaction (xact_id), or an index of the lanes (pending
+	// rows, held keys, rows by transaction). Someone dropped it by hand, or a
+	// tool recorded a step without running all of it. Rows written without
+	// the stamp could be missed by ordered reads, so writers and workers
+	// refuse to start; the error names what is missing.
+	ErrSchemaIncomplete = errors.New("store: outbox schema lacks objects its recorded migrations make")
 )
 
 // CheckSchema reads the migrations the outbox's tables record and returns
@@ -54,10 +63,17 @@ func (s *Store) CheckSchema(ctx context.Context) (int, error) {
 	if err := s.queryRow(ctx, "check schema", s.vq.versions, []any{&newest, &present}); err != nil {
 		return 0, err
 	}
-	switch {
-	case present < MinSchemaVersion:
+	if present < MinSchemaVersion {
 		return newest, s.outdated(newest, present)
-	case newest > SchemaVersion:
+	}
+	var missing string
+	if err := s.queryRow(ctx, "check schema", s.vq.objects, []any{&missing}); err != nil {
+		return newest, err
+	}
+	if missing != "" {
+		return newest, s.incomplete(missing)
+	}
+	if newest > SchemaVersion {
 		return newest, s.newer(newest)
 	}
 	return newest, nil
@@ -84,6 +100,12 @@ func (s *Store) CheckSchemaWith(ctx context.Context, exec ExecFunc, refuseNewer 
 	case strings.Contains(msg, markOutdated):
 		fmt.Sscanf(msg[strings.Index(msg, markOutdated)+len(markOutdated):], " %d %d", &newest, &present)
 		return s.outdated(newest, present)
+	case strings.Contains(msg, markIncomplete):
+		missing := msg[strings.Index(msg, markIncomplete)+len(markIncomplete):]
+		if i := strings.Index(missing, " (SQLSTATE"); i >= 0 {
+			missing = missing[:i]
+		}
+		return s.incomplete(strings.TrimSpace(missing))
 	case strings.Contains(msg, markNewer):
 		fmt.Sscanf(msg[strings.Index(msg, markNewer)+len(markNewer):], " %d", &newest)
 		return s.newer(newest)
@@ -95,7 +117,24 @@ func (s *Store) CheckSchemaWith(ctx context.Context, exec ExecFunc, refuseNewer 
 const (
 	markOutdated = "relayer: outdated outbox schema:"
 	markNewer    = "relayer: newer outbox schema:"
+	// markIncomplete is followed by the objects missing, then a period.
+	markIncomplete = "relayer: incomplete outbox schema, missing:"
 )
+
+// incomplete is the error of a schema that lacks objects its migrations
+// make; missing names them.
+func (s *Store) incomplete(missing string) error {
+	cmd := "relayer schema"
+	if s.opts.Schema != "public" {
+		cmd += " --schema " + s.opts.Schema
+	}
+	if s.opts.TablePrefix != "" {
+		cmd += " --prefix " + s.opts.TablePrefix
+	}
+	return fmt.Errorf("%w: %s records its migrations but lacks %s; the script `%s` prints (store.SchemaSQL) "+
+		"is idempotent and makes what is missing: run it with psql or your migration tool",
+		ErrSchemaIncomplete, s.label(), strings.TrimSuffix(missing, "."), cmd)
+}
 
 // newer is the error of a schema a newer release migrated.
 func (s *Store) newer(newest int) error {
@@ -147,6 +186,9 @@ func (s *Store) queryRow(ctx context.Context, op, query string, dest []any, args
 type versionQueries struct {
 	exists, versions   string
 	check, checkStrict string
+	// objects returns the objects missing that writers and workers rely
+	// on, as a list for people ("" when none is).
+	objects string
 }
 
 func buildVersionQueries(n names) *versionQueries {
@@ -154,6 +196,21 @@ func buildVersionQueries(n names) *versionQueries {
 	regclass := strings.ReplaceAll(n.Migrations, `'`, `''`)
 	versions := `SELECT coalesce(max(version), 0), count(*) FILTER (WHERE version BETWEEN 1 AND ` + strconv.Itoa(MinSchemaVersion) + `)
 FROM ` + n.Migrations
+	// The objects the migrations make that writers and workers rely on:
+	// the xact_id default (migration 4) and the lane indexes (1, 2 and 4).
+	// Checked through the catalogs, so that an object dropped by hand is
+	// seen whatever the migration records say.
+	outbox := strings.ReplaceAll(n.Outbox, `'`, `''`)
+	var checks []string
+	for _, idx := range []string{"outbox_lane_pending_idx", "outbox_held_keys_idx", "outbox_lane_xact_idx"} {
+		checks = append(checks, `CASE WHEN to_regclass('`+strings.ReplaceAll(n.Schema+"."+n.Index(idx), `'`, `''`)+`') IS NULL THEN 'the index `+strings.Trim(n.Index(idx), `"`)+`' END`)
+	}
+	checks = append(checks, `CASE WHEN to_regclass('`+outbox+`') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_attrdef AS d
+        JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+        WHERE d.adrelid = to_regclass('`+outbox+`') AND a.attname = 'xact_id'
+          AND pg_get_expr(d.adbin, d.adrelid) = 'pg_current_xact_id()')
+    THEN 'the default of xact_id (pg_current_xact_id())' END`)
+	objects := `SELECT coalesce(concat_ws(', ', ` + strings.Join(checks, ",\n    ") + `), '')`
 	// check raises an exception naming the versions found when the schema
 	// is outdated (and, strictly, when it is newer): the only answer a
 	// statement run through an ExecFunc gives is whether it failed.
@@ -166,13 +223,17 @@ FROM ` + n.Migrations
     END IF;`
 		}
 		return `DO $relayer$
-DECLARE newest integer := 0; present integer := 0;
+DECLARE newest integer := 0; present integer := 0; missing text;
 BEGIN
     IF to_regclass('` + regclass + `') IS NOT NULL THEN
         EXECUTE '` + strings.ReplaceAll(versions, `'`, `''`) + `' INTO newest, present;
     END IF;
     IF present < ` + strconv.Itoa(MinSchemaVersion) + ` THEN
         RAISE EXCEPTION '` + markOutdated + ` % %', newest, present;
+    END IF;
+    EXECUTE '` + strings.ReplaceAll(objects, `'`, `''`) + `' INTO missing;
+    IF missing <> '' THEN
+        RAISE EXCEPTION '` + markIncomplete + ` %.', missing;
     END IF;` + newer + `
 END
 $relayer$`
@@ -182,5 +243,6 @@ $relayer$`
 		versions:    versions,
 		check:       check(false),
 		checkStrict: check(true),
+		objects:     objects,
 	}
 }

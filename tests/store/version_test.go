@@ -82,3 +82,42 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A schema that records every migration but lacks an object they made,
+// dropped by hand, is refused by CheckSchema and CheckSchemaWith, naming
+// what is missing; the script SchemaSQL prints makes it again.
+func TestCheckSchemaSeesMissingObjects(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		exec := func(ctx context.Context, q string, args ...any) error {
+			_, err := b.db.ExecContext(ctx, q, args...)
+			return err
+		}
+		schema := `"` + b.opts.Schema + `".`
+		for _, tc := range []struct{ drop, want string }{
+			{`ALTER TABLE ` + schema + `orders_outbox ALTER COLUMN xact_id DROP DEFAULT`, "the default of xact_id"},
+			{`DROP INDEX ` + schema + `orders_outbox_held_keys_idx`, "the index orders_outbox_held_keys_idx"},
+			{`DROP INDEX ` + schema + `orders_outbox_lane_xact_idx`, "the index orders_outbox_lane_xact_idx"},
+			{`DROP INDEX ` + schema + `orders_outbox_lane_pending_idx`, "the index orders_outbox_lane_pending_idx"},
+		} {
+			_, err := b.db.ExecContext(ctx, tc.drop)
+			must(t, err)
+			_, err = b.store.CheckSchema(ctx)
+			with := b.store.CheckSchemaWith(ctx, exec, false)
+			for _, e := range []error{err, with} {
+				if !errors.Is(e, store.ErrSchemaIncomplete) || !strings.Contains(e.Error(), tc.want) ||
+					!strings.Contains(e.Error(), "relayer schema --schema "+b.opts.Schema+" --prefix orders_") {
+					t.Errorf("after %s: %v, want ErrSchemaIncomplete naming %s and the repair", tc.drop, e, tc.want)
+				}
+			}
+			script, err := store.SchemaSQL(b.opts)
+			must(t, err)
+			_, err = b.db.ExecContext(ctx, script)
+			must(t, err)
+			if _, err := b.store.CheckSchema(ctx); err != nil {
+				t.Errorf("after the schema script ran again: %v", err)
+			}
+		}
+	})
+}
