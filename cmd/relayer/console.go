@@ -125,7 +125,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	srv := newConsoleServer(c)
 	fresh := trackFresh(srv)
 	addr := "http://" + ln.Addr().String() + "/"
 	if f.token != "" {
@@ -205,4 +205,18 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// The console server's timeouts: a request's headers and its body (a
+// console request's body is a small form) must arrive within
+// consoleReadTimeout, so that slow clients cannot hold its connections; an
+// idle keep-alive connection is closed after consoleIdleTimeout.
+const (
+	consoleReadTimeout = 10 * time.Second
+	consoleIdleTimeout = 2 * time.Minute
+)
+
+// newConsoleServer returns the console's HTTP server for h.
+func newConsoleServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: consoleReadTimeout, ReadTimeout: consoleReadTimeout, IdleTimeout: consoleIdleTimeout}
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	neturl "net/url"
 	"regexp"
@@ -293,5 +296,49 @@ func TestConsoleHelpSaysWhatIsBounded(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, args[0]) {
 			t.Errorf("%s %s: code %d, stderr %q", args[0], args[1], r.code, r.stderr)
 		}
+	}
+}
+
+// A client that sends a request's body slowly loses its connection once the
+// read timeout passes, instead of holding it as long as it likes.
+func TestConsoleServerCutsSlowBodies(t *testing.T) {
+	t.Parallel()
+	srv := newConsoleServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /redrive HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nx")
+	// Dribble a byte a second; the server must end the request anyway.
+	go func() {
+		for i := 0; i < 60; i++ {
+			time.Sleep(time.Second)
+			if _, err := conn.Write([]byte("x")); err != nil {
+				return
+			}
+		}
+	}()
+	_ = conn.SetReadDeadline(time.Now().Add(consoleReadTimeout + 10*time.Second))
+	buf := make([]byte, 512)
+	for {
+		if _, err := conn.Read(buf); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("the connection was still open after %s", time.Since(start).Round(time.Second))
+			}
+			break
+		}
+	}
+	if took := time.Since(start); took > consoleReadTimeout+5*time.Second {
+		t.Errorf("the slow body held its connection for %s", took.Round(time.Second))
 	}
 }
