@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/store"
 )
 
 // Tests of failure isolation in ordered dispatch: whoever releases a held
@@ -236,4 +238,34 @@ func TestOrderedLateSendReplaysNoOtherLane(t *testing.T) {
 	b.waitRows(t, 0)
 	time.Sleep(200 * time.Millisecond) // room for copies sent again
 	checkOrder(t, b.mem.All(), keys, 5, false)
+}
+
+// TestLaneCountMismatchIsRefused: once a writer recorded the outbox's lane
+// count, a writer and a Runner given another count refuse to publish and to
+// start, naming both counts, so that no key is split across two lanes.
+func TestLaneCountMismatchIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.enlistOnly(t, relayer.NewOutgoing(Shipped{1}, relayer.Key("k")))
+	other := b.outbox
+	other.Lanes = 64
+	w, err := enlist.NewWriter(other, enlist.Options{})
+	must(t, err)
+	err = w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
+		return tx.PublishAll(context.Background(), relayer.NewOutgoing(Shipped{2}, relayer.Key("k")))
+	})
+	if !errors.Is(err, store.ErrLaneCountMismatch) || !strings.Contains(err.Error(), "records 32 lanes") || !strings.Contains(err.Error(), "configured with 64") {
+		t.Errorf("a writer at 64 lanes: %v, want ErrLaneCountMismatch naming 32 and 64", err)
+	}
+	r, err := dispatch.NewRunner(b.db, other, dispatch.RunnerOptions{})
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Start(ctx); !errors.Is(err, store.ErrLaneCountMismatch) {
+		_ = r.Stop(ctx)
+		t.Errorf("a Runner at 64 lanes started: %v, want ErrLaneCountMismatch", err)
+	}
+	if n := b.mem.Len(); n != 0 {
+		t.Errorf("%d messages sent", n)
+	}
 }

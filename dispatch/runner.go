@@ -514,14 +514,24 @@ func (c *crew) leaveUnstarted() {
 	}
 }
 
-// checkSchema refuses an outdated schema, warns of (or refuses) a newer
-// one, and tells of a schema that lacks only migrations the runner can do
+// checkSchema refuses an outdated or incomplete schema, or one that records
+// another lane count than the outbox's; warns of (or refuses) a newer one;
+// and tells of a schema that lacks only migrations the runner can do
 // without.
 func (r *Runner) checkSchema(ctx context.Context) error {
 	v, err := r.store.CheckSchema(ctx)
 	if errors.Is(err, store.ErrSchemaNewer) && !r.opts.RefuseNewerSchema {
 		r.opts.Logger.Warn("dispatch: "+err.Error(), slog.Int("release_schema_version", store.SchemaVersion))
 		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	// Writers and workers must count the lanes alike: the first to start
+	// records its count, the others check theirs against it.
+	lanes, err := r.outbox.LaneCount()
+	if err == nil {
+		err = r.store.CheckLaneCount(ctx, lanes)
 	}
 	if err != nil {
 		return fmt.Errorf("dispatch: %w", err)

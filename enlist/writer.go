@@ -339,6 +339,9 @@ func (e *Enlistment) PublishWith(ctx context.Context, exec store.ExecFunc, msgs 
 		if err := e.w.store.CheckSchemaWith(ctx, exec, e.w.refuseNewer); err != nil {
 			return fmt.Errorf("enlist: %w", err)
 		}
+		if err := e.w.store.CheckLaneCountWith(ctx, exec, e.w.lanes); err != nil {
+			return fmt.Errorf("enlist: %w", err)
+		}
 		e.w.schemaChecked.Store(true)
 	}
 	if err := e.w.store.InsertWith(ctx, exec, rows); err != nil {

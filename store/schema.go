@@ -179,6 +179,20 @@ CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outb
     DROP CONSTRAINT IF EXISTS ` + n.Constraint("outbox_lane_check") + `,
     DROP CONSTRAINT IF EXISTS ` + n.Constraint("outbox_check") + `;
 `,
+	}, {
+		Version: 7,
+		Name:    "settings writers and workers must agree on (the lane count)",
+		// The lane count lived in each process's options, and a writer and a
+		// worker configured with different counts reordered keys silently.
+		// The first writer or worker to start records its count here, and
+		// every later one refuses to start with another (see lanecount.go);
+		// `relayer lanes --set` changes it once the outbox is drained.
+		SQL: `CREATE TABLE IF NOT EXISTS ` + n.Settings + ` (
+    name       text        PRIMARY KEY,
+    value      text        NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+`,
 	}}
 }
 

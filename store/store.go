@@ -36,6 +36,7 @@ type Store struct {
 	pq   *pauseQueries
 	oq   *overviewQueries
 	vq   *versionQueries
+	lq   *laneCountQueries
 
 	// freshBytes is set when db's driver hands out the bytes of every row in
 	// memory of their own (see freshBytesDriver): rows then keep a large
@@ -59,7 +60,7 @@ func New(db DBTX, opts Options) (*Store, error) {
 func newStore(db DBTX, opts Options) *Store {
 	n := newNames(opts)
 	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n),
-		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), freshBytes: freshBytesDriver(db)}
+		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), lq: buildLaneCountQueries(n), freshBytes: freshBytesDriver(db)}
 }
 
 // freshBytesDrivers are the packages of the database/sql drivers known to
@@ -126,7 +127,7 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	}
 	// A transaction or connection does not name its driver: it is taken to
 	// come from the store's own database, as the workers' do.
-	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq, freshBytes: fresh}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq, lq: s.lq, freshBytes: fresh}, nil
 }
 
 // Options returns the store's options with defaults applied.

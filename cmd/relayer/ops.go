@@ -514,15 +514,36 @@ func ranges(lanes []int) string {
 
 func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f outboxFlags
-	fs := newFlagSet("lanes", "Shows which live ordered worker holds which lanes, from the lane:N and member:ID leases.",
-		"relayer lanes --database-url postgres://app@db:5432/app --schema messaging", stderr)
+	fs := newFlagSet("lanes", "Shows the lane count the outbox records and which live ordered worker holds which lanes, from the lane:N and member:ID leases. "+
+		"With --set, changes the recorded lane count: only once the outbox holds no ordered row (parked ones included) and no live ordered worker. "+
+		"To change it: stop every writer and worker, let the workers deliver every ordered row and stop, run --set, then start them with the new count (relayer.Outbox.Lanes).",
+		"relayer lanes --database-url postgres://app@db:5432/app --schema messaging --set 64", stderr)
 	f.register(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON")
+	set := fs.Int("set", -1, "record this lane count (1 to 65536) in place of the outbox's, once it is drained")
 	opts, db, err := f.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	st, err := store.New(db, opts)
+	if err != nil {
+		return err
+	}
+	if *set != -1 {
+		if *set < 1 || *set > 65536 {
+			return usagef("--set must be 1 to 65536, got %d", *set)
+		}
+		if err := st.SetLaneCount(ctx, *set); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "outbox %s: lane count %d recorded; start writers and workers with relayer.Outbox.Lanes = %d\n", describe(opts), *set, *set)
+		return nil
+	}
+	count, recorded, err := st.LaneCount(ctx)
+	if err != nil {
+		return err
+	}
 	members, _, orphans, err := readLeases(ctx, db, opts)
 	if err != nil {
 		return err
@@ -531,10 +552,20 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if members == nil {
 			members = []member{}
 		}
-		return json.NewEncoder(stdout).Encode(struct {
+		out := struct {
+			Lanes       *int     `json:"lanes"`
 			Members     []member `json:"members"`
 			OrphanLanes []int    `json:"orphan_lanes,omitempty"`
-		}{members, orphans})
+		}{nil, members, orphans}
+		if recorded {
+			out.Lanes = &count
+		}
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	if recorded {
+		fmt.Fprintf(stdout, "lane count: %d\n", count)
+	} else {
+		fmt.Fprintf(stdout, "lane count: none recorded yet (the first writer or worker to start records its count)\n")
 	}
 	if len(members) == 0 && len(orphans) == 0 {
 		fmt.Fprintf(stdout, "no live ordered workers in outbox %s\n", describe(opts))

@@ -243,6 +243,40 @@ func TestLanes(t *testing.T) {
 	}
 }
 
+// The lane count the first writer recorded is shown, and --set changes it
+// only once the outbox holds no ordered row and no live ordered worker.
+func TestLanesSet(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	r := b.run(t, "lanes")
+	if r.code != exitOK || !strings.Contains(r.stdout, "lane count: 32") {
+		t.Fatalf("code %d, stdout %q, stderr %q; want the recorded count 32", r.code, r.stdout, r.stderr)
+	}
+	r = b.run(t, "lanes", "--set", "64")
+	if r.code == exitOK || !strings.Contains(r.stderr, "not drained") || !strings.Contains(r.stderr, "1 ordered rows") {
+		t.Errorf("--set with a parked ordered row and live workers: code %d, stderr %q; want refused", r.code, r.stderr)
+	}
+	_, err := b.db.Exec(`DELETE FROM "` + b.schema + `".ops_outbox WHERE lane IS NOT NULL`)
+	if err == nil {
+		_, err = b.db.Exec(`DELETE FROM "` + b.schema + `".ops_relayer_leases`)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = b.run(t, "lanes", "--set", "64")
+	if r.code != exitOK || !strings.Contains(r.stdout, "lane count 64 recorded") {
+		t.Fatalf("--set on a drained outbox: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = b.run(t, "lanes", "--json")
+	if r.code != exitOK || !strings.Contains(r.stdout, `"lanes":64`) {
+		t.Errorf("--json: %q", r.stdout)
+	}
+	r = b.run(t, "lanes", "--set", "0")
+	if r.code == exitOK {
+		t.Errorf("--set 0 accepted")
+	}
+}
+
 func TestDeadAndParkedList(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)

@@ -13,6 +13,7 @@ type Names struct {
 	Pauses     string
 	Inbox      string
 	Migrations string
+	Settings   string
 	prefix     string // raw prefix, for index names
 }
 
@@ -30,6 +31,7 @@ func Of(schema, prefix string) Names {
 		Pauses:     t("relayer_pauses"),
 		Inbox:      t("inbox"),
 		Migrations: t("relayer_migrations"),
+		Settings:   t("relayer_settings"),
 		prefix:     prefix,
 	}
 }

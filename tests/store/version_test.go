@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer/store"
 )
@@ -118,6 +121,67 @@ func TestCheckSchemaSeesMissingObjects(t *testing.T) {
 			if _, err := b.store.CheckSchema(ctx); err != nil {
 				t.Errorf("after the schema script ran again: %v", err)
 			}
+		}
+	})
+}
+
+// The first to check records the lane count; another count is refused,
+// naming both, through either check; the count changes only on an outbox
+// drained of ordered rows and live ordered workers.
+func TestLaneCountIsRecordedAndChecked(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		if _, recorded, err := b.store.LaneCount(ctx); err != nil || recorded {
+			t.Fatalf("LaneCount of a new outbox = recorded %t, %v; want none", recorded, err)
+		}
+		must(t, b.store.CheckLaneCount(ctx, 32))
+		if n, recorded, err := b.store.LaneCount(ctx); n != 32 || !recorded || err != nil {
+			t.Fatalf("LaneCount = %d, %t, %v; want 32 recorded", n, recorded, err)
+		}
+		mismatch := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, store.ErrLaneCountMismatch) || !strings.Contains(err.Error(), "records 32 lanes") ||
+				!strings.Contains(err.Error(), "configured with 64") {
+				t.Errorf("%s: %v, want ErrLaneCountMismatch naming 32 and 64", what, err)
+			}
+		}
+		mismatch("CheckLaneCount", b.store.CheckLaneCount(ctx, 64))
+		tx, st := b.begin(t, nil)
+		exec := func(ctx context.Context, q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		}
+		mismatch("CheckLaneCountWith", st.CheckLaneCountWith(ctx, exec, 64))
+		_ = tx.Rollback()
+		tx, st = b.begin(t, nil)
+		exec = func(ctx context.Context, q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		}
+		must(t, st.CheckLaneCountWith(ctx, exec, 32))
+		_ = tx.Rollback()
+
+		// Not drained: an ordered row, then a live ordered worker.
+		row := b.ordered(t, "k", 32)
+		b.insert(t, row)
+		if err := b.store.SetLaneCount(ctx, 64); !errors.Is(err, store.ErrNotDrained) || !strings.Contains(err.Error(), "1 ordered rows") {
+			t.Errorf("SetLaneCount with an ordered row = %v, want ErrNotDrained", err)
+		}
+		_, err := b.db.ExecContext(ctx, `DELETE FROM "`+b.opts.Schema+`".orders_outbox`)
+		must(t, err)
+		if _, _, err := b.store.AcquireLease(ctx, store.Lease{Name: store.MemberLeaseName("w1"), Owner: "w1", Token: uuid.New()}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.SetLaneCount(ctx, 64); !errors.Is(err, store.ErrNotDrained) || !strings.Contains(err.Error(), "1 live ordered workers") {
+			t.Errorf("SetLaneCount with a live worker = %v, want ErrNotDrained", err)
+		}
+		_, err = b.db.ExecContext(ctx, `DELETE FROM "`+b.opts.Schema+`".orders_relayer_leases`)
+		must(t, err)
+		must(t, b.store.SetLaneCount(ctx, 64))
+		must(t, b.store.CheckLaneCount(ctx, 64))
+		if err := b.store.CheckLaneCount(ctx, 32); !errors.Is(err, store.ErrLaneCountMismatch) {
+			t.Errorf("the old count after the change: %v, want ErrLaneCountMismatch", err)
 		}
 	})
 }
