@@ -562,15 +562,15 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return json.NewEncoder(stdout).Encode(out)
 	}
+	if len(members) == 0 && len(orphans) == 0 {
+		fmt.Fprintf(stdout, "no live ordered workers in outbox %s\n", describe(opts))
+	} else {
+		printMembers(stdout, members, orphans)
+	}
 	if recorded {
 		fmt.Fprintf(stdout, "lane count: %d\n", count)
 	} else {
 		fmt.Fprintf(stdout, "lane count: none recorded yet (the first writer or worker to start records its count)\n")
 	}
-	if len(members) == 0 && len(orphans) == 0 {
-		fmt.Fprintf(stdout, "no live ordered workers in outbox %s\n", describe(opts))
-		return nil
-	}
-	printMembers(stdout, members, orphans)
 	return nil
 }
