@@ -124,13 +124,7 @@ const (
 // incomplete is the error of a schema that lacks objects its migrations
 // make; missing names them.
 func (s *Store) incomplete(missing string) error {
-	cmd := "relayer schema"
-	if s.opts.Schema != "public" {
-		cmd += " --schema " + s.opts.Schema
-	}
-	if s.opts.TablePrefix != "" {
-		cmd += " --prefix " + s.opts.TablePrefix
-	}
+	cmd := s.command("relayer schema")
 	return fmt.Errorf("%w: %s records its migrations but lacks %s; the script `%s` prints (store.SchemaSQL) "+
 		"is idempotent and makes what is missing: run it with psql or your migration tool",
 		ErrSchemaIncomplete, s.label(), strings.TrimSuffix(missing, "."), cmd)
@@ -149,16 +143,22 @@ func (s *Store) outdated(newest, present int) error {
 	if newest > 0 {
 		have = fmt.Sprintf("records %d of the migrations 1 to %d this release needs", present, MinSchemaVersion)
 	}
-	cmd := "relayer migrate --database-url URL"
+	cmd := s.command("relayer migrate --database-url URL")
+	return fmt.Errorf("%w: %s %s: run `%s` or store.Migrate (both apply only the missing steps, "+
+		"and are safe while older writers and workers run), or feed store.SchemaSQL to your migration tool",
+		ErrSchemaOutdated, s.label(), have, cmd)
+}
+
+// command returns the relayer command line cmd with the outbox's schema
+// and prefix flags, for messages.
+func (s *Store) command(cmd string) string {
 	if s.opts.Schema != "public" {
 		cmd += " --schema " + s.opts.Schema
 	}
 	if s.opts.TablePrefix != "" {
 		cmd += " --prefix " + s.opts.TablePrefix
 	}
-	return fmt.Errorf("%w: %s %s: run `%s` or store.Migrate (both apply only the missing steps, "+
-		"and are safe while older writers and workers run), or feed store.SchemaSQL to your migration tool",
-		ErrSchemaOutdated, s.label(), have, cmd)
+	return cmd
 }
 
 // label names the outbox's tables for messages.
