@@ -94,3 +94,74 @@ func TestCancellingRunSendsNothingTwice(t *testing.T) {
 		})
 	}
 }
+
+// A send that ignores its context and is still running when the grace
+// after a cancellation runs out is abandoned in time for its take to
+// commit: the take's other sends are recorded, and only the hung send's
+// rows are sent again. Before, the take's commit came too late and every
+// row it had sent went out again.
+func TestCancellingRunWithAHungSendResendsOnlyItsRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	opts := dispatch.RunnerOptions{
+		DisableDirect: true, DisableCleanup: true, DisableOrdered: true,
+		Recovery: dispatch.RecoveryOptions{MinAge: time.Nanosecond, PollInterval: 50 * time.Millisecond, Workers: 1},
+		Logger:   b.logger(),
+	}
+	const total, chunk = 1000, 50
+	b.mem.SetCapabilities("orders.placed", relayer.Capabilities{MaxBatchSize: chunk})
+	for range total / 500 {
+		msgs := make([]relayer.Outgoing, 500)
+		for i := range msgs {
+			msgs[i] = relayer.NewOutgoing(Placed{i})
+		}
+		b.enlistOnly(t, msgs...)
+	}
+	run := func(ctx context.Context) {
+		r, err := dispatch.NewRunner(b.db, b.outbox, opts)
+		must(t, err)
+		if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	}
+	b.mem.SetDelay(20 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		run(ctx)
+	}()
+	waitUntil(t, "4 chunks sent", func() bool { return b.mem.Len() >= 4*chunk })
+	release := b.mem.Block(true)
+	defer release()
+	waitUntil(t, "a send hung", func() bool { return b.mem.Waiting() > 0 })
+	sent := b.mem.Len()
+	cancel()
+	<-stopped
+	release() // it returns its context's error: the broker did not take it
+	if sent >= total {
+		t.Fatalf("all %d sent before the send hung; the test needs a take in flight", sent)
+	}
+
+	b.mem.SetDelay(0)
+	ctx, cancel = context.WithCancel(context.Background())
+	stopped = make(chan struct{})
+	go func() {
+		defer close(stopped)
+		run(ctx)
+	}()
+	b.waitRows(t, 0)
+	cancel()
+	<-stopped
+	seen := map[uuid.UUID]int{}
+	dups := 0
+	for _, m := range b.mem.All() {
+		if seen[m.ID]++; seen[m.ID] > 1 {
+			dups++
+		}
+	}
+	t.Logf("%d sent before the send hung, %d in all, %d sent twice", sent, b.mem.Len(), dups)
+	if len(seen) != total || dups != 0 {
+		t.Errorf("%d distinct of %d delivered, %d sent twice; want all, none twice", len(seen), total, dups)
+	}
+}

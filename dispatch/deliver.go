@@ -513,6 +513,8 @@ func send(ctx context.Context, tr relayer.Transport, msgs []*relayer.Message, un
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", errAbandoned, context.Cause(ctx))
+	case <-sendCut(ctx):
+		return fmt.Errorf("%w: still running %s after the worker was stopped", errAbandoned, recordGrace)
 	}
 }
 

@@ -13,13 +13,33 @@ import (
 // sent. No new row is admitted once the context is cancelled.
 const recordGrace = 10 * time.Second
 
+// commitGrace is how long work in flight keeps its context once the sends
+// it still waits for are abandoned, recordGrace after the cancellation: time
+// to keep their rows for another worker and commit what the other sends
+// did, so that one send that outlives the grace makes only its own rows go
+// out again, not its whole take or batch.
+const commitGrace = 5 * time.Second
+
+// sendCutKey carries, in a detached context, the channel closed when the
+// sends still running must be abandoned (see detach and send).
+type sendCutKey struct{}
+
+// sendCut returns the channel closed when ctx's sends must be abandoned, or
+// nil when ctx was not detached.
+func sendCut(ctx context.Context) <-chan struct{} {
+	cut, _ := ctx.Value(sendCutKey{}).(<-chan struct{})
+	return cut
+}
+
 // detach returns a context for one unit of work begun under ctx: it keeps
-// ctx's values, ends at deadline (none when zero), and ends recordGrace after
-// ctx is cancelled rather than at once; it ends at once when the worker's
-// Stop runs out of time (see loop). The returned function releases it; call
-// it when the work is done.
+// ctx's values, ends at deadline (none when zero), and ends recordGrace plus
+// commitGrace after ctx is cancelled rather than at once, its sends being
+// abandoned after recordGrace; it ends at once when the worker's Stop runs
+// out of time (see loop). The returned function releases it; call it when
+// the work is done.
 func detach(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cut := make(chan struct{})
+	work, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), sendCutKey{}, (<-chan struct{})(cut)))
 	if !deadline.IsZero() {
 		var cancelDeadline context.CancelFunc
 		work, cancelDeadline = context.WithDeadline(work, deadline)
@@ -27,9 +47,9 @@ func detach(ctx context.Context, deadline time.Time) (context.Context, context.C
 		cancel = func() { cancelDeadline(); parent() }
 	}
 	var (
-		mu    sync.Mutex
-		timer *time.Timer
-		ended bool
+		mu           sync.Mutex
+		cutAt, endAt *time.Timer
+		ended        bool
 	)
 	stopKill := func() bool { return false }
 	if killed, ok := ctx.Value(killKey{}).(context.Context); ok {
@@ -39,7 +59,8 @@ func detach(ctx context.Context, deadline time.Time) (context.Context, context.C
 		mu.Lock()
 		defer mu.Unlock()
 		if !ended {
-			timer = time.AfterFunc(recordGrace, cancel)
+			cutAt = time.AfterFunc(recordGrace, func() { close(cut) })
+			endAt = time.AfterFunc(recordGrace+commitGrace, cancel)
 		}
 	})
 	return work, func() {
@@ -47,8 +68,9 @@ func detach(ctx context.Context, deadline time.Time) (context.Context, context.C
 		stopKill()
 		mu.Lock()
 		ended = true
-		if timer != nil {
-			timer.Stop()
+		if cutAt != nil {
+			cutAt.Stop()
+			endAt.Stop()
 		}
 		mu.Unlock()
 		cancel()

@@ -599,10 +599,12 @@ func (r *Runner) Stop(ctx context.Context) error {
 
 // Run starts the workers and blocks until ctx ends or Stop is called. When ctx
 // ends, the workers stop: no row is admitted any more, the sends under way
-// return, and what was sent is recorded (on a context of its own, for at
-// most 10 s), so that nothing is sent twice; direct dispatch leaves its
-// queued rows to recovery (use Stop for a drain). Run then returns ctx's
-// error.
+// return, and what was sent is recorded (on a context of its own), so that
+// nothing is sent twice. A send still running 10 s after ctx ended is
+// abandoned, its rows kept for another worker, and the rest is committed
+// within 5 s more: only that send's rows may go out again. Direct dispatch
+// leaves its queued rows to recovery (use Stop for a drain). Run then
+// returns ctx's error.
 func (r *Runner) Run(ctx context.Context) error {
 	if err := r.Start(ctx); err != nil {
 		return err
@@ -613,8 +615,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	// ctx has ended, and with it every worker's: they admit nothing more.
-	// Stop waits for them to record what they sent, within the grace.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordGrace)
+	// Stop waits for them to record what they sent, within the grace: the
+	// sends still running then are abandoned, and the rest is committed.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordGrace+commitGrace)
 	defer cancel()
 	r.Stop(sctx)
 	return ctx.Err()
