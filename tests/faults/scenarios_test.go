@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/pgcluster"
@@ -40,9 +41,11 @@ type scenario struct {
 	// lane's next owner sends, and that is not a second owner while the
 	// first's transaction holds the lane row.
 	overlaps bool
-	// dupsPerFault bounds duplicates per fault injected (a batch resent
-	// after its worker's transaction was lost). Zero means none allowed.
-	dupsPerFault int
+	// dupsPerFault bounds duplicates per fault injected (what a worker had
+	// sent and not committed when the fault cut its sessions off), from the
+	// bounds the workers' options give (dispatch.InFlight). Nil means none
+	// allowed.
+	dupsPerFault func(l dispatch.InFlight, sc scenario) int
 	// dupCause is the documented cause of the duplicates it may have.
 	dupCause string
 	// leftRows and leftDead are the outbox rows and dead letters the
@@ -74,6 +77,7 @@ type reportRow struct {
 	scenario, injected string
 	v                  verdict
 	dupCause           string
+	faults, perFault   int // the duplicates' bound: faults × perFault
 	resume, drained    time.Duration
 	before, after      baseline
 }
@@ -294,21 +298,21 @@ func scenarios() []scenario {
 	return []scenario{
 		{name: "producer rollbacks", workers: 2, injected: "8% of transactions rolled back after publishing, 7% with a savepoint rolled back, 5% cancelled as the commit goes out"},
 		{name: "sessions killed", workers: 2, injected: "pg_terminate_backend of every worker session every 0.4–1.2 s, mid-batch",
-			inject: kill(800 * time.Millisecond), overlaps: true, dupsPerFault: 100,
+			inject: kill(800 * time.Millisecond), overlaps: true, dupsPerFault: perSession,
 			dupCause: "a batch the broker took, then its worker's session killed before the commit: the rows stayed and were sent again"},
 		{name: "broker outage", workers: 2, injected: "every send fails with ErrUnavailable for half the run", inject: outage},
 		{name: "flaky broker", workers: 2, injected: "5% of sends fail, 1% take 700 ms", inject: flaky},
 		{name: "membership churn", workers: 2, injected: "a worker stopped and another started every 0.4–0.8 s", inject: churn},
 		{name: "worker frozen in a send", workers: 2, injected: "a worker frozen (its sessions through a TCP proxy too) in an ordered send past its leases, then resumed: the send completes",
-			inject: freeze, proxied: true, overlaps: true, dupsPerFault: 100, check: checkFrozenLane,
+			inject: freeze, proxied: true, overlaps: true, dupsPerFault: perSession, check: checkFrozenLane,
 			dupCause: "the frozen send completed after the lane's next owner had sent its rows"},
 		{name: "commit replies lost", workers: 2, injected: "the reply to a take's COMMIT cut by a TCP proxy (the server committed; the worker sees its connection drop)",
 			inject: loseCommits, proxied: true, overlaps: true}, // the commits took effect: nothing is sent twice
 		{name: "worker abandoned", workers: 2, injected: "a worker's connections frozen open by a TCP proxy past its leases, then thawed",
-			inject: abandon, proxied: true, dupsPerFault: 200,
+			inject: abandon, proxied: true, dupsPerFault: perProcess,
 			dupCause: "batches the abandoned worker had sent but not committed, sent again by the others (its 16 lanes' rows in flight: on a loaded machine each batch carries more of them)"},
 		{name: "server restarted", workers: 2, injected: "PostgreSQL restarted with a fast, then an immediate shutdown, while producers and workers run",
-			inject: restart, ownCluster: true, overlaps: true, dupsPerFault: 200,
+			inject: restart, ownCluster: true, overlaps: true, dupsPerFault: everyProcess,
 			dupCause: "batches sent whose commit the restart cut: their rows were sent again"},
 		{name: "corrupt and unroutable rows", workers: 2, injected: "3 rows with corrupt headers and 2 naming an unknown transport written straight into the table",
 			setup: insertBadRows, leftRows: 2, leftDead: 3},
@@ -319,10 +323,10 @@ func scenarios() []scenario {
 		{name: "stopped by cancellation", workers: 2, injected: "a 20,000-row backlog sent 20 ms per batch of 100 unordered messages, workers stopped by cancelling their context every 0.5–1 s and others started",
 			setup: backlog, inject: cancelChurn},
 		{name: "worker processes killed and frozen", workers: 0, injected: "3 workers in processes of their own; every 1–2 s one is killed with SIGKILL (and another started) or frozen with SIGSTOP for 3–8 s, then resumed",
-			setup: startProcesses(3), inject: processFaults, dupsPerFault: 200,
+			setup: startProcesses(3), inject: processFaults, dupsPerFault: perProcess,
 			dupCause: "batches the broker took from a process killed or frozen before its commit: the rows were sent again"},
 		{name: "combined", workers: 3, injected: "sessions killed, a flaky broker, membership churn and bad rows at once",
-			setup: insertBadRows, leftRows: 2, leftDead: 3, overlaps: true, dupsPerFault: 100,
+			setup: insertBadRows, leftRows: 2, leftDead: 3, overlaps: true, dupsPerFault: perSession,
 			dupCause: "a batch the broker took, then its worker's session killed before the commit: the rows stayed and were sent again",
 			inject: func(ctx context.Context, s *system, stop <-chan struct{}) injection {
 				var wg sync.WaitGroup
@@ -335,6 +339,14 @@ func scenarios() []scenario {
 			}},
 	}
 }
+
+// What one fault can send again: what one session had in flight (a killed
+// session, a send frozen past its batch), what one worker had (a process
+// killed or frozen, a worker cut off), or what every worker had (a server
+// restart).
+func perSession(l dispatch.InFlight, _ scenario) int    { return l.PerSession }
+func perProcess(l dispatch.InFlight, _ scenario) int    { return l.Total }
+func everyProcess(l dispatch.InFlight, sc scenario) int { return l.Total * sc.workers }
 
 // startCluster starts a PostgreSQL cluster for one scenario, with a schema
 // "faults".
@@ -586,8 +598,12 @@ func runScenario(t *testing.T, sc scenario) {
 	if v.Overlaps != 0 && !sc.overlaps {
 		t.Errorf("%d moments with two sends of one lane in flight", v.Overlaps)
 	}
-	if bound := sc.dupsPerFault * in.faults; v.Duplicates > bound {
-		t.Errorf("%d duplicates, more than %d per fault for %d faults", v.Duplicates, sc.dupsPerFault, in.faults)
+	perFault := 0
+	if sc.dupsPerFault != nil {
+		perFault = sc.dupsPerFault(workerOptions("").InFlight(), sc)
+	}
+	if v.Duplicates > perFault*in.faults {
+		t.Errorf("%d duplicates, more than %d per fault for %d faults", v.Duplicates, perFault, in.faults)
 	}
 	if sc.maxDrained > 0 && drained > sc.maxDrained {
 		t.Errorf("delivery finished %s after the producers stopped, want within %s", drained.Round(time.Millisecond), sc.maxDrained)
@@ -608,7 +624,7 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 	reportMu.Lock()
 	reportRows = append(reportRows, reportRow{scenario: sc.name, injected: strings.TrimSuffix(sc.injected+" ("+in.note+")", " ()"), v: v,
-		dupCause: cause, resume: in.resume, drained: drained})
+		dupCause: cause, faults: in.faults, perFault: perFault, resume: in.resume, drained: drained})
 	reportMu.Unlock()
 }
 
@@ -657,15 +673,15 @@ func writeReport(t *testing.T, path string) {
 	reportMu.Lock()
 	defer reportMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "| scenario | injected | committed | uncertain | delivered | lost | duplicates (cause) | order violations | lane overlaps | time to resume | drained after producers stopped | goroutines before → after | heap before → after |\n")
+	fmt.Fprintf(&b, "| scenario | injected | committed | uncertain | delivered | lost | duplicates (bound: faults × per fault; cause) | order violations | lane overlaps | time to resume | drained after producers stopped | goroutines before → after | heap before → after |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range reportRows {
 		resume := "-"
 		if r.resume > 0 {
 			resume = r.resume.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d (%s) | %d | %d | %s | %s | %d → %d | %.1f → %.1f MiB |\n", r.scenario, r.injected,
-			r.v.Committed, r.v.Uncertain, r.v.Delivered, r.v.Lost, r.v.Duplicates, r.dupCause, r.v.OrderViolations, r.v.Overlaps,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d (≤ %d × %d; %s) | %d | %d | %s | %s | %d → %d | %.1f → %.1f MiB |\n", r.scenario, r.injected,
+			r.v.Committed, r.v.Uncertain, r.v.Delivered, r.v.Lost, r.v.Duplicates, r.faults, r.perFault, r.dupCause, r.v.OrderViolations, r.v.Overlaps,
 			resume, r.drained.Round(time.Millisecond), r.before.goroutines, r.after.goroutines,
 			float64(r.before.heap)/(1<<20), float64(r.after.heap)/(1<<20))
 	}

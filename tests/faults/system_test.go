@@ -201,12 +201,18 @@ func scenarioOutbox(t *testing.T, schema string, broker relayer.Transport) relay
 }
 
 // workerOptions are every worker's options, in this process or another.
+// Takes and batches are smaller than the defaults (recovery 200 rows, an
+// ordered batch 20 per lane) so that the duplicates' bounds they give
+// (dispatch.InFlight: 320 rows per session, 1,140 per worker) are close
+// to what a fault can cost in a run this short.
 func workerOptions(name string) dispatch.RunnerOptions {
 	return dispatch.RunnerOptions{
-		Logger:   quietLogger,
-		Ordered:  dispatch.OrderedOptions{Name: name, LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond},
-		Recovery: dispatch.RecoveryOptions{LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond, MinAge: 300 * time.Millisecond},
-		Cleanup:  dispatch.CleanupOptions{Interval: time.Second},
+		Logger: quietLogger,
+		Ordered: dispatch.OrderedOptions{Name: name, LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond,
+			BatchSize: 20},
+		Recovery: dispatch.RecoveryOptions{LeaseDuration: leaseDuration, PollInterval: 100 * time.Millisecond, MinAge: 300 * time.Millisecond,
+			BatchSize: 200},
+		Cleanup: dispatch.CleanupOptions{Interval: time.Second},
 	}
 }
 
