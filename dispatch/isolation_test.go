@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -268,4 +269,61 @@ func TestLaneCountMismatchIsRefused(t *testing.T) {
 	if n := b.mem.Len(); n != 0 {
 		t.Errorf("%d messages sent", n)
 	}
+}
+
+// TestHungOrderedSendLeavesUnorderedFlowing runs a whole Runner while an
+// ordered send hangs past several batch deadlines: unordered messages
+// committed meanwhile keep going out at once, through direct dispatch and
+// recovery. Independent testing saw unordered delivery stall once the hung
+// batch's deadline had passed.
+func TestHungOrderedSendLeavesUnorderedFlowing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	routes := *b.outbox.Routes
+	must(t, relayer.AddType[Stuck](&routes, relayer.Route{Transport: "mem", Destination: "stuck", Ordered: true}))
+	tr := &hangs{Transport: b.mem, release: make(chan struct{})}
+	outbox := b.outbox
+	outbox.Routes = &routes
+	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	const lease = 2 * time.Second // a batch may take 1 s
+	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
+		DisableCleanup: true, Logger: b.logger(),
+		Ordered:  dispatch.OrderedOptions{LeaseDuration: lease, PollInterval: 50 * time.Millisecond},
+		Recovery: dispatch.RecoveryOptions{LeaseDuration: lease, PollInterval: 50 * time.Millisecond, MinAge: 300 * time.Millisecond},
+	})
+	must(t, err)
+	w, err := enlist.NewWriter(outbox, enlist.Options{Listener: r})
+	must(t, err)
+	must(t, r.Start(context.Background()))
+	var once sync.Once
+	release := func() { once.Do(func() { close(tr.release) }) }
+	t.Cleanup(func() {
+		release()
+		r.Stop(context.Background())
+	})
+	publish := func(msgs ...relayer.Outgoing) {
+		must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
+			return tx.PublishAll(context.Background(), msgs...)
+		}))
+	}
+	stuck, _, _ := twoLaneKeys(t)
+	publish(relayer.NewOutgoing(Stuck{1}, relayer.Key(stuck)))
+	waitWithin(t, 5*time.Second, "the send to hang", func() bool { return tr.running.Load() == 1 })
+
+	// Four batch deadlines' worth of commits, one every 20 ms, each
+	// delivered within a second of its commit.
+	var worst time.Duration
+	for i := range 200 {
+		at := time.Now()
+		publish(relayer.NewOutgoing(Placed{i}))
+		for len(b.mem.Messages("orders.placed")) < i+1 {
+			if time.Since(at) > time.Second {
+				t.Fatalf("message %d of 200, committed %s after the send hung, not delivered within a second", i+1, time.Since(at).Round(time.Millisecond))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		worst = max(worst, time.Since(at))
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("200 unordered messages over %s of a hung ordered send, each delivered within %s of its commit", 200*20*time.Millisecond, worst.Round(time.Millisecond))
 }
