@@ -37,60 +37,20 @@ func TestCancellingRunSendsNothingTwice(t *testing.T) {
 				// is in flight when the context is cancelled.
 				b.mem.SetCapabilities("orders.placed", relayer.Capabilities{MaxBatchSize: 50})
 				b.mem.SetDelay(10 * time.Millisecond)
-				for range total / 500 {
-					msgs := make([]relayer.Outgoing, 500)
-					for i := range msgs {
-						msgs[i] = relayer.NewOutgoing(Placed{i})
-					}
-					b.enlistOnly(t, msgs...)
-				}
+				enlistPlaced(t, b, total)
 			} else {
 				opts.DisableRecovery = true
 				b.mem.SetDelay(time.Millisecond)
 				b.shipped(t, keyList(60), total/60, 500)
 			}
-			run := func(ctx context.Context) {
-				r, err := dispatch.NewRunner(b.db, b.outbox, opts)
-				must(t, err)
-				if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-					t.Fatal(err)
-				}
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			stopped := make(chan struct{})
-			go func() {
-				defer close(stopped)
-				run(ctx)
-			}()
+			cancel := runRunner(t, b, opts)
 			waitUntil(t, "300 messages sent", func() bool { return b.mem.Len() >= 300 })
 			cancel()
-			<-stopped
 			before := b.mem.Len()
 			if before >= total {
 				t.Fatalf("all %d sent before the cancellation took effect; the test needs a batch in flight", before)
 			}
-
-			b.mem.SetDelay(0)
-			ctx, cancel = context.WithCancel(context.Background())
-			stopped = make(chan struct{})
-			go func() {
-				defer close(stopped)
-				run(ctx)
-			}()
-			b.waitRows(t, 0)
-			cancel()
-			<-stopped
-			seen := map[uuid.UUID]int{}
-			dups := 0
-			for _, m := range b.mem.All() {
-				if seen[m.ID]++; seen[m.ID] > 1 {
-					dups++
-				}
-			}
-			t.Logf("%d sent before the cancellation, %d in all, %d sent twice", before, b.mem.Len(), dups)
-			if len(seen) != total || dups != 0 {
-				t.Errorf("%d distinct of %d delivered, %d sent twice; want all, none twice", len(seen), total, dups)
-			}
+			drainChecked(t, b, opts, total, before)
 		})
 	}
 }
@@ -110,6 +70,25 @@ func TestCancellingRunWithAHungSendResendsOnlyItsRows(t *testing.T) {
 	}
 	const total, chunk = 1000, 50
 	b.mem.SetCapabilities("orders.placed", relayer.Capabilities{MaxBatchSize: chunk})
+	enlistPlaced(t, b, total)
+	b.mem.SetDelay(20 * time.Millisecond)
+	cancel := runRunner(t, b, opts)
+	waitUntil(t, "4 chunks sent", func() bool { return b.mem.Len() >= 4*chunk })
+	release := b.mem.Block(true)
+	defer release()
+	waitUntil(t, "a send hung", func() bool { return b.mem.Waiting() > 0 })
+	sent := b.mem.Len()
+	cancel()
+	release() // it returns its context's error: the broker did not take it
+	if sent >= total {
+		t.Fatalf("all %d sent before the send hung; the test needs a take in flight", sent)
+	}
+	drainChecked(t, b, opts, total, sent)
+}
+
+// enlistPlaced commits total unordered messages for recovery alone, 500
+// per transaction.
+func enlistPlaced(t *testing.T, b *bundle, total int) {
 	for range total / 500 {
 		msgs := make([]relayer.Outgoing, 500)
 		for i := range msgs {
@@ -117,42 +96,35 @@ func TestCancellingRunWithAHungSendResendsOnlyItsRows(t *testing.T) {
 		}
 		b.enlistOnly(t, msgs...)
 	}
-	run := func(ctx context.Context) {
-		r, err := dispatch.NewRunner(b.db, b.outbox, opts)
-		must(t, err)
-		if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			t.Error(err)
-		}
-	}
-	b.mem.SetDelay(20 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
+}
+
+// runRunner runs a Runner with opts until the returned function cancels
+// its context and waits for Run to return.
+func runRunner(t *testing.T, b *bundle, opts dispatch.RunnerOptions) (cancel func()) {
+	r, err := dispatch.NewRunner(b.db, b.outbox, opts)
+	must(t, err)
+	ctx, stop := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		run(ctx)
+		if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
 	}()
-	waitUntil(t, "4 chunks sent", func() bool { return b.mem.Len() >= 4*chunk })
-	release := b.mem.Block(true)
-	defer release()
-	waitUntil(t, "a send hung", func() bool { return b.mem.Waiting() > 0 })
-	sent := b.mem.Len()
-	cancel()
-	<-stopped
-	release() // it returns its context's error: the broker did not take it
-	if sent >= total {
-		t.Fatalf("all %d sent before the send hung; the test needs a take in flight", sent)
+	return func() {
+		stop()
+		<-stopped
 	}
+}
 
+// drainChecked runs a Runner with opts until the outbox is empty, then
+// checks that each of total messages was delivered once; before is how many
+// went out before, for the log.
+func drainChecked(t *testing.T, b *bundle, opts dispatch.RunnerOptions, total, before int) {
 	b.mem.SetDelay(0)
-	ctx, cancel = context.WithCancel(context.Background())
-	stopped = make(chan struct{})
-	go func() {
-		defer close(stopped)
-		run(ctx)
-	}()
+	cancel := runRunner(t, b, opts)
 	b.waitRows(t, 0)
 	cancel()
-	<-stopped
 	seen := map[uuid.UUID]int{}
 	dups := 0
 	for _, m := range b.mem.All() {
@@ -160,7 +132,7 @@ func TestCancellingRunWithAHungSendResendsOnlyItsRows(t *testing.T) {
 			dups++
 		}
 	}
-	t.Logf("%d sent before the send hung, %d in all, %d sent twice", sent, b.mem.Len(), dups)
+	t.Logf("%d sent before the cancellation, %d in all, %d sent twice", before, b.mem.Len(), dups)
 	if len(seen) != total || dups != 0 {
 		t.Errorf("%d distinct of %d delivered, %d sent twice; want all, none twice", len(seen), total, dups)
 	}

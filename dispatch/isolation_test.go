@@ -115,6 +115,18 @@ type hangs struct {
 	running atomic.Int64
 }
 
+// hungOutbox returns b's outbox with an ordered route of Stuck messages
+// to the destination "stuck", whose sends hang.
+func hungOutbox(t *testing.T, b *bundle) (relayer.Outbox, *hangs) {
+	routes := *b.outbox.Routes
+	must(t, relayer.AddType[Stuck](&routes, relayer.Route{Transport: "mem", Destination: "stuck", Ordered: true}))
+	tr := &hangs{Transport: b.mem, release: make(chan struct{})}
+	outbox := b.outbox
+	outbox.Routes = &routes
+	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	return outbox, tr
+}
+
 func (h *hangs) Send(ctx context.Context, m *relayer.Message) error {
 	if m.Destination == "stuck" {
 		h.running.Add(1)
@@ -133,12 +145,7 @@ func (h *hangs) Send(ctx context.Context, m *relayer.Message) error {
 func TestOrderedHungSendHoldsOnlyItsLane(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	routes := *b.outbox.Routes
-	must(t, relayer.AddType[Stuck](&routes, relayer.Route{Transport: "mem", Destination: "stuck", Ordered: true}))
-	tr := &hangs{Transport: b.mem, release: make(chan struct{})}
-	outbox := b.outbox
-	outbox.Routes = &routes
-	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	outbox, tr := hungOutbox(t, b)
 	w, err := enlist.NewWriter(outbox, enlist.Options{})
 	must(t, err)
 	publish := func(msgs ...relayer.Outgoing) {
@@ -279,12 +286,7 @@ func TestLaneCountMismatchIsRefused(t *testing.T) {
 func TestHungOrderedSendLeavesUnorderedFlowing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dispatch.DirectOptions{})
-	routes := *b.outbox.Routes
-	must(t, relayer.AddType[Stuck](&routes, relayer.Route{Transport: "mem", Destination: "stuck", Ordered: true}))
-	tr := &hangs{Transport: b.mem, release: make(chan struct{})}
-	outbox := b.outbox
-	outbox.Routes = &routes
-	outbox.Transports = map[string]relayer.Transport{"mem": tr}
+	outbox, tr := hungOutbox(t, b)
 	const lease = 2 * time.Second // a batch may take 1 s
 	r, err := dispatch.NewRunner(b.db, outbox, dispatch.RunnerOptions{
 		DisableCleanup: true, Logger: b.logger(),
