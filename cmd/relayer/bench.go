@@ -184,14 +184,26 @@ func benchNATS(ctx context.Context, url string) (relayer.Transport, func(), erro
 func printBench(w io.Writer, cfg bench.Config, results []bench.Result) {
 	fmt.Fprintf(w, "relayer bench: %d producers, %d-byte bodies, sink %s\n\n", max(cfg.Producers, 1), cfg.BodySize, cmp.Or(cfg.TransportName, "in-process"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tCONTENDER\tMSG/S\tTX/S\tRANGE\tRATIO\tVS LOOP\tVS MINIMAL\tCPU (DB)\tCPU VS MINIMAL\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLOST\tDUP\tOUT OF ORDER\t")
+	fmt.Fprintln(tw, "SCENARIO\tVARIANT\tCONTENDER\tMSG/S\tTX/S\tRANGE\tRATIO\tVS LOOP\tVS MINIMAL\tCPU (DB)\tCPU VS MINIMAL\tPRODUCED/S\tBACKLOG\tP50\tP95\tP99\tLONGEST PAUSE\tLOST\tDUP\tOUT OF ORDER\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", r.Scenario, r.Variant, cmp.Or(r.Contender, "-"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", r.Scenario, r.Variant, cmp.Or(r.Contender, "-"),
 			figure(r.MsgsPerSec, "%.0f"), figure(r.TxPerSec, "%.0f"), benchRange(r), figure(r.Ratio, "%.2f"), figure(r.VsLoop, "%.2f"), figure(r.VsMinimal, "%.2f"),
 			cpu(r), figure(r.CPUVsMinimal, "%.2f"), figure(r.Produced, "%.0f"),
-			r.Backlog, latency(r.P50), latency(r.P95), latency(r.P99), r.Lost, r.Duplicates, r.OutOfOrder)
+			r.Backlog, latency(r.P50), latency(r.P95), latency(r.P99), pause(r), r.Lost, r.Duplicates, r.OutOfOrder)
 	}
 	tw.Flush()
+}
+
+// pause is a result's longest pause between deliveries while the producers
+// ran, with the longest of every round when several ran.
+func pause(r bench.Result) string {
+	switch {
+	case r.LongestPause == 0:
+		return "-"
+	case r.Rounds > 1:
+		return latency(r.LongestPause) + " (≤ " + latency(r.LongestPauseMax) + ")"
+	}
+	return latency(r.LongestPause)
 }
 
 // benchRange is the range over the rounds of a result's headline figure.

@@ -291,6 +291,12 @@ type Result struct {
 	P50 time.Duration `json:"p50_ns,omitempty"`
 	P95 time.Duration `json:"p95_ns,omitempty"`
 	P99 time.Duration `json:"p99_ns,omitempty"`
+	// LongestPause is the longest time between two consecutive deliveries
+	// from the first commit to the last (e2e, latency): how long the
+	// stream stalled at worst while the producers kept committing. The
+	// median round's, with LongestPauseMax the longest of every round.
+	LongestPause    time.Duration `json:"longest_pause_ns,omitempty"`
+	LongestPauseMax time.Duration `json:"longest_pause_max_ns,omitempty"`
 	// Lost, Duplicates and OutOfOrder count committed messages never
 	// delivered, deliveries beyond the first, and first deliveries of a key
 	// that came before an earlier message of that key, over every round.

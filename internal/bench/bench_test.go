@@ -47,6 +47,10 @@ func TestQuickRun(t *testing.T) {
 		if (r.Scenario == bench.ScenarioE2E || r.Scenario == bench.ScenarioLatency) && (r.P50 <= 0 || r.P99 < r.P50) {
 			t.Errorf("%s: latencies p50 %s p99 %s", r.Scenario, r.P50, r.P99)
 		}
+		if (r.Scenario == bench.ScenarioE2E || r.Scenario == bench.ScenarioLatency) && r.Contender != bench.PathOrdered &&
+			(r.LongestPause <= 0 || r.LongestPauseMax < r.LongestPause) {
+			t.Errorf("%s %s: longest pause %s (at most %s)", r.Scenario, r.Contender, r.LongestPause, r.LongestPauseMax)
+		}
 	}
 	for s, n := range want {
 		if got[s] != n {

@@ -218,6 +218,7 @@ func aggregate(runs []Result, headline func(Result) float64) Result {
 		m.TxPerSecMin, m.TxPerSecMax = min(m.TxPerSecMin, run.TxPerSec), max(m.TxPerSecMax, run.TxPerSec)
 		m.MsgsPerSecMin, m.MsgsPerSecMax = min(m.MsgsPerSecMin, run.MsgsPerSec), max(m.MsgsPerSecMax, run.MsgsPerSec)
 		m.P99Min, m.P99Max = min(m.P99Min, run.P99), max(m.P99Max, run.P99)
+		m.LongestPauseMax = max(m.LongestPauseMax, run.LongestPause)
 	}
 	if runs[0].CPU > 0 {
 		// The CPU figures' own medians and range: they move apart from
@@ -390,8 +391,10 @@ func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant 
 		res.ServerTxPerMsg = float64(serverTxAfter-serverTx) / float64(txs*int64(perTx))
 	}
 	var latencies []time.Duration
-	res.Lost, res.Duplicates, res.OutOfOrder, latencies = sk.check(rec.all())
+	commits := rec.all()
+	res.Lost, res.Duplicates, res.OutOfOrder, latencies = sk.check(commits)
 	res.withLatencies(latencies)
+	res.LongestPause = sk.longestPause(commits)
 	return res, nil
 }
 

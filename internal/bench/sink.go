@@ -195,6 +195,40 @@ func (s *sink) check(commits []committed) (lost, dups, outOfOrder int, latencies
 	return lost, dups, outOfOrder, latencies
 }
 
+// longestPause returns the longest time between two consecutive
+// deliveries from the first of commits to the last: a stall of the stream
+// while the producers went on committing.
+func (s *sink) longestPause(commits []committed) time.Duration {
+	var from, to time.Time
+	for _, c := range commits {
+		if c.at.IsZero() {
+			continue
+		}
+		if from.IsZero() || c.at.Before(from) {
+			from = c.at
+		}
+		if c.at.After(to) {
+			to = c.at
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var longest time.Duration
+	prev := from
+	for _, d := range s.deliveries {
+		if d.at.Before(from) || d.at.After(to) {
+			continue
+		}
+		longest = max(longest, d.at.Sub(prev))
+		prev = d.at
+	}
+	if !from.IsZero() && len(s.deliveries) > 0 {
+		// a stall that lasts to the last commit counts too
+		longest = max(longest, to.Sub(prev))
+	}
+	return longest
+}
+
 // percentile returns the p-th percentile (0 to 100) of sorted durations.
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
