@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -25,7 +26,7 @@ import (
 
 type benchFlags struct {
 	databaseURL, schema, scenarios, sink, natsURL                                       string
-	kafkaBrokers, kafkaTopic, amqpURL, contenders                                       string
+	kafkaBrokers, kafkaTopic, amqpURL, contenders, cpuProfile                           string
 	keep, quick, asJSON                                                                 bool
 	producers, rate, perTx, backlog, orderedBacklog, orderedBatchSize, bodySize, rounds int
 	duration                                                                            time.Duration
@@ -63,6 +64,7 @@ throwaway PostgreSQL cluster.`,
 	fs.IntVar(&f.orderedBacklog, "ordered-backlog", 0, "the ordered scenario's rows (default 20,000, 2,000 with --quick)")
 	fs.IntVar(&f.orderedBatchSize, "ordered-batch-size", 0, "the ordered workers' rows per lane and batch (OrderedOptions.BatchSize, 1 to 10,000; default: the workers' default)")
 	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run (the producers, the contenders' workers and the sink) to this file, for go tool pprof")
 	fs.IntVar(&f.rounds, "rounds", 0, "rounds of each scenario, the contenders alternating within a round; medians and ranges are reported (default 3, 1 with --quick)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -137,6 +139,13 @@ throwaway PostgreSQL cluster.`,
 	}
 	steps := newStepper(stderr, bench.Steps(cfg))
 	cfg.Progress = steps.step
+	if f.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
 	results, err := bench.Run(ctx, cfg)
 	steps.stop()
 	if f.asJSON {
@@ -200,10 +209,12 @@ func pause(r bench.Result) string {
 	switch {
 	case r.LongestPause == 0:
 		return "-"
-	case r.Rounds > 1:
-		return latency(r.LongestPause) + " (≤ " + latency(r.LongestPauseMax) + ")"
 	}
-	return latency(r.LongestPause)
+	p := latency(r.LongestPause) + " at " + r.LongestPauseAt.Round(100*time.Millisecond).String()
+	if r.Rounds > 1 {
+		p += " (≤ " + latency(r.LongestPauseMax) + ")"
+	}
+	return p
 }
 
 // benchRange is the range over the rounds of a result's headline figure.
@@ -313,4 +324,21 @@ func publishPGX(ctx context.Context, conn *pgx.Conn, w *enlist.Writer, insert st
 		}
 		return tx.PublishAll(ctx, msgs...)
 	})
+}
+
+// startCPUProfile starts profiling the process's CPU into path and returns
+// what stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

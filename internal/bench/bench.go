@@ -291,11 +291,15 @@ type Result struct {
 	P50 time.Duration `json:"p50_ns,omitempty"`
 	P95 time.Duration `json:"p95_ns,omitempty"`
 	P99 time.Duration `json:"p99_ns,omitempty"`
-	// LongestPause is the longest time between two consecutive deliveries
-	// from the first commit to the last (e2e, latency): how long the
-	// stream stalled at worst while the producers kept committing. The
-	// median round's, with LongestPauseMax the longest of every round.
+	// LongestPause is the longest time without a delivery while a
+	// committed message waited for one (e2e, latency): how long dispatch
+	// stalled at worst. A stall of the producers' commits does not count,
+	// since no message waited, nor does one in the first second, while
+	// connections open. LongestPauseAt is when it ended, from the first
+	// commit. The median round's, with LongestPauseMax the longest of
+	// every round.
 	LongestPause    time.Duration `json:"longest_pause_ns,omitempty"`
+	LongestPauseAt  time.Duration `json:"longest_pause_at_ns,omitempty"`
 	LongestPauseMax time.Duration `json:"longest_pause_max_ns,omitempty"`
 	// Lost, Duplicates and OutOfOrder count committed messages never
 	// delivered, deliveries beyond the first, and first deliveries of a key

@@ -394,9 +394,14 @@ func (r *runner) dispatched(ctx context.Context, c Contender, scenario, variant 
 	commits := rec.all()
 	res.Lost, res.Duplicates, res.OutOfOrder, latencies = sk.check(commits)
 	res.withLatencies(latencies)
-	res.LongestPause = sk.longestPause(commits)
+	res.LongestPause, res.LongestPauseAt = sk.longestPause(commits, min(pauseWarmUp, r.cfg.Duration/10))
 	return res, nil
 }
+
+// pauseWarmUp is how long after the first commit a pause is not counted
+// (see Result.LongestPause), at most a tenth of the run: the workers'
+// connections open and their statements are planned.
+const pauseWarmUp = time.Second
 
 // serverTransactions returns the transactions the database has committed
 // and rolled back so far, as its statistics have them (they lag by up to a

@@ -195,38 +195,54 @@ func (s *sink) check(commits []committed) (lost, dups, outOfOrder int, latencies
 	return lost, dups, outOfOrder, latencies
 }
 
-// longestPause returns the longest time between two consecutive
-// deliveries from the first of commits to the last: a stall of the stream
-// while the producers went on committing.
-func (s *sink) longestPause(commits []committed) time.Duration {
-	var from, to time.Time
+// longestPause returns the longest time the sink went without a first
+// delivery while a committed message waited for one (its commit had
+// returned, it was not delivered yet), and when that pause ended, counted
+// from the first commit. A stall of the producers' own commits (a
+// checkpoint's writes, say) is no pause of dispatch, since nothing waited,
+// while a message overtaken by later ones waits from its commit on.
+// Repeated deliveries count as nothing, and so do pauses that end within
+// warmUp of the first commit, while connections open and plans are made.
+func (s *sink) longestPause(commits []committed, warmUp time.Duration) (longest, at time.Duration) {
+	waiting := make([]committed, 0, len(commits))
 	for _, c := range commits {
-		if c.at.IsZero() {
-			continue
-		}
-		if from.IsZero() || c.at.Before(from) {
-			from = c.at
-		}
-		if c.at.After(to) {
-			to = c.at
+		if !c.at.IsZero() {
+			waiting = append(waiting, c)
 		}
 	}
+	if len(waiting) == 0 {
+		return 0, 0
+	}
+	slices.SortFunc(waiting, func(a, b committed) int { return a.at.Compare(b.at) })
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var longest time.Duration
-	prev := from
-	for _, d := range s.deliveries {
-		if d.at.Before(from) || d.at.After(to) {
+	deliveries := slices.Clone(s.deliveries)
+	s.mu.Unlock()
+	slices.SortStableFunc(deliveries, func(a, b delivery) int { return a.at.Compare(b.at) })
+	delivered := make(map[uuid.UUID]bool, len(deliveries))
+	first, next := waiting[0].at, 0
+	var prev time.Time
+	for _, d := range deliveries {
+		if delivered[d.id] {
 			continue
 		}
-		longest = max(longest, d.at.Sub(prev))
+		for next < len(waiting) && delivered[waiting[next].id] {
+			next++
+		}
+		if next < len(waiting) && waiting[next].at.Before(d.at) && d.at.Sub(first) >= warmUp {
+			// waiting[next], the earliest commit not delivered yet, waited
+			// since its commit or since the last delivery, whichever is later.
+			since := waiting[next].at
+			if prev.After(since) {
+				since = prev
+			}
+			if p := d.at.Sub(since); p > longest {
+				longest, at = p, d.at.Sub(first)
+			}
+		}
+		delivered[d.id] = true
 		prev = d.at
 	}
-	if !from.IsZero() && len(s.deliveries) > 0 {
-		// a stall that lasts to the last commit counts too
-		longest = max(longest, to.Sub(prev))
-	}
-	return longest
+	return longest, at
 }
 
 // percentile returns the p-th percentile (0 to 100) of sorted durations.
