@@ -34,6 +34,18 @@ type laneCursors struct {
 // cursor says.
 const fullReadEvery = 30 * time.Second
 
+// fullReadSpread returns how much earlier than fullReadEvery after its first
+// read from the start lane is read so again: lanes first read together (at
+// a worker's start, or in one batch) are then read from their start again
+// one by one over half of fullReadEvery, and keep those times apart. Read
+// all at once, 32 lanes walking the index entries their deliveries left
+// stalled a steady stream at 2,000 msg/s for 28–38 ms every 30 s, where
+// one lane's read costs a batch about a millisecond.
+func fullReadSpread(lane int) time.Duration {
+	const slots = 32
+	return fullReadEvery / 2 * time.Duration(lane%slots) / slots
+}
+
 // from returns the cursors of lanes, in lanes' order: a lane without a
 // cursor, or not read from its start for fullReadEvery, gets one that reads
 // from its start.
@@ -53,7 +65,9 @@ func (c *laneCursors) from(lanes []int) []store.LaneCursor {
 }
 
 // readFromStart records that the lanes of from whose cursors read from the
-// lane's start were read so at or after at.
+// lane's start were read so at or after at; a lane's first such read is
+// recorded earlier by its fullReadSpread, so that lanes read together do
+// not come due together again.
 func (c *laneCursors) readFromStart(from []store.LaneCursor, at time.Time, except []int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -63,6 +77,10 @@ func (c *laneCursors) readFromStart(from []store.LaneCursor, at time.Time, excep
 		}
 		if c.fullAt == nil {
 			c.fullAt = map[int]time.Time{}
+		}
+		if _, ok := c.fullAt[cur.Lane]; !ok {
+			c.fullAt[cur.Lane] = at.Add(-fullReadSpread(cur.Lane))
+			continue
 		}
 		c.fullAt[cur.Lane] = at
 	}

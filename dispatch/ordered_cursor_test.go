@@ -85,3 +85,43 @@ func TestSettledCountsRowsGoneFromReads(t *testing.T) {
 		t.Errorf("settled of a lane with nothing admitted = %d, want 0", gone)
 	}
 }
+
+// Lanes read from their start together, as at a worker's start, come due
+// for their next such read one by one, spread over half of fullReadEvery and
+// none later than it; later reads are recorded when they happen.
+func TestLanesReadTogetherComeDueApart(t *testing.T) {
+	t.Parallel()
+	const lanes = 32
+	var c laneCursors
+	from := make([]store.LaneCursor, lanes)
+	for l := range lanes {
+		from[l] = store.NewLaneCursor(l)
+	}
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	c.readFromStart(from, t0, []int{7})
+	if _, ok := c.fullAt[7]; ok {
+		t.Fatalf("lane 7, excepted, recorded as read from its start")
+	}
+	var due []time.Time
+	for l := range lanes {
+		if l == 7 {
+			continue
+		}
+		at := c.fullAt[l].Add(fullReadEvery)
+		if at.After(t0.Add(fullReadEvery)) || at.Before(t0.Add(fullReadEvery/2)) {
+			t.Errorf("lane %d due %s after its read, want within [%s, %s]", l, at.Sub(t0), fullReadEvery/2, fullReadEvery)
+		}
+		due = append(due, at)
+	}
+	slices.SortFunc(due, time.Time.Compare)
+	for i := 1; i < len(due); i++ {
+		if gap := due[i].Sub(due[i-1]); gap < fullReadEvery/2/lanes {
+			t.Errorf("two lanes come due %s apart, want at least %s", gap, fullReadEvery/2/lanes)
+		}
+	}
+	t1 := t0.Add(20 * time.Second)
+	c.readFromStart(from[3:4], t1, nil)
+	if got := c.fullAt[3]; !got.Equal(t1) {
+		t.Errorf("lane 3's second read from its start recorded at %s, want %s", got.Sub(t0), t1.Sub(t0))
+	}
+}
