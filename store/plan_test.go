@@ -231,13 +231,16 @@ func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 	if err := UntuneWorkerConn(ctx, taking); err != nil {
 		t.Fatal(err)
 	}
-	var mode, seq, idle string
+	var mode, seq, idle, jit, pageCost, defaultJIT, defaultPageCost string
 	if err := taking.QueryRowContext(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'),
-		current_setting('idle_in_transaction_session_timeout')`).Scan(&mode, &seq, &idle); err != nil {
+		current_setting('idle_in_transaction_session_timeout'), current_setting('jit'), current_setting('random_page_cost'),
+		(SELECT reset_val FROM pg_settings WHERE name = 'jit'), (SELECT reset_val FROM pg_settings WHERE name = 'random_page_cost')`).
+		Scan(&mode, &seq, &idle, &jit, &pageCost, &defaultJIT, &defaultPageCost); err != nil {
 		t.Fatal(err)
 	}
-	if mode != "auto" || seq != "on" || idle != "0" {
-		t.Errorf("after UntuneWorkerConn: plan_cache_mode %s, enable_seqscan %s, idle_in_transaction_session_timeout %s; want the defaults", mode, seq, idle)
+	if mode != "auto" || seq != "on" || idle != "0" || jit != defaultJIT || pageCost != defaultPageCost {
+		t.Errorf("after UntuneWorkerConn: plan_cache_mode %s, enable_seqscan %s, idle_in_transaction_session_timeout %s, jit %s, random_page_cost %s; want the defaults",
+			mode, seq, idle, jit, pageCost)
 	}
 	if err := TuneTakingConn(ctx, taking, time.Microsecond, true); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("TuneTakingConn with a 1µs timeout = %v, want ErrInvalidArgument", err)
@@ -441,4 +444,55 @@ func insertPlanRows(t *testing.T, s *Store, n int, ordered bool) []uuid.UUID {
 		}
 	}
 	return ids
+}
+
+// TestOrderedReadsFollowTheLaneIndexOnABacklog plans the lane reads on an
+// ordered session after the outbox was analyzed holding a backlog whose
+// lanes interleave in id order, as producers write them. The primary key,
+// whose order matches the table's, looked cheaper to the planner than the
+// lane index, and each lane's read then walked every other lane's rows
+// between its cursor and its hundredth row (27 index entries per delivered
+// row in a 200,000-row drain). And however large the plan's estimate, a
+// worker's statement is never compiled by JIT, which cost about a second a
+// read once an ANALYZE had seen a large backlog written in one transaction.
+func TestOrderedReadsFollowTheLaneIndexOnABacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, s := emptyAnalyzedOutbox(t)
+	outbox := newNames(s.opts).Outbox
+	exec(t, pinnedConn(t, db), `ALTER TABLE `+outbox+` SET (autovacuum_enabled = false)`)
+	insertPlanRows(t, s, 40000, true)
+	exec(t, pinnedConn(t, db), `ANALYZE `+outbox)
+	conn := pinnedConn(t, db)
+	if err := TuneWorkerConn(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := TuneTakingConn(ctx, conn, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	var jitAvailable bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_jit_available()`).Scan(&jitAvailable); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever a plan's estimate, JIT would compile it.
+	exec(t, conn, `SET jit_above_cost = 0`)
+	token := `'0190a000-0000-7000-8000-00000000000f'`
+	pkey := s.opts.TablePrefix + "outbox_pkey"
+	laneIdx := s.opts.TablePrefix + "outbox_lane_pending_idx"
+	for _, st := range []struct{ name, sql, args string }{
+		{"laneHeads", s.q.laneHeads, laneRead4},
+		{"laneProbe", s.q.laneProbe, probeArgs(laneRead4, token)},
+	} {
+		prepareUsed(t, conn, st.name, st.sql, st.args)
+		plan := explain(t, conn, st.name, st.args)
+		if strings.Contains(plan, "using "+pkey) {
+			t.Errorf("%s on an ordered session walks the primary key on a backlog:\n%s", st.name, plan)
+		}
+		if !strings.Contains(plan, laneIdx) {
+			t.Errorf("%s on an ordered session does not use %s:\n%s", st.name, laneIdx, plan)
+		}
+		if jitAvailable && strings.Contains(plan, "JIT:") {
+			t.Errorf("%s on a worker session is compiled by JIT:\n%s", st.name, plan)
+		}
+	}
 }

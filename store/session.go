@@ -23,12 +23,17 @@ import (
 // Business transactions never run on these connections.
 
 const (
-	tuneSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', false), set_config('synchronous_commit', 'off', false)`
+	tuneSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', false), set_config('synchronous_commit', 'off', false),
+    set_config('jit', 'off', false)`
 )
 
 // TuneWorkerConn applies the settings Relayer's workers run with to a pinned
 // connection: custom plans for every statement (plan_cache_mode =
-// force_custom_plan) and asynchronous commit (synchronous_commit = off). Call
+// force_custom_plan), asynchronous commit (synchronous_commit = off) and no
+// JIT compilation (jit = off): a worker's statements touch a few hundred
+// rows, and once an ANALYZE has seen a large backlog their estimates can
+// pass jit_above_cost, when compiling a lane read cost about a second on
+// every execution, against a few milliseconds to run it. Call
 // [UntuneWorkerConn] before closing the connection, which returns it to the pool.
 func TuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 	if conn == nil {
@@ -47,7 +52,7 @@ func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 	if conn == nil {
 		return ErrNilDB
 	}
-	for _, setting := range []string{"plan_cache_mode", "synchronous_commit", "idle_in_transaction_session_timeout", "enable_seqscan"} {
+	for _, setting := range []string{"plan_cache_mode", "synchronous_commit", "jit", "idle_in_transaction_session_timeout", "enable_seqscan", "random_page_cost"} {
 		if _, err := conn.ExecContext(ctx, "RESET "+setting); err != nil {
 			return wrap(ctx, fmt.Sprintf("reset %s", setting), err)
 		}
@@ -72,8 +77,12 @@ func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 //     [Store.AcquireLaneLeases], [Store.LockLaneLeases], [Store.ReadLanes],
 //     [Store.DeleteLaneRows],
 //     [Store.FailLaneRows], [Store.ParkLaneRows], [Store.Bury];
-//     TestOrderedSessionsPlanWithIndexes). Run nothing else on such a
-//     session.
+//     TestOrderedSessionsPlanWithIndexes), and random_page_cost = 1.1, as
+//     for a table in memory or on SSD: at the default 4, a lane read on a
+//     backlog whose lanes interleave in id order walked the primary key
+//     (whose order is the table's) past every other lane's rows rather than
+//     follow the lane index (TestOrderedReadsFollowTheLaneIndexOnABacklog).
+//     Run nothing else on such a session.
 func TuneTakingConn(ctx context.Context, conn *sql.Conn, idleTx time.Duration, generic bool) error {
 	if conn == nil {
 		return ErrNilDB
@@ -84,7 +93,8 @@ func TuneTakingConn(ctx context.Context, conn *sql.Conn, idleTx time.Duration, g
 	ms := strconv.FormatInt(idleTx.Milliseconds(), 10)
 	q := `SELECT set_config('idle_in_transaction_session_timeout', $1, false)`
 	if generic {
-		q += `, set_config('plan_cache_mode', 'force_generic_plan', false), set_config('enable_seqscan', 'off', false)`
+		q += `, set_config('plan_cache_mode', 'force_generic_plan', false), set_config('enable_seqscan', 'off', false),
+    set_config('random_page_cost', '1.1', false)`
 	}
 	if _, err := conn.ExecContext(ctx, q, ms); err != nil {
 		return wrap(ctx, "tune taking connection", err)
