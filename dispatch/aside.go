@@ -217,23 +217,45 @@ func isClosed(c <-chan struct{}) bool {
 type sendWatch struct {
 	a       *setAside
 	e       endpoint
-	timer   *time.Timer
-	crossed bool // guarded by a.mu
-	ended   bool // guarded by a.mu
+	timer   *time.Timer // nil when the caller calls cross (see follow)
+	crossed bool        // guarded by a.mu
+	ended   bool        // guarded by a.mu
 }
 
-// watch starts following a send to e that must end by deadline.
+// watch starts following a send to e that must end by deadline: it counts
+// as slow once a slowSendDivisor-th of the time left has passed.
 func (a *setAside) watch(e endpoint, deadline time.Time) *sendWatch {
-	w := &sendWatch{a: a, e: e}
-	w.timer = time.AfterFunc(time.Until(deadline)/slowSendDivisor, func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if !w.ended {
-			w.crossed = true
-			a.state(e).slow++
-		}
-	})
+	w := a.follow(e)
+	w.timer = time.AfterFunc(time.Until(deadline)/slowSendDivisor, w.cross)
 	return w
+}
+
+// follow starts following a send to e whose caller calls cross when the
+// send has become slow.
+func (a *setAside) follow(e endpoint) *sendWatch {
+	return &sendWatch{a: a, e: e}
+}
+
+// crossAt counts the send as slow at at, or now if at has passed. It is
+// called before the watch passes to another goroutine, which ends it.
+func (w *sendWatch) crossAt(at time.Time) {
+	if d := time.Until(at); d > 0 {
+		w.timer = time.AfterFunc(d, w.cross)
+		return
+	}
+	w.cross()
+}
+
+// cross counts the send as slow, unless it has ended or is counted already:
+// while it runs, its endpoint is set aside.
+func (w *sendWatch) cross() {
+	a := w.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !w.ended && !w.crossed {
+		w.crossed = true
+		a.state(w.e).slow++
+	}
 }
 
 func (a *setAside) state(e endpoint) *asideState {
@@ -278,7 +300,9 @@ const setAsideUnavailableMin = time.Second
 // unavailable destination sets the endpoint aside for the next interval,
 // doubling each time; a send that completed brings it back.
 func (w *sendWatch) end(o outcome, err error) {
-	w.timer.Stop()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 	a := w.a
 	a.mu.Lock()
 	defer a.mu.Unlock()

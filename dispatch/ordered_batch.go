@@ -317,7 +317,7 @@ type laneFailure struct {
 // batch's deadline is a straggler (see stragglers): it ends, recorded as
 // failed, so that the batch commits what the others sent instead of holding
 // their rows, and rolling them back, until the deadline. A send that does
-// not end by its hand-off time (see sendHeld) leaves its lane to a keeper,
+// not end by its hand-off time (see laneSender.send) leaves its lane to a keeper,
 // and the batch commits the others without waiting for it. A lane found
 // slow is marked so (laneBatch.slow) and runs alone afterwards. An error
 // means the batch must roll back.
@@ -356,10 +356,11 @@ func (o *orderedWorker) sendLanes(ctx, stop context.Context, parts []laneBatch, 
 // bound for it, and their keys, the same way, attempts untouched. No row is
 // admitted after admitUntil has passed (keeping the rest of the deadline for
 // recording) or once stop is cancelled; the last row is the probe of a
-// paused destination when p.probe is set. A send handed off (see sendHeld)
+// paused destination when p.probe is set. A send handed off (see laneSender.send)
 // ends the lane's sends. An error means the batch must roll back.
 func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, p *laneBatch, admitUntil time.Time) error {
 	ls := laneSend{o: o, w: o.group.member(p.lane), watch: watch, p: p}
+	defer ls.sender.close()
 	began := time.Now()
 	defer func() {
 		ls.w.stats.sent.Add(uint64(p.sent))
@@ -398,6 +399,9 @@ type laneSend struct {
 	w     *orderedWorker // the worker whose share the lane is in, for counts and logs
 	watch *stragglers    // nil when the lane is the batch's only one
 	p     *laneBatch
+	// sender runs the lane's sends on a goroutine that outlives a send
+	// handed off.
+	sender laneSender
 	// waiting holds the keys whose rows wait from here on; down, the
 	// destinations found unavailable in this batch.
 	waiting map[string]bool
@@ -504,9 +508,9 @@ func (ls *laneSend) send(ctx context.Context, e endpoint, r *store.Row) error {
 		sctx, done = ls.watch.start(ctx)
 	}
 	deadline, _ := ctx.Deadline()
-	watch := ls.o.aside.watch(e, deadline)
+	watch := ls.o.aside.follow(e)
 	started := time.Now()
-	inflight, err := ls.o.sendHeld(ctx, sctx, tr, m, started.Add(ls.o.handOffAfter()))
+	inflight, err := ls.sender.send(ctx, sctx, tr, m, watch, started.Add(time.Until(deadline)/slowSendDivisor), started.Add(ls.o.handOffAfter()))
 	done()
 	if inflight != nil {
 		ls.p.handed = &handedSend{lane: ls.p.lane, e: e, row: -1, msg: *r, done: inflight, started: started, watch: watch, member: ls.w}
@@ -658,38 +662,6 @@ var errHandedOff = errors.New("ordered send handed off to a keeper of its lane")
 // transport that honours that end to return.
 func (o *orderedWorker) handOffAfter() time.Duration {
 	return o.opts.LeaseDuration/2/slowSendDivisor + slowSend
-}
-
-// sendHeld sends m on sendCtx (ctx, or a child that ends a straggler) and
-// waits for the transport to return until handAt, or until ctx ends. A send
-// still running then is handed off: sendHeld returns errHandedOff and the
-// channel the transport's result will arrive on, and the caller's lane goes
-// to a keeper, which holds the lane, so that no other owner sends it, until
-// the transport returns however late (see keeper). A send ended as a
-// straggler reports errStraggler.
-func (o *orderedWorker) sendHeld(ctx, sendCtx context.Context, tr relayer.Transport, m *relayer.Message, handAt time.Time) (<-chan error, error) {
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- fmt.Errorf("transport panicked: %v", r)
-			}
-		}()
-		done <- tr.Send(sendCtx, m)
-	}()
-	hand := time.NewTimer(time.Until(handAt))
-	defer hand.Stop()
-	select {
-	case err := <-done:
-		if err != nil && sendCtx.Err() != nil && ctx.Err() == nil {
-			// Ended as a straggler, in time to record it.
-			return nil, fmt.Errorf("%w: %w", context.Cause(sendCtx), err)
-		}
-		return nil, err
-	case <-hand.C:
-	case <-ctx.Done():
-	}
-	return done, errHandedOff
 }
 
 // resolve finds the transport of an ordered row and checks that its endpoint
