@@ -359,8 +359,12 @@ func (o *orderedWorker) sendLanes(ctx, stop context.Context, parts []laneBatch, 
 // paused destination when p.probe is set. A send handed off (see laneSender.send)
 // ends the lane's sends. An error means the batch must roll back.
 func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, p *laneBatch, admitUntil time.Time) error {
-	ls := laneSend{o: o, w: o.group.member(p.lane), watch: watch, p: p}
+	ls := laneSend{o: o, w: o.group.member(p.lane), p: p}
 	defer ls.sender.close()
+	if watch != nil {
+		ls.straggler = watch.lane(ctx)
+		defer ls.straggler.close()
+	}
 	began := time.Now()
 	defer func() {
 		ls.w.stats.sent.Add(uint64(p.sent))
@@ -395,10 +399,12 @@ func (p *laneBatch) failed() int {
 
 // laneSend is the state of one lane's sends in a batch.
 type laneSend struct {
-	o     *orderedWorker
-	w     *orderedWorker // the worker whose share the lane is in, for counts and logs
-	watch *stragglers    // nil when the lane is the batch's only one
-	p     *laneBatch
+	o *orderedWorker
+	w *orderedWorker // the worker whose share the lane is in, for counts and logs
+	// straggler times the lane's sends against the batch's other lanes';
+	// nil when the lane is the batch's only one.
+	straggler *laneStraggler
+	p         *laneBatch
 	// sender runs the lane's sends on a goroutine that outlives a send
 	// handed off.
 	sender laneSender
@@ -504,8 +510,8 @@ func (ls *laneSend) send(ctx context.Context, e endpoint, r *store.Row) error {
 		return err
 	}
 	sctx, done := ctx, func() {}
-	if ls.watch != nil {
-		sctx, done = ls.watch.start(ctx)
+	if ls.straggler != nil {
+		sctx, done = ls.straggler.start(), ls.straggler.done
 	}
 	deadline, _ := ctx.Deadline()
 	watch := ls.o.aside.follow(e)

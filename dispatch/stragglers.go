@@ -50,6 +50,59 @@ func (w *stragglers) start(ctx context.Context) (context.Context, func()) {
 	}
 }
 
+// lane returns a watch for the sends of one lane, one at a time, on a
+// context of parent's that serves them all until one is ended as a
+// straggler: a context per send cost an ordered drain as much as the send.
+func (w *stragglers) lane(parent context.Context) *laneStraggler {
+	return &laneStraggler{w: w, parent: parent}
+}
+
+// laneStraggler watches one lane's sends for a stragglers (see lane).
+type laneStraggler struct {
+	w      *stragglers
+	parent context.Context
+	ctx    context.Context
+	g      *straggler
+}
+
+// start returns the context of a send that begins now.
+func (l *laneStraggler) start() context.Context {
+	if l.g == nil || l.ctx.Err() != nil {
+		// The first send, or the last was ended as a straggler.
+		if l.g != nil {
+			l.g.cancel(nil)
+		}
+		var cancel context.CancelCauseFunc
+		l.ctx, cancel = context.WithCancelCause(l.parent)
+		l.g = &straggler{cancel: cancel}
+	}
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l.g.started = time.Now()
+	w.running[l.g] = true
+	if due := l.g.started.Add(w.slowAfter); w.timer != nil && (w.armed.IsZero() || due.Before(w.armed)) {
+		w.armed = due
+		w.timer.Reset(w.slowAfter)
+	}
+	return l.ctx
+}
+
+// done records that the send started last has returned.
+func (l *laneStraggler) done() {
+	l.w.mu.Lock()
+	delete(l.w.running, l.g)
+	l.w.mu.Unlock()
+}
+
+// close ends the lane's context, and with it a send still running on it.
+func (l *laneStraggler) close() {
+	if l.g != nil {
+		l.done()
+		l.g.cancel(nil)
+	}
+}
+
 // finish records that one part of the work (a recovery group, an ordered
 // lane) is done: from then on, sends older than slowAfter are stragglers.
 func (w *stragglers) finish() {
