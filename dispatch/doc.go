@@ -126,7 +126,9 @@
 // two ways: the lanes a commit of this process touched (see
 // [Runner.Committed]), which need no query, and a read-only probe of its
 // lanes, run when it has nothing else to do, after a wake-up across
-// processes, at each poll, and at most every 20 ms while busy. The probe
+// processes, at each poll, and while busy at most every 20 ms, a gap that
+// doubles up to the poll interval while probes find only lanes its own
+// commits announced, and returns to 20 ms at the first other one. The probe
 // reads each lane's head from the lane's cursor (see step 2 below), as a
 // batch reads it, so that it too passes over no dead index entries of rows
 // already delivered. It runs up to

@@ -125,3 +125,31 @@ func TestLanesReadTogetherComeDueApart(t *testing.T) {
 		t.Errorf("lane 3's second read from its start recorded at %s, want %s", got.Sub(t0), t1.Sub(t0))
 	}
 }
+
+// While batches make progress, a probe that found only lanes a batch in
+// flight or a commit's wake-up accounts for makes the next wait twice as
+// long, up to the poll; one that found another lane brings it back to
+// busyProbeGap.
+func TestProbeGapBacksOffWhileCommitsAnnounceEveryLane(t *testing.T) {
+	running := map[int]bool{1: true}
+	poll := time.Second
+	for _, c := range []struct {
+		name         string
+		gap          time.Duration
+		found, woken []int
+		want         time.Duration
+	}{
+		{"nothing found", busyProbeGap, nil, nil, 2 * busyProbeGap},
+		{"a lane in flight", busyProbeGap, []int{1}, nil, 2 * busyProbeGap},
+		{"a lane a commit woke", 4 * busyProbeGap, []int{2}, []int{2}, 8 * busyProbeGap},
+		{"up to the poll", 800 * time.Millisecond, []int{1}, nil, poll},
+		{"another process's lane", poll, []int{1, 3}, []int{2}, busyProbeGap},
+	} {
+		if got := nextProbeGap(c.gap, c.found, c.woken, running, poll); got != c.want {
+			t.Errorf("%s: next gap %s, want %s", c.name, got, c.want)
+		}
+	}
+	if got := nextProbeGap(busyProbeGap, nil, nil, nil, time.Millisecond); got != busyProbeGap {
+		t.Errorf("with a 1 ms poll: next gap %s, want %s", got, busyProbeGap)
+	}
+}

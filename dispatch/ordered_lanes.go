@@ -184,6 +184,9 @@ type laneScheduler struct {
 	// probedAt is when the last probe ran, progressAt when a batch last
 	// made progress, and nextProbe, when set, when refill probes again.
 	probedAt, progressAt, nextProbe time.Time
+	// probeGap is the least time between two probes while batches make
+	// progress (see nextProbeGap).
+	probeGap time.Duration
 	// together counts the batches in flight of lanes that do not run alone.
 	together int
 	// keeping counts the lanes of running held by keepers (see keeper),
@@ -241,10 +244,13 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 		return false
 	}
 	asked := s.g.probeNow.Swap(false)
-	if next := s.probedAt.Add(busyProbeGap); !asked && s.progressAt.After(s.probedAt) && time.Now().Before(next) {
+	if s.probeGap == 0 {
+		s.probeGap = busyProbeGap
+	}
+	if next := s.probedAt.Add(s.probeGap); !asked && s.progressAt.After(s.probedAt) && time.Now().Before(next) {
 		// Busy with the lanes commits woke, which need no probe: probe for
 		// the others (rows of other processes, retries come due) at most
-		// once per busyProbeGap.
+		// once per probeGap.
 		s.nextProbe = next
 		return s.batching()
 	}
@@ -255,16 +261,41 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 		}
 		return true
 	}
-	s.pending = s.g.probe(ctx, sl, s.held, s.running)
+	found := s.g.probe(ctx, sl, s.held, s.running)
 	s.probedAt = time.Now()
 	s.free = append(s.free, sl)
 	s.fruitless = true
+	// Lanes commits woke while the probe ran were not its finding.
+	woken := s.g.takeWoken()
+	s.pending = found
+	for _, lane := range woken {
+		if !slices.Contains(s.pending, lane) {
+			s.pending = append(s.pending, lane)
+		}
+	}
+	s.probeGap = nextProbeGap(s.probeGap, found, woken, s.running, s.o.opts.PollInterval)
 	return len(s.pending) > 0 || s.batching()
 }
 
 // busyProbeGap is the least time between two probes while batches make
 // progress on woken lanes.
 const busyProbeGap = 20 * time.Millisecond
+
+// nextProbeGap returns the least time from a probe that found the ready
+// lanes found to the next while batches make progress: busyProbeGap when it
+// found a lane that neither a batch in flight nor a commit's wake-up (woken)
+// accounts for, such as rows of another process; otherwise twice gap, up to
+// poll. A Runner whose commits wake every lane it has rows for then probes
+// about once per poll rather than 50 times a second, while rows of other
+// processes keep being found within busyProbeGap once one is.
+func nextProbeGap(gap time.Duration, found, woken []int, running map[int]bool, poll time.Duration) time.Duration {
+	for _, lane := range found {
+		if !running[lane] && !slices.Contains(woken, lane) {
+			return busyProbeGap
+		}
+	}
+	return min(max(2*gap, busyProbeGap), max(poll, busyProbeGap))
+}
 
 // startPending starts batches for the pending lanes while slots are free.
 // A lane that runs alone (see solo) gets a batch of its own whenever a slot
