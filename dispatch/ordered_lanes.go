@@ -79,6 +79,7 @@ func (g *laneGroup) run(ctx context.Context) {
 		g:       g,
 		results: make(chan laneDone, g.concurrency()),
 		running: map[int]bool{},
+		again:   map[int]bool{},
 		held:    map[int]bool{},
 		solo:    map[int]bool{},
 		began:   map[*laneSlot]time.Time{},
@@ -172,7 +173,10 @@ type laneScheduler struct {
 	free    []*laneSlot
 	results chan laneDone
 	running map[int]bool // lanes with a batch in flight
-	held    map[int]bool // lanes whose lease this instance took
+	// again holds the lanes of running that commits woke meanwhile: they
+	// go again when their batch ends.
+	again map[int]bool
+	held  map[int]bool // lanes whose lease this instance took
 	// solo holds the lanes whose last sends failed or were slow: each runs
 	// in a batch of its own until it sends cleanly.
 	solo map[int]bool
@@ -312,7 +316,13 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 	for len(s.pending) > 0 {
 		ready := s.pending[:0:0]
 		for _, lane := range s.pending {
-			if !s.running[lane] && slices.Contains(assigned, lane) { // else in flight, or the share changed
+			switch {
+			case !slices.Contains(assigned, lane): // the share changed
+			case s.running[lane]:
+				// A commit woke it during its batch, perhaps after the
+				// batch read it: it goes again once the batch ends.
+				s.again[lane] = true
+			default:
 				ready = append(ready, lane)
 			}
 		}
@@ -398,6 +408,12 @@ func (s *laneScheduler) finished(r laneDone) bool {
 	for _, lane := range r.lanes {
 		if !slices.ContainsFunc(r.handed, func(h *handedSend) bool { return h.lane == lane }) {
 			delete(s.running, lane)
+			if s.again[lane] {
+				delete(s.again, lane)
+				if !slices.Contains(s.pending, lane) {
+					s.pending = append(s.pending, lane)
+				}
+			}
 		}
 	}
 	for _, h := range r.handed {

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,34 @@ func TestWakeWithEverySlotBusyProbesWhenOneIsFree(t *testing.T) {
 	}
 	if !g.probeNow.Load() {
 		t.Error("the Wake was dropped while every slot was busy")
+	}
+}
+
+// A lane that a commit woke while its batch was in flight, perhaps after
+// the batch read it, goes again once the batch ends, rather than waiting
+// for the next commit or probe.
+func TestLaneWokenDuringItsBatchGoesAgainAfterIt(t *testing.T) {
+	o := &orderedWorker{opts: OrderedOptions{Concurrency: 1}}
+	o.assigned.Store(&[]int{3, 4})
+	g := newLaneGroup(o)
+	g.live.Store(&[]*orderedWorker{o})
+	sl := &laneSlot{}
+	s := &laneScheduler{o: o, g: g, running: map[int]bool{3: true}, again: map[int]bool{}, held: map[int]bool{},
+		solo: map[int]bool{}, began: map[*laneSlot]time.Time{sl: time.Now()}, together: 1}
+	s.slots = []*laneSlot{sl} // the only slot, running lane 3
+	s.pending = []int{3}      // woken meanwhile
+	s.startPending(context.Background())
+	if len(s.pending) != 0 {
+		t.Fatalf("pending %v while lane 3's batch runs", s.pending)
+	}
+	s.finished(laneDone{slot: sl, lanes: []int{3}, batchResult: batchResult{held: []int{3}}})
+	if !slices.Equal(s.pending, []int{3}) {
+		t.Errorf("after its batch, pending %v, want lane 3 again", s.pending)
+	}
+	// A lane not woken during its batch is not batched again for nothing.
+	s.pending, s.running[4] = nil, true
+	s.finished(laneDone{slot: sl, lanes: []int{4}, batchResult: batchResult{held: []int{4}}})
+	if len(s.pending) != 0 {
+		t.Errorf("pending %v after a batch no commit woke again", s.pending)
 	}
 }
