@@ -212,8 +212,11 @@ type laneScheduler struct {
 }
 
 // addWoken adds the lanes commits woke to the pending ones.
-func (s *laneScheduler) addWoken() {
-	for _, lane := range s.g.takeWoken() {
+func (s *laneScheduler) addWoken() { s.addLanes(s.g.takeWoken()) }
+
+// addLanes adds the lanes commits woke to the pending ones.
+func (s *laneScheduler) addLanes(woken []int) {
+	for _, lane := range woken {
 		if !slices.Contains(s.pending, lane) {
 			s.pending = append(s.pending, lane)
 			s.fruitless = false
@@ -272,11 +275,7 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 	// Lanes commits woke while the probe ran were not its finding.
 	woken := s.g.takeWoken()
 	s.pending = found
-	for _, lane := range woken {
-		if !slices.Contains(s.pending, lane) {
-			s.pending = append(s.pending, lane)
-		}
-	}
+	s.addLanes(woken)
 	s.probeGap = nextProbeGap(s.probeGap, found, woken, s.running, s.o.opts.PollInterval)
 	return len(s.pending) > 0 || s.batching()
 }

@@ -34,20 +34,32 @@ func newStragglers(slowAfter time.Duration) *stragglers {
 // that begins now, and the function to call when it returns.
 func (w *stragglers) start(ctx context.Context) (context.Context, func()) {
 	gctx, cancel := context.WithCancelCause(ctx)
-	g := &straggler{cancel: cancel, started: time.Now()}
+	g := &straggler{cancel: cancel}
+	w.track(g)
+	return gctx, func() {
+		w.untrack(g)
+		cancel(nil)
+	}
+}
+
+// track times g from now, arming the timer for when it would become a
+// straggler.
+func (w *stragglers) track(g *straggler) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	g.started = time.Now()
 	w.running[g] = true
 	if due := g.started.Add(w.slowAfter); w.timer != nil && (w.armed.IsZero() || due.Before(w.armed)) {
 		w.armed = due
 		w.timer.Reset(w.slowAfter)
 	}
+}
+
+// untrack stops timing g, whose send returned.
+func (w *stragglers) untrack(g *straggler) {
+	w.mu.Lock()
+	delete(w.running, g)
 	w.mu.Unlock()
-	return gctx, func() {
-		w.mu.Lock()
-		delete(w.running, g)
-		w.mu.Unlock()
-		cancel(nil)
-	}
 }
 
 // lane returns a watch for the sends of one lane, one at a time, on a
@@ -57,7 +69,7 @@ func (w *stragglers) lane(parent context.Context) *laneStraggler {
 	return &laneStraggler{w: w, parent: parent}
 }
 
-// laneStraggler watches one lane's sends for a stragglers (see lane).
+// laneStraggler watches one lane's sends for stragglers (see lane).
 type laneStraggler struct {
 	w      *stragglers
 	parent context.Context
@@ -76,24 +88,12 @@ func (l *laneStraggler) start() context.Context {
 		l.ctx, cancel = context.WithCancelCause(l.parent)
 		l.g = &straggler{cancel: cancel}
 	}
-	w := l.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l.g.started = time.Now()
-	w.running[l.g] = true
-	if due := l.g.started.Add(w.slowAfter); w.timer != nil && (w.armed.IsZero() || due.Before(w.armed)) {
-		w.armed = due
-		w.timer.Reset(w.slowAfter)
-	}
+	l.w.track(l.g)
 	return l.ctx
 }
 
 // done records that the send started last has returned.
-func (l *laneStraggler) done() {
-	l.w.mu.Lock()
-	delete(l.w.running, l.g)
-	l.w.mu.Unlock()
-}
+func (l *laneStraggler) done() { l.w.untrack(l.g) }
 
 // close ends the lane's context, and with it a send still running on it.
 func (l *laneStraggler) close() {
