@@ -6,6 +6,8 @@ import (
 	"database/sql/driver"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -124,8 +126,25 @@ func (w *workerConn) openBatch(ctx context.Context) error {
 // while batches follow one another. A failed end leaves nothing chained; the
 // caller drops the connection.
 func (w *workerConn) endBatch(ctx context.Context, end string) error {
+	return w.chain(func() error {
+		_, err := w.conn.ExecContext(ctx, end+" AND CHAIN")
+		return err
+	})
+}
+
+// commitDeletes ends an ordered batch's transaction as endBatch does with
+// "COMMIT", deleting the rows ids read under the lanes' leases (held with
+// token) on the way: all of them, or nothing is committed and it fails (see
+// store.Store.CommitLaneDeletes).
+func (w *workerConn) commitDeletes(ctx context.Context, ids []uuid.UUID, token uuid.UUID) error {
+	return w.chain(func() error { return w.st.CommitLaneDeletes(ctx, ids, token, true) })
+}
+
+// chain runs end, which ends the open batch's transaction and chains the
+// next one's, and records when.
+func (w *workerConn) chain(end func() error) error {
 	w.txFrom = time.Now()
-	if _, err := w.conn.ExecContext(ctx, end+" AND CHAIN"); err != nil {
+	if err := end(); err != nil {
 		return err
 	}
 	w.chainedAt = time.Now()

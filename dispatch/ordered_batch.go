@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,7 +95,7 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 		return buf, res, err
 	}
 	g := o.group
-	held, renewed, err := o.leaseLanes(ctx, st, conn, lanes)
+	held, renewed, from, buf, reads, err := o.leaseAndRead(ctx, st, conn, buf, lanes)
 	if err != nil {
 		return buf, res, err
 	}
@@ -109,16 +110,11 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 		return buf, res, end("ROLLBACK")
 	}
 	now := o.clock.now()
-	from := g.cursors.from(held)
 	defer func() {
 		if err != nil {
 			g.cursors.forget(held)
 		}
 	}()
-	buf, reads, err := st.ReadLanes(ctx, buf, from, o.opts.BatchSize)
-	if err != nil {
-		return buf, res, err
-	}
 	parts := o.admitHeads(buf, now)
 	defer o.releaseProbes(parts)
 	if len(parts) == 0 {
@@ -145,10 +141,7 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 		// aside): the leases' renewal goes with the rollback.
 		return buf, res, end("ROLLBACK")
 	}
-	if err := o.settle(ctx, st, parts); err != nil {
-		return buf, res, err
-	}
-	if err := end("COMMIT"); err != nil {
+	if err := o.settle(ctx, st, conn, parts); err != nil {
 		return buf, res, err
 	}
 	if renewed != nil {
@@ -163,25 +156,42 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 	return buf, done, nil
 }
 
-// leaseLanes takes the batch's hold on lanes in the open transaction and
-// returns the lanes it holds, in ascending order. When every one of lanes was
-// renewed under its owner within the last third of the lease, it locks
-// their lease rows without writing them, and renewed is nil; otherwise it
-// takes or renews each lease, and renewed records the renewal, to be called
-// once the transaction has committed.
-func (o *orderedWorker) leaseLanes(ctx context.Context, st *store.Store, conn *workerConn, lanes []int) (held []int, renewed func(), err error) {
+// leaseAndRead takes the batch's hold on lanes in the open transaction and
+// reads the heads of the lanes it holds, returning the lanes it holds in
+// ascending order, the cursors it read from and what the read returned. When
+// every one of lanes was renewed under its owner within the last third of
+// the lease, it locks their lease rows without writing them, and renewed is
+// nil (the lock and the read go in one round trip: see
+// store.Store.LockAndReadLanes); otherwise it takes or renews each lease,
+// and renewed records the renewal, to be called once the transaction has
+// committed.
+func (o *orderedWorker) leaseAndRead(ctx context.Context, st *store.Store, conn *workerConn, buf []store.Row, lanes []int) (held []int, renewed func(), from []store.LaneCursor, rows []store.Row, reads []store.LaneRead, err error) {
 	g, d := o.group, o.opts.LeaseDuration
 	owners := g.owners(lanes)
 	if g.renewals.fresh(lanes, owners, d-d/3) {
 		// The database checks the leases too, with room for the clocks.
-		held, err = st.LockLaneLeases(ctx, lanes, g.token, d/2)
-		return held, nil, err
+		// The read's cursors go in lane order, as its rows come.
+		from = g.cursors.from(slices.Sorted(slices.Values(lanes)))
+		held, rows, reads, err = st.LockAndReadLanes(ctx, lanes, g.token, d/2, buf, from, o.opts.BatchSize)
+		if err != nil {
+			g.cursors.forget(lanes)
+		}
+		return held, nil, from, rows, reads, err
 	}
-	from := conn.txFrom // the transaction's now(), which the renewal counts from, is no earlier
+	txFrom := conn.txFrom // the transaction's now(), which the renewal counts from, is no earlier
 	if held, err = st.AcquireLaneLeasesFor(ctx, lanes, owners, g.token, d); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, buf, nil, err
 	}
-	return held, func() { g.renewals.renewed(held, lanes, owners, from.Add(d)) }, nil
+	renewed = func() { g.renewals.renewed(held, lanes, owners, txFrom.Add(d)) }
+	if len(held) == 0 {
+		return nil, renewed, nil, buf, nil, nil
+	}
+	from = g.cursors.from(held)
+	if rows, reads, err = st.ReadLanes(ctx, buf, from, o.opts.BatchSize); err != nil {
+		g.cursors.forget(held)
+		return nil, nil, nil, rows, nil, err
+	}
+	return held, renewed, from, rows, reads, nil
 }
 
 // admitHeads splits the held lanes' head rows, read in lane and id order,
@@ -541,10 +551,11 @@ func (o *orderedWorker) recordFailure(p *laneBatch, i int, f laneFailure) {
 
 // settle records a batch's outcome under its lanes' leases, each write
 // fenced by the worker's lease token and in one statement for all its
-// lanes: it deletes the sent rows (all of them, or the
+// lanes, and commits it: it deletes the sent rows (all of them, or the
 // batch rolls back) and records the failed rows' attempts and errors. The
-// rest stay as they are.
-func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []laneBatch) error {
+// rest stay as they are. A batch that only deletes sends its delete with
+// its commit (see store.Store.CommitLaneDeletes).
+func (o *orderedWorker) settle(ctx context.Context, st *store.Store, conn *workerConn, parts []laneBatch) error {
 	out := sortOutcomes(parts)
 	if len(out.buried) > 0 {
 		// Written to the dead letters, then deleted with the sent rows in
@@ -553,23 +564,27 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 			return err
 		}
 	}
-	if gone := len(out.sent) + len(out.buried); gone > 0 {
-		ids := out.sent
-		for i := range out.buried {
-			ids = append(ids, out.buried[i].ID)
-		}
+	ids := out.sent
+	for i := range out.buried {
+		ids = append(ids, out.buried[i].ID)
+	}
+	records := []struct {
+		failures []store.Failure
+		record   func(context.Context, []store.Failure, uuid.UUID) (int64, error)
+	}{{out.fails, st.FailLaneRows}, {out.parks, st.ParkLaneRows}, {out.defers, st.DeferLaneRows}}
+	if len(ids) > 0 && len(out.fails)+len(out.parks)+len(out.defers) == 0 {
+		return conn.commitDeletes(ctx, ids, o.group.token)
+	}
+	if len(ids) > 0 {
 		n, err := st.DeleteLaneRows(ctx, ids, o.group.token)
 		if err != nil {
 			return err
 		}
-		if n != int64(gone) {
-			return fmt.Errorf("deleted %d of %d sent or dead-lettered rows; rolling back, they will be sent again", n, gone)
+		if n != int64(len(ids)) {
+			return fmt.Errorf("deleted %d of %d sent or dead-lettered rows; rolling back, they will be sent again", n, len(ids))
 		}
 	}
-	for _, f := range []struct {
-		failures []store.Failure
-		record   func(context.Context, []store.Failure, uuid.UUID) (int64, error)
-	}{{out.fails, st.FailLaneRows}, {out.parks, st.ParkLaneRows}, {out.defers, st.DeferLaneRows}} {
+	for _, f := range records {
 		if len(f.failures) == 0 {
 			continue
 		}
@@ -581,7 +596,7 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, parts []lan
 			return fmt.Errorf("recorded %d of %d failures; rolling back", n, len(f.failures))
 		}
 	}
-	return nil
+	return conn.endBatch(ctx, "COMMIT")
 }
 
 // batchOutcomes are a batch's rows sorted by what settles them.

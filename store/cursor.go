@@ -181,17 +181,44 @@ func before(id uuid.UUID) uuid.UUID {
 // advance its cursor with. The caller must hold the lanes' leases in the
 // same transaction.
 func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, limit int) ([]Row, []LaneRead, error) {
-	if limit <= 0 {
-		return dst[:0], nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
-	}
-	if len(from) == 0 {
-		return dst[:0], nil, nil
+	if any, err := validLaneRead(from, limit); !any || err != nil {
+		return dst[:0], nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, append(cursorArgs(from), limit)...)
 	if err != nil {
 		return dst[:0], nil, wrap(ctx, "read lanes", err)
 	}
 	defer rows.Close()
+	dst, reads, err := s.scanLaneReads(rows, dst, limit)
+	if err == nil {
+		err = rows.Close()
+	}
+	if err != nil {
+		return dst[:0], nil, wrap(ctx, "read lanes", err)
+	}
+	return dst, reads, nil
+}
+
+// validLaneRead checks a lane read's limit and reports whether from names any
+// lane to read.
+func validLaneRead(from []LaneCursor, limit int) (bool, error) {
+	if limit <= 0 {
+		return false, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+	}
+	return len(from) > 0, nil
+}
+
+// laneRows is the result of a lane read: *sql.Rows, or pgx's rows where the
+// read was pipelined (see pipelined).
+type laneRows interface {
+	rowScanner
+	Next() bool
+	Err() error
+}
+
+// scanLaneReads appends the rows of a lane read (laneHeads) to dst[:0] and
+// returns them with what the read learned about each lane.
+func (s *Store) scanLaneReads(rows laneRows, dst []Row, limit int) ([]Row, []LaneRead, error) {
 	dst = dst[:0]
 	var (
 		reads     []LaneRead
@@ -201,12 +228,13 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		nextRetry sql.NullTime
 		life      sql.RawBytes
 		held      sql.RawBytes
+		err       error
 	)
 	for rows.Next() {
 		dst = append(dst, Row{})
 		r := &dst[len(dst)-1]
 		if err := sc.scanKeepingCorrupt(rows, r, &snap, &acquired, &nextRetry, &life, &held); err != nil {
-			return dst[:0], nil, wrap(ctx, "read lanes", err)
+			return dst, nil, err
 		}
 		if n := len(reads); n > 0 && reads[n-1].Lane == r.Lane {
 			reads[n-1].Rows++
@@ -214,7 +242,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		}
 		read := LaneRead{Lane: r.Lane, Rows: 1}
 		if read.xmax, read.xip, read.lowest, read.probes, err = parseSnapshot(snap); err != nil {
-			return dst[:0], nil, wrap(ctx, "read lanes", err)
+			return dst, nil, err
 		}
 		if acquired.Valid {
 			read.since = acquired.Time.UTC()
@@ -228,12 +256,12 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 	}
 	if err := rows.Err(); err != nil {
 		// An interrupted read must never look like a short backlog.
-		return dst[:0], nil, wrap(ctx, "read lanes", err)
+		return dst, nil, err
 	}
 	for i := range reads {
 		reads[i].full = reads[i].Rows >= limit
 	}
-	return dst, reads, wrap(ctx, "read lanes", rows.Close())
+	return dst, reads, nil
 }
 
 // cursorArgs returns the parameters $1 to $10 of a read from the cursors

@@ -55,7 +55,10 @@
 //     commits; [Store.ReadLaneHeads] reads from the lanes' starts), sends the
 //     admitted prefixes, and
 //     settles them with [Store.DeleteLaneRows], [Store.FailLaneRows],
-//     [Store.ParkLaneRows] and [Store.Bury] before committing. The locked
+//     [Store.ParkLaneRows] and [Store.Bury] before committing. On a pinned
+//     pgx connection the lock goes with the read, and a batch that only
+//     deletes sends its delete with its commit, in one round trip each
+//     ([Store.LockAndReadLanes], [Store.CommitLaneDeletes]). The locked
 //     lease rows keep every other worker off the lanes' rows until then, so
 //     the rows need no claim ([Store.ClaimLaneRows] claims them for a caller
 //     that settles outside that transaction). [Store.ProbeLanes] finds
@@ -95,7 +98,10 @@
 // # Drivers
 //
 // The store works with any database/sql PostgreSQL driver that passes string
-// parameters through, and is tested with github.com/jackc/pgx/v5/stdlib and
+// parameters through. On a *sql.Conn of pgx's stdlib driver, the lane
+// statements a worker sends together travel in one round trip (a pgx batch);
+// on other drivers they run one by one, with the same results. It is tested
+// with github.com/jackc/pgx/v5/stdlib and
 // github.com/lib/pq (its conformance tests, which run on both, live in the
 // repository's tests module). Array parameters travel as array literals in
 // text form.

@@ -152,18 +152,31 @@ func (s *Store) AcquireLaneLeasesFor(ctx context.Context, lanes []int, owners []
 // lock instead of a new row version per lease, which matters when an old
 // snapshot held elsewhere keeps vacuum from removing the old versions.
 func (s *Store) LockLaneLeases(ctx context.Context, lanes []int, token uuid.UUID, min time.Duration) ([]int, error) {
-	if token == uuid.Nil {
-		return nil, fmt.Errorf("%w: a lease needs a token", ErrInvalidArgument)
-	}
-	if min < 0 {
-		return nil, fmt.Errorf("%w: negative time left %s", ErrInvalidArgument, min)
+	if err := validLaneLock(token, min); err != nil {
+		return nil, err
 	}
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	return queryRows(ctx, s.db, "lock lane leases", s.q.laneLocks, []any{intArray(lanes), token, min.Microseconds()}, func(rows *sql.Rows, l *int) error {
+	return queryRows(ctx, s.db, "lock lane leases", s.q.laneLocks, s.laneLockArgs(lanes, token, min), func(rows *sql.Rows, l *int) error {
 		return rows.Scan(l)
 	})
+}
+
+// validLaneLock checks the arguments of a lock of lane leases.
+func validLaneLock(token uuid.UUID, min time.Duration) error {
+	if token == uuid.Nil {
+		return fmt.Errorf("%w: a lease needs a token", ErrInvalidArgument)
+	}
+	if min < 0 {
+		return fmt.Errorf("%w: negative time left %s", ErrInvalidArgument, min)
+	}
+	return nil
+}
+
+// laneLockArgs are the parameters of laneLocks.
+func (s *Store) laneLockArgs(lanes []int, token uuid.UUID, min time.Duration) []any {
+	return []any{intArray(lanes), token, min.Microseconds()}
 }
 
 // ClaimLaneRows claims rows by id (ids read from lanes under their locks) in

@@ -46,6 +46,9 @@ type queries struct {
 	laneLocks    string
 	laneClaim    string
 	laneDelete   string
+	// laneDeleteAll is laneDelete that fails unless it deletes every row
+	// ($3 of them; see laneRowsGoneMark).
+	laneDeleteAll string
 	laneFail     string
 	lanePark     string
 	laneDefer    string
@@ -187,7 +190,7 @@ func buildQueries(n names) *queries {
     ORDER BY id LIMIT $2
     FOR UPDATE SKIP LOCKED`
 	}
-	return &queries{
+	q := &queries{
 		// lane IS NOT NULL is implied by lane = $1; it is spelled out so that the
 		// partial index's predicate matches in every plan, generic ones included.
 		readLane: `SELECT ` + rowColumns + ` FROM ` + n.Outbox + `
@@ -406,6 +409,12 @@ WHERE o.id = f.id AND o.claim_token = $3 AND o.claimed_until > $4`,
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[],
     $7::text[], $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[])`,
 	}
+	// The cast fails with a message naming the counts (laneRowsGoneMark).
+	q.laneDeleteAll = `WITH d AS (` + q.laneDelete + `
+RETURNING 1)
+SELECT CASE WHEN count(*) = $3 THEN count(*)
+    ELSE ('` + laneRowsGoneMark + `' || count(*) || ' of ' || $3)::bigint END FROM d`
+	return q
 }
 
 // insertValuesMax is the most rows Insert writes with a VALUES list; more

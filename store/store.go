@@ -323,10 +323,16 @@ func (sc *rowScratch) keep(b []byte) []byte {
 	return sc.arena[start:len(sc.arena):len(sc.arena)]
 }
 
+// rowScanner is the current row of a result: *sql.Rows, or pgx's rows where
+// the store runs statements on pgx directly (see pipelined).
+type rowScanner interface {
+	Scan(dest ...any) error
+}
+
 // scanKeepingCorrupt is scan that returns a row whose headers do not decode
 // marked Corrupt, with its stored header bytes kept for a write-back, instead
 // of failing.
-func (sc *rowScratch) scanKeepingCorrupt(rows *sql.Rows, r *Row, extra ...any) error {
+func (sc *rowScratch) scanKeepingCorrupt(rows rowScanner, r *Row, extra ...any) error {
 	err := sc.scan(rows, r, extra...)
 	var rowErr *RowError
 	if errors.As(err, &rowErr) {
@@ -339,7 +345,7 @@ func (sc *rowScratch) scanKeepingCorrupt(rows *sql.Rows, r *Row, extra ...any) e
 
 // scan reads the rowColumns of the current row into r, and any columns after
 // them into extra.
-func (sc *rowScratch) scan(rows *sql.Rows, r *Row, extra ...any) error {
+func (sc *rowScratch) scan(rows rowScanner, r *Row, extra ...any) error {
 	m := &r.Message
 	sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, &sc.rawBody, &sc.rawHeaders,
 		&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, &r.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil, &sc.retryAt)

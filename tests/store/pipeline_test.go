@@ -1,0 +1,240 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+// pipelineLanes is the lane count of the pipeline tests' messages.
+const pipelineLanes = 4
+
+// keysOnLanes returns a key on each of lanes.
+func keysOnLanes(t *testing.T, lanes ...int) []string {
+	t.Helper()
+	keys := make([]string, len(lanes))
+	for i, want := range lanes {
+		for n := 0; keys[i] == ""; n++ {
+			k := fmt.Sprintf("k%d", n)
+			if l, err := relayer.Lane(k, pipelineLanes); err != nil {
+				t.Fatal(err)
+			} else if l == want {
+				keys[i] = k
+			}
+		}
+	}
+	return keys
+}
+
+// pinned returns a connection of db with an open transaction, and the store
+// bound to it: a worker's session, whose batches BEGIN and COMMIT on it.
+func (b *bundle) pinned(t *testing.T, db *sql.DB) (*sql.Conn, *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	st, err := b.store.With(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, st
+}
+
+func mustExecOn(t *testing.T, conn *sql.Conn, stmt string) {
+	t.Helper()
+	if _, err := conn.ExecContext(context.Background(), stmt); err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+}
+
+// A lock and read sent together (in one round trip on pgx, one by one on
+// other drivers) read after the lock is held: a batch that waited for the
+// previous holder's transaction sees what that transaction deleted as gone,
+// as if it had waited before reading. And a delete sent with its commit
+// commits only when it deleted every row it was given.
+func TestLockAndReadLanesReadsAfterTheLock(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		lanes := []int{1, 2}
+		keys := keysOnLanes(t, lanes...)
+		var msgs []relayer.Message
+		for i := range 6 {
+			msgs = append(msgs, b.ordered(t, keys[i%2], pipelineLanes))
+		}
+		b.insert(t, msgs...)
+		token := uuid.New()
+		if held, err := b.store.AcquireLaneLeases(ctx, lanes, "me", token, time.Minute); err != nil || !slices.Equal(held, lanes) {
+			t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
+		}
+		cursors := []store.LaneCursor{store.NewLaneCursor(1), store.NewLaneCursor(2)}
+
+		// The previous holder's batch: it holds the lanes' locks and
+		// delivers the first row of lane 1 (msgs[0]).
+		prev, err := b.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prev.Rollback()
+		prevStore, err := b.store.With(prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held, err := prevStore.LockLaneLeases(ctx, lanes, token, 0); err != nil || !slices.Equal(held, lanes) {
+			t.Fatalf("previous holder's lock = %v, %v", held, err)
+		}
+		if n, err := prevStore.DeleteLaneRows(ctx, []uuid.UUID{msgs[0].ID}, token); err != nil || n != 1 {
+			t.Fatalf("previous holder's delete = %d, %v", n, err)
+		}
+
+		conn, st := b.pinned(t, b.db)
+		var pid int
+		if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		mustExecOn(t, conn, "BEGIN")
+		type result struct {
+			held []int
+			rows []store.Row
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			held, rows, _, err := st.LockAndReadLanes(ctx, lanes, token, 0, nil, cursors, 10)
+			done <- result{held, rows, err}
+		}()
+		waitForLockWait(t, b.db, pid)
+		if err := prev.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || !slices.Equal(r.held, lanes) {
+			t.Fatalf("LockAndReadLanes = %v, %v", r.held, r.err)
+		}
+		if want := msgs[1:]; !slices.Equal(ids(r.rows), sortedByLane(want)) {
+			t.Fatalf("read %v after the previous holder committed, want %v (not the row it delivered)", ids(r.rows), sortedByLane(want))
+		}
+
+		// One row more than the lanes hold: nothing is committed.
+		err = st.CommitLaneDeletes(ctx, append(ids(r.rows), uuid.New()), token, true)
+		if !errors.Is(err, store.ErrLaneRowsGone) {
+			t.Fatalf("CommitLaneDeletes with a row gone = %v, want ErrLaneRowsGone", err)
+		}
+		mustExecOn(t, conn, "ROLLBACK")
+		if got := b.laneRows(t, cursors); len(got) != len(msgs)-1 {
+			t.Fatalf("%d rows left after a failed CommitLaneDeletes, want %d", len(got), len(msgs)-1)
+		}
+
+		// Every row: committed, and a new transaction chained.
+		mustExecOn(t, conn, "BEGIN")
+		held, rows, _, err := st.LockAndReadLanes(ctx, lanes, token, 0, nil, cursors, 10)
+		if err != nil || !slices.Equal(held, lanes) || len(rows) != len(msgs)-1 {
+			t.Fatalf("LockAndReadLanes = %v, %d rows, %v", held, len(rows), err)
+		}
+		if err := st.CommitLaneDeletes(ctx, ids(rows), token, true); err != nil {
+			t.Fatalf("CommitLaneDeletes: %v", err)
+		}
+		if got := b.laneRows(t, cursors); len(got) != 0 {
+			t.Fatalf("%d rows left after CommitLaneDeletes, want none", len(got))
+		}
+		time.Sleep(5 * time.Millisecond)
+		var chained bool
+		if err := conn.QueryRowContext(ctx, `SELECT now() < statement_timestamp()`).Scan(&chained); err != nil || !chained {
+			t.Fatalf("after CommitLaneDeletes with chain: in a transaction begun earlier = %v, %v", chained, err)
+		}
+		mustExecOn(t, conn, "ROLLBACK")
+	})
+}
+
+// On a pinned pgx connection the lock and the read take one round trip, and
+// so do the delete and the commit.
+func TestPipelinedLaneStatementsTakeOneRoundTripEach(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "pgx")
+	ctx := context.Background()
+	lanes := []int{0, 3}
+	keys := keysOnLanes(t, lanes...)
+	token := uuid.New()
+	if _, err := b.store.AcquireLaneLeases(ctx, lanes, "me", token, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	db, writes := testdb.OpenCounting(t)
+	conn, st := b.pinned(t, db)
+	cursors := []store.LaneCursor{store.NewLaneCursor(0), store.NewLaneCursor(3)}
+	for round := range 3 { // the first round prepares the statements
+		b.insert(t, b.ordered(t, keys[0], pipelineLanes), b.ordered(t, keys[1], pipelineLanes))
+		mustExecOn(t, conn, "BEGIN")
+		before := writes.Load()
+		held, rows, _, err := st.LockAndReadLanes(ctx, lanes, token, 0, nil, cursors, 10)
+		if err != nil || !slices.Equal(held, lanes) || len(rows) != 2 {
+			t.Fatalf("LockAndReadLanes = %v, %d rows, %v", held, len(rows), err)
+		}
+		read := writes.Load()
+		if err := st.CommitLaneDeletes(ctx, ids(rows), token, false); err != nil {
+			t.Fatal(err)
+		}
+		if round > 0 && (read-before != 1 || writes.Load()-read != 1) {
+			t.Errorf("round trips: %d for the lock and read, %d for the delete and commit; want 1 each", read-before, writes.Load()-read)
+		}
+	}
+}
+
+// waitForLockWait waits until the session pid waits for a lock.
+func waitForLockWait(t *testing.T, db *sql.DB, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		err := db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)`, pid).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lock and read never waited for the previous holder's lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// laneRows reads the lanes of from, from their start, outside any batch.
+func (b *bundle) laneRows(t *testing.T, from []store.LaneCursor) []store.Row {
+	t.Helper()
+	rows, _, err := b.store.ReadLanes(context.Background(), nil, from, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// sortedByLane returns the ids of msgs in the order a lane read returns
+// them: by lane, then by id.
+func sortedByLane(msgs []relayer.Message) []uuid.UUID {
+	ms := slices.Clone(msgs)
+	slices.SortStableFunc(ms, func(x, y relayer.Message) int {
+		if x.Lane != y.Lane {
+			return x.Lane - y.Lane
+		}
+		return slices.Compare(x.ID[:], y.ID[:])
+	})
+	out := make([]uuid.UUID, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
