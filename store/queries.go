@@ -40,21 +40,21 @@ type queries struct {
 	beyondLanes string
 	serverTime  string
 
-	listLeases   string
-	laneHeads    string
-	laneLeases   string
-	laneLocks    string
-	laneClaim    string
-	laneDelete   string
+	listLeases string
+	laneHeads  string
+	laneLeases string
+	laneLocks  string
+	laneClaim  string
+	laneDelete string
 	// laneDeleteAll is laneDelete that fails unless it deletes every row
 	// ($3 of them; see laneRowsGoneMark).
 	laneDeleteAll string
-	laneFail     string
-	lanePark     string
-	laneDefer    string
-	releaseOwner string
-	pruneMembers string
-	liveMembers  string
+	laneFail      string
+	lanePark      string
+	laneDefer     string
+	releaseOwner  string
+	pruneMembers  string
+	liveMembers   string
 }
 
 // eligible is the predicate of a row that may be delivered at the instant $now:
