@@ -181,7 +181,7 @@ func before(id uuid.UUID) uuid.UUID {
 // advance its cursor with. The caller must hold the lanes' leases in the
 // same transaction.
 func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, limit int) ([]Row, []LaneRead, error) {
-	if any, err := validLaneRead(from, limit); !any || err != nil {
+	if toRead, err := validLaneRead(from, limit); !toRead || err != nil {
 		return dst[:0], nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, append(cursorArgs(from), limit)...)

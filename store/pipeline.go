@@ -65,8 +65,11 @@ func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UU
 	if err := validLaneLock(token, min); err != nil {
 		return nil, dst[:0], nil, err
 	}
-	any, err := validLaneRead(from, limit)
-	if err != nil || !any || len(lanes) == 0 {
+	toRead, err := validLaneRead(from, limit)
+	if err != nil {
+		return nil, dst[:0], nil, err
+	}
+	if !toRead || len(lanes) == 0 {
 		held, err := s.LockLaneLeases(ctx, lanes, token, min)
 		return held, dst[:0], nil, err
 	}

@@ -271,6 +271,8 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 		{"laneHeads", s.q.laneHeads, laneRead4, laneIdx, "{0,1,2,3}"},
 		{"laneHeadsXact", s.q.laneHeads, laneRead4, xactIdx, "{0,1,2,3}"},
 		{"laneDelete", s.q.laneDelete, ids + ", " + token, pkey, "0190a000"},
+		// Run on the empty outbox: deleting none of none is deleting all.
+		{"laneDeleteAll", s.q.laneDeleteAll, ids + ", " + token + ", 0", pkey, "0190a000"},
 		{"laneFail", s.q.laneFail, ids + ", " + texts + ", '{NULL,NULL}', " + token, pkey, "0190a000"},
 		{"lanePark", s.q.lanePark, ids + ", " + texts + ", " + token, pkey, "0190a000"},
 	}

@@ -75,7 +75,7 @@ func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 //     write-back, [Store.Restore], is an INSERT). An ordered worker's batch
 //     sessions are tuned the same way for the lane statements ([Store.ProbeLanes],
 //     [Store.AcquireLaneLeases], [Store.LockLaneLeases], [Store.ReadLanes],
-//     [Store.DeleteLaneRows],
+//     [Store.LockAndReadLanes], [Store.DeleteLaneRows], [Store.CommitLaneDeletes],
 //     [Store.FailLaneRows], [Store.ParkLaneRows], [Store.Bury];
 //     TestOrderedSessionsPlanWithIndexes), and random_page_cost = 1.1, as
 //     for a table in memory or on SSD: at the default 4, a lane read on a

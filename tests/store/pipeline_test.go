@@ -238,3 +238,31 @@ func sortedByLane(msgs []relayer.Message) []uuid.UUID {
 	}
 	return out
 }
+
+// Bad arguments fail before anything is sent, naming what is wrong.
+func TestLockAndReadLanesAndCommitLaneDeletesCheckTheirArguments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "pgx")
+	ctx := context.Background()
+	_, st := b.pinned(t, b.db)
+	cursors := []store.LaneCursor{store.NewLaneCursor(0)}
+	for name, call := range map[string]func() error{
+		"no token": func() error {
+			_, _, _, err := st.LockAndReadLanes(ctx, []int{0}, uuid.Nil, 0, nil, cursors, 10)
+			return err
+		},
+		"negative time left": func() error {
+			_, _, _, err := st.LockAndReadLanes(ctx, []int{0}, uuid.New(), -time.Second, nil, cursors, 10)
+			return err
+		},
+		"no limit": func() error {
+			_, _, _, err := st.LockAndReadLanes(ctx, []int{0}, uuid.New(), 0, nil, cursors, 0)
+			return err
+		},
+		"no rows to delete": func() error { return st.CommitLaneDeletes(ctx, nil, uuid.New(), false) },
+	} {
+		if err := call(); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
