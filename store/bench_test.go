@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -312,4 +313,70 @@ func bloatedLanes(b *testing.B, held bool) (*store.Store, *sql.DB, []store.LaneC
 		b.Fatal(err)
 	}
 	return s, db, cursors
+}
+
+// BenchmarkLockAndReadLanes is an ordered batch's first round trip in a
+// steady stream: the lease lock and the read of ten lanes holding one row
+// each, on a pinned connection (pgx's batch; one by one on lib/pq), and, for
+// comparison, in a *sql.Tx, where pgx too runs them one by one.
+func BenchmarkLockAndReadLanes(b *testing.B) {
+	for _, driver := range testdb.Drivers() {
+		b.Run(driver, func(b *testing.B) { benchLockAndReadLanes(b, driver, false) })
+		b.Run(driver+"/one-by-one", func(b *testing.B) { benchLockAndReadLanes(b, driver, true) })
+	}
+}
+
+func benchLockAndReadLanes(b *testing.B, driver string, inTx bool) {
+	{
+		{
+			s, mk := benchSetup(b, driver)
+			ctx := context.Background()
+			msgs := mk(10)
+			lanes := make([]int, len(msgs))
+			from := make([]store.LaneCursor, len(msgs))
+			for i := range msgs {
+				msgs[i].Key, msgs[i].Ordered, msgs[i].Lane = fmt.Sprintf("k%d", i), true, i
+				lanes[i], from[i] = i, store.NewLaneCursor(i)
+			}
+			if err := s.Insert(ctx, msgs); err != nil {
+				b.Fatal(err)
+			}
+			token := uuid.New()
+			if _, err := s.AcquireLaneLeases(ctx, lanes, "bench", token, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+			conn, err := testdb.Open(b, driver).Conn(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			var db store.DBTX = conn
+			if inTx {
+				tx, err := conn.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tx.Rollback()
+				db = tx
+			} else {
+				if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+					b.Fatal(err)
+				}
+				defer conn.ExecContext(ctx, "ROLLBACK")
+			}
+			st, err := s.With(db)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var buf []store.Row
+			b.ReportAllocs()
+			for b.Loop() {
+				held, rows, _, err := st.LockAndReadLanes(ctx, lanes, token, 0, buf, from, 100)
+				if err != nil || len(held) != len(lanes) || len(rows) != len(msgs) {
+					b.Fatalf("LockAndReadLanes = %v, %d rows, %v", held, len(rows), err)
+				}
+				buf = rows
+			}
+		}
+	}
 }

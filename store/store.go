@@ -300,8 +300,14 @@ type rowScratch struct {
 	freshBytes bool
 }
 
-// arenaChunk is the size of the blocks row bodies are copied into.
-const arenaChunk = 64 << 10
+// arenaChunk is the size of the blocks row bodies are copied into, and
+// arenaFirst that of a read's first block, which doubles up to arenaChunk as
+// the read goes on: most reads of a steady stream return a few rows, and a
+// whole chunk for each, cleared before use, cost more than their rows.
+const (
+	arenaChunk = 64 << 10
+	arenaFirst = 4 << 10
+)
 
 // keep copies b into the arena and returns the copy, its capacity clipped so
 // that appending to it never overwrites the next row's bytes.
@@ -316,7 +322,7 @@ func (sc *rowScratch) keep(b []byte) []byte {
 		return bytes.Clone(b)
 	}
 	if cap(sc.arena)-len(sc.arena) < len(b) {
-		sc.arena = make([]byte, 0, arenaChunk)
+		sc.arena = make([]byte, 0, min(arenaChunk, max(arenaFirst, 2*cap(sc.arena), len(b))))
 	}
 	start := len(sc.arena)
 	sc.arena = append(sc.arena, b...)
