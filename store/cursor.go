@@ -189,7 +189,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		return dst[:0], nil, wrap(ctx, "read lanes", err)
 	}
 	defer rows.Close()
-	dst, reads, err := s.scanLaneReads(rows, dst, limit)
+	dst, reads, err := s.scanLaneReads(rows, false, dst, limit)
 	if err == nil {
 		err = rows.Close()
 	}
@@ -217,12 +217,13 @@ type laneRows interface {
 }
 
 // scanLaneReads appends the rows of a lane read (laneHeads) to dst[:0] and
-// returns them with what the read learned about each lane.
-func (s *Store) scanLaneReads(rows laneRows, dst []Row, limit int) ([]Row, []LaneRead, error) {
+// returns them with what the read learned about each lane. lent is set for
+// pgx's own rows (see rowScratch.lent).
+func (s *Store) scanLaneReads(rows laneRows, lent bool, dst []Row, limit int) ([]Row, []LaneRead, error) {
 	dst = dst[:0]
 	var (
 		reads     []LaneRead
-		sc        = rowScratch{freshBytes: s.freshBytes}
+		sc        = rowScratch{freshBytes: s.freshBytes && !lent, lent: lent}
 		snap      sql.RawBytes
 		acquired  sql.NullTime
 		nextRetry sql.NullTime

@@ -92,7 +92,7 @@ func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UU
 		if err != nil {
 			return wrap(ctx, "read lanes", err)
 		}
-		rows, reads, err = s.scanLaneReads(read, dst, limit)
+		rows, reads, err = s.scanLaneReads(read, true, dst, limit)
 		read.Close()
 		if err != nil {
 			return wrap(ctx, "read lanes", err)

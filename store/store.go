@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
@@ -298,6 +299,9 @@ type rowScratch struct {
 	// freshBytes: the driver's bytes are the row's own (Store.freshBytes),
 	// so that keep need not copy a large body.
 	freshBytes bool
+	// lent: the rows are pgx's own, which can lend a row's body and headers
+	// until the next row instead of copying them (keep copies them once).
+	lent bool
 }
 
 // arenaChunk is the size of the blocks row bodies are copied into, and
@@ -353,7 +357,11 @@ func (sc *rowScratch) scanKeepingCorrupt(rows rowScanner, r *Row, extra ...any) 
 // them into extra.
 func (sc *rowScratch) scan(rows rowScanner, r *Row, extra ...any) error {
 	m := &r.Message
-	sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, &sc.rawBody, &sc.rawHeaders,
+	var body, hdrs any = &sc.rawBody, &sc.rawHeaders
+	if sc.lent {
+		body, hdrs = (*pgtype.DriverBytes)(&sc.rawBody), (*pgtype.DriverBytes)(&sc.rawHeaders)
+	}
+	sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, body, hdrs,
 		&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, &r.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil, &sc.retryAt)
 	sc.dest = append(sc.dest, extra...)
 	if err := rows.Scan(sc.dest...); err != nil {

@@ -1,17 +1,20 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -265,4 +268,47 @@ func TestLockAndReadLanesAndCommitLaneDeletesCheckTheirArguments(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
+}
+
+// Rows read with the lock keep bodies and headers of their own, small and
+// large, however the driver hands them out (pgx lends a row's bytes until
+// the next row).
+func TestLockAndReadLanesKeepsEachRowsBytes(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		key := keysOnLanes(t, 2)[0]
+		var msgs []relayer.Message
+		for i, size := range []int{100 << 10, 300, 40 << 10, 7} {
+			m := b.ordered(t, key, pipelineLanes)
+			m.Body = bytes.Repeat([]byte{byte('a' + i)}, size)
+			m.Headers = []headers.Header{{Name: "n", Value: []byte(strings.Repeat("v", i+1))}}
+			msgs = append(msgs, m)
+		}
+		b.insert(t, msgs...)
+		token := uuid.New()
+		if _, err := b.store.AcquireLaneLeases(ctx, []int{2}, "me", token, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		conn, st := b.pinned(t, b.db)
+		mustExecOn(t, conn, "BEGIN")
+		defer mustExecOn(t, conn, "ROLLBACK")
+		_, rows, _, err := st.LockAndReadLanes(ctx, []int{2}, token, 0, nil, []store.LaneCursor{store.NewLaneCursor(2)}, 10)
+		if err != nil || len(rows) != len(msgs) {
+			t.Fatalf("LockAndReadLanes = %d rows, %v", len(rows), err)
+		}
+		// What the connection reads next must not show through them.
+		if _, _, _, err := st.LockAndReadLanes(ctx, []int{2}, token, 0, nil, []store.LaneCursor{store.NewLaneCursor(2)}, 10); err != nil {
+			t.Fatal(err)
+		}
+		var filler string
+		if err := conn.QueryRowContext(ctx, `SELECT repeat('z', 300000)`).Scan(&filler); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range rows {
+			if !bytes.Equal(r.Body, msgs[i].Body) || len(r.Headers) != 1 || string(r.Headers[0].Value) != string(msgs[i].Headers[0].Value) {
+				t.Errorf("row %d: body of %d bytes (want %d of %q), headers %v", i, len(r.Body), len(msgs[i].Body), msgs[i].Body[:1], r.Headers)
+			}
+		}
+	})
 }
