@@ -568,10 +568,6 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, conn *worke
 	for i := range out.buried {
 		ids = append(ids, out.buried[i].ID)
 	}
-	records := []struct {
-		failures []store.Failure
-		record   func(context.Context, []store.Failure, uuid.UUID) (int64, error)
-	}{{out.fails, st.FailLaneRows}, {out.parks, st.ParkLaneRows}, {out.defers, st.DeferLaneRows}}
 	if len(ids) > 0 && len(out.fails)+len(out.parks)+len(out.defers) == 0 {
 		return conn.commitDeletes(ctx, ids, o.group.token)
 	}
@@ -584,7 +580,10 @@ func (o *orderedWorker) settle(ctx context.Context, st *store.Store, conn *worke
 			return fmt.Errorf("deleted %d of %d sent or dead-lettered rows; rolling back, they will be sent again", n, len(ids))
 		}
 	}
-	for _, f := range records {
+	for _, f := range []struct {
+		failures []store.Failure
+		record   func(context.Context, []store.Failure, uuid.UUID) (int64, error)
+	}{{out.fails, st.FailLaneRows}, {out.parks, st.ParkLaneRows}, {out.defers, st.DeferLaneRows}} {
 		if len(f.failures) == 0 {
 			continue
 		}
