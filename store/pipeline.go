@@ -117,10 +117,16 @@ func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UU
 // that a new one is open afterwards), on a pinned pgx connection in one round
 // trip. Unless it deleted every one of ids it commits nothing: it returns an
 // error wrapping [ErrLaneRowsGone] and leaves the transaction failed, for the
-// caller to roll back. ids must not be empty.
+// caller to roll back. ids must not be empty, and the store must run on a
+// connection (*sql.Conn) whose transaction the caller began with BEGIN: on a
+// *sql.Tx the COMMIT would end a transaction database/sql still thinks open,
+// and on a *sql.DB it could run on another connection.
 func (s *Store) CommitLaneDeletes(ctx context.Context, ids []uuid.UUID, token uuid.UUID, chain bool) error {
 	if len(ids) == 0 {
 		return fmt.Errorf("%w: no rows to delete", ErrInvalidArgument)
+	}
+	if _, ok := s.db.(*sql.Conn); !ok {
+		return fmt.Errorf("%w: CommitLaneDeletes needs a store bound to a *sql.Conn, got %T", ErrInvalidArgument, s.db)
 	}
 	commit := "COMMIT"
 	if chain {

@@ -263,6 +263,7 @@ func TestLockAndReadLanesAndCommitLaneDeletesCheckTheirArguments(t *testing.T) {
 			return err
 		},
 		"no rows to delete": func() error { return st.CommitLaneDeletes(ctx, nil, uuid.New(), false) },
+		"a store on the pool": func() error { return b.store.CommitLaneDeletes(ctx, []uuid.UUID{uuid.New()}, uuid.New(), false) },
 	} {
 		if err := call(); !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
