@@ -262,7 +262,7 @@ func TestLockAndReadLanesAndCommitLaneDeletesCheckTheirArguments(t *testing.T) {
 			_, _, _, err := st.LockAndReadLanes(ctx, []int{0}, uuid.New(), 0, nil, cursors, 0)
 			return err
 		},
-		"no rows to delete": func() error { return st.CommitLaneDeletes(ctx, nil, uuid.New(), false) },
+		"no rows to delete":   func() error { return st.CommitLaneDeletes(ctx, nil, uuid.New(), false) },
 		"a store on the pool": func() error { return b.store.CommitLaneDeletes(ctx, []uuid.UUID{uuid.New()}, uuid.New(), false) },
 	} {
 		if err := call(); !errors.Is(err, store.ErrInvalidArgument) {
