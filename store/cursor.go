@@ -184,7 +184,7 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 	if toRead, err := validLaneRead(from, limit); !toRead || err != nil {
 		return dst[:0], nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.laneHeads, append(cursorArgs(from), limit)...)
+	rows, err := s.db.QueryContext(ctx, s.laneHeadsFor(from), append(cursorArgs(from), limit)...)
 	if err != nil {
 		return dst[:0], nil, wrap(ctx, "read lanes", err)
 	}
@@ -197,6 +197,17 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		return dst[:0], nil, wrap(ctx, "read lanes", err)
 	}
 	return dst, reads, nil
+}
+
+// laneHeadsFor returns the lane read for cursors from: the one without the
+// probes of in-progress transactions unless a cursor has ids to probe.
+func (s *Store) laneHeadsFor(from []LaneCursor) string {
+	for _, c := range from {
+		if c.probes != "" && c.probes != "{}" {
+			return s.q.laneHeads
+		}
+	}
+	return s.q.laneHeadsUnprobed
 }
 
 // validLaneRead checks a lane read's limit and reports whether from names any

@@ -76,7 +76,7 @@ func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UU
 	ran, err := s.pipelined(func(c *pgx.Conn) error {
 		b := &pgx.Batch{}
 		b.Queue(s.q.laneLocks, s.laneLockArgs(lanes, token, min)...)
-		b.Queue(s.q.laneHeads, append(cursorArgs(from), limit)...)
+		b.Queue(s.laneHeadsFor(from), append(cursorArgs(from), limit)...)
 		res := c.SendBatch(ctx, b)
 		defer res.Close()
 		locked, err := res.Query()

@@ -270,6 +270,8 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 		{"laneProbeXact", s.q.laneProbe, probeArgs(laneRead4, token), xactIdx, "{0,1,2,3}"},
 		{"laneHeads", s.q.laneHeads, laneRead4, laneIdx, "{0,1,2,3}"},
 		{"laneHeadsXact", s.q.laneHeads, laneRead4, xactIdx, "{0,1,2,3}"},
+		{"laneHeadsUnprobed", s.q.laneHeadsUnprobed, laneRead4, laneIdx, "{0,1,2,3}"},
+		{"laneHeadsUnprobedXact", s.q.laneHeadsUnprobed, laneRead4, xactIdx, "{0,1,2,3}"},
 		{"laneDelete", s.q.laneDelete, ids + ", " + token, pkey, "0190a000"},
 		// Run on the empty outbox: deleting none of none is deleting all.
 		{"laneDeleteAll", s.q.laneDeleteAll, ids + ", " + token + ", 0", pkey, "0190a000"},
@@ -385,6 +387,8 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				{"takeIDs", s.q.takeIDs, ids.String() + ", " + now, pkey},
 				{"laneHeads", s.q.laneHeads, laneRead1, laneIdx},
 				{"laneHeadsXact", s.q.laneHeads, laneRead1, s.opts.TablePrefix + "outbox_lane_xact_idx"},
+				{"laneHeadsUnprobed", s.q.laneHeadsUnprobed, laneRead1, laneIdx},
+				{"laneHeadsUnprobedXact", s.q.laneHeadsUnprobed, laneRead1, s.opts.TablePrefix + "outbox_lane_xact_idx"},
 				{"readLane", s.q.readLane, "3, " + id + ", " + now + ", 100", laneIdx},
 				{"laneProbe", s.q.laneProbe, probeArgs(laneRead1, id), laneIdx},
 				{"laneProbeXact", s.q.laneProbe, probeArgs(laneRead1, id), s.opts.TablePrefix + "outbox_lane_xact_idx"},

@@ -42,10 +42,12 @@ type queries struct {
 
 	listLeases string
 	laneHeads  string
-	laneLeases string
-	laneLocks  string
-	laneClaim  string
-	laneDelete string
+	// laneHeadsUnprobed is laneHeads for cursors with no ids to probe.
+	laneHeadsUnprobed string
+	laneLeases        string
+	laneLocks         string
+	laneClaim         string
+	laneDelete        string
 	// laneDeleteAll is laneDelete that fails unless it deletes every row
 	// ($3 of them; see laneRowsGoneMark).
 	laneDeleteAll string
@@ -126,8 +128,20 @@ const heldKeyHash = `('x' || substr(md5(k.ordering_key), 1, 8))::bit(32)::intege
 // laneHeadsOf joins each lane l of laneCursorArgs to what its read from the
 // cursor needs (s: the lease's acquired_at and the server's life; c: the
 // cursor, where it still holds) and to its first limit head rows h, in id
-// order (see laneHeads).
-func laneHeadsOf(n names, limit string) string {
+// order (see laneHeads). Without probes it leaves out the read of the rows
+// of the in-progress transactions a cursor probes one by one, which finds
+// nothing unless a cursor has ids to probe (see narrowSnapshot): a smaller
+// plan for PostgreSQL to start at every read.
+func laneHeadsOf(n names, limit string, probes bool) string {
+	probing := ""
+	if probes {
+		probing = `
+    UNION ALL
+    (SELECT y.* FROM unnest(c.probes) AS x(xact_id)
+    CROSS JOIN LATERAL (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
+        WHERE o.lane = l.lane AND o.xact_id = x.xact_id AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `
+        OFFSET 0) AS y)`
+	}
 	return `CROSS JOIN LATERAL (SELECT
     (SELECT ls.acquired_at FROM ` + n.Leases + ` AS ls WHERE ls.name = '` + laneLeasePrefix + `' || l.lane) AS since,
     ` + serverLife + ` AS server, hk.held, hk.next_retry
@@ -151,13 +165,17 @@ CROSS JOIN LATERAL (
     UNION ALL
     (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
     WHERE o.lane = l.lane AND o.xact_id >= c.lowest AND uuid_send(o.id) <= uuid_send(c.after)
-      AND (o.xact_id >= c.xmax OR o.xact_id = ANY(c.xip)) AND ` + unheld(n.Outbox) + `)
-    UNION ALL
-    (SELECT y.* FROM unnest(c.probes) AS x(xact_id)
-    CROSS JOIN LATERAL (SELECT ` + rowColumns + ` FROM ` + n.Outbox + ` AS o
-        WHERE o.lane = l.lane AND o.xact_id = x.xact_id AND uuid_send(o.id) <= uuid_send(c.after) AND ` + unheld(n.Outbox) + `
-        OFFSET 0) AS y)
+      AND (o.xact_id >= c.xmax OR o.xact_id = ANY(c.xip)) AND ` + unheld(n.Outbox) + `)` + probing + `
     ORDER BY id LIMIT ` + limit + `) AS h`
+}
+
+// laneHeadsRead is a worker's read of its lanes' heads (laneHeads), with or
+// without the probes of in-progress transactions (see laneHeadsOf).
+func laneHeadsRead(n names, probes bool) string {
+	return `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server, s.held
+FROM ` + laneCursorArgs + `
+` + laneHeadsOf(n, "$11", probes) + `
+ORDER BY h.lane, h.id`
 }
 
 func buildQueries(n names) *queries {
@@ -276,7 +294,7 @@ RETURNING expires_at`,
 		// for later makes its lane ready: the batch makes it hold its key
 		// until its time (DeferLaneRows), after which it is no lane's head.
 		laneProbe: `SELECT l.lane FROM ` + laneCursorArgs + `
-` + laneHeadsOf(n, "1") + `
+` + laneHeadsOf(n, "1", true) + `
 LEFT JOIN ` + n.Leases + ` AS ls ON ls.name = '` + laneLeasePrefix + `' || l.lane
 WHERE (h.claimed_until IS NULL OR h.claimed_until <= now())
   AND (ls.name IS NULL OR ls.owner_token = $11 OR ls.expires_at <= now())
@@ -311,10 +329,8 @@ ORDER BY l.lane`,
 		// stated: the held-key test already leaves parked rows out; the
 		// latter knows no uuid_send), so that no plan, whatever the
 		// statistics, walks the dead entries below the cursor.
-		laneHeads: `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server, s.held
-FROM ` + laneCursorArgs + `
-` + laneHeadsOf(n, "$11") + `
-ORDER BY h.lane, h.id`,
+		laneHeads:         laneHeadsRead(n, true),
+		laneHeadsUnprobed: laneHeadsRead(n, false),
 		// acquireLease for several lanes at once, in lane order, so that two
 		// callers whose lanes overlap lock the lease rows in the same order
 		// and never deadlock. It returns the lanes now held.
