@@ -87,15 +87,7 @@ func TestLockAndReadLanesReadsAfterTheLock(t *testing.T) {
 
 		// The previous holder's batch: it holds the lanes' locks and
 		// delivers the first row of lane 1 (msgs[0]).
-		prev, err := b.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer prev.Rollback()
-		prevStore, err := b.store.With(prev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		prev, prevStore := b.begin(t, nil)
 		if held, err := prevStore.LockLaneLeases(ctx, lanes, token, 0); err != nil || !slices.Equal(held, lanes) {
 			t.Fatalf("previous holder's lock = %v, %v", held, err)
 		}
@@ -132,7 +124,7 @@ func TestLockAndReadLanesReadsAfterTheLock(t *testing.T) {
 		}
 
 		// One row more than the lanes hold: nothing is committed.
-		err = st.CommitLaneDeletes(ctx, append(ids(r.rows), uuid.New()), token, true)
+		err := st.CommitLaneDeletes(ctx, append(ids(r.rows), uuid.New()), token, true)
 		if !errors.Is(err, store.ErrLaneRowsGone) {
 			t.Fatalf("CommitLaneDeletes with a row gone = %v, want ErrLaneRowsGone", err)
 		}
