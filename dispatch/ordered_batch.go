@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -327,20 +326,20 @@ type laneFailure struct {
 // batch's deadline is a straggler (see stragglers): it ends, recorded as
 // failed, so that the batch commits what the others sent instead of holding
 // their rows, and rolling them back, until the deadline. A send that does
-// not end by its hand-off time (see laneSender.send) leaves its lane to a keeper,
-// and the batch commits the others without waiting for it. A lane found
-// slow is marked so (laneBatch.slow) and runs alone afterwards. An error
-// means the batch must roll back.
+// not end by its hand-off time (see laneFlights) leaves its lane to a
+// keeper, and the batch commits the others without waiting for it. A lane
+// found slow is marked so (laneBatch.slow) and runs alone afterwards. An
+// error means the batch must roll back.
 func (o *orderedWorker) sendLanes(ctx, stop context.Context, parts []laneBatch, admitUntil time.Time) error {
 	for i := range parts {
 		parts[i].outcomes = make([]rowOutcome, len(parts[i].rows))
 	}
-	if len(parts) == 1 {
-		return o.sendLane(ctx, stop, nil, &parts[0], admitUntil)
+	var watch *stragglers
+	if len(parts) > 1 {
+		watch = newStragglers(o.opts.LeaseDuration / 2 / slowSendDivisor)
+		defer watch.close()
 	}
-	watch := newStragglers(o.opts.LeaseDuration / 2 / slowSendDivisor)
-	defer watch.close()
-	var wg sync.WaitGroup
+	fs := newLaneFlights(len(parts))
 	errs := make([]error, len(parts))
 	for i := range parts {
 		p := &parts[i]
@@ -348,16 +347,31 @@ func (o *orderedWorker) sendLanes(ctx, stop context.Context, parts []laneBatch, 
 			p.cut = true
 			continue // the later lanes' rows stay untouched
 		}
-		wg.Go(func() {
-			defer watch.finish()
-			errs[i] = o.sendLane(ctx, stop, watch, p, admitUntil)
+		fs.start(i, func(f *laneFlight) error {
+			return o.sendLane(ctx, stop, watch, p, f, admitUntil)
+		}, func(err error) {
+			errs[i] = err
+			if watch != nil {
+				watch.finish()
+			}
 		})
 	}
-	wg.Wait()
+	deadline, _ := ctx.Deadline()
+	fs.wait(ctx, func() time.Duration { return time.Until(deadline) / slowSendDivisor }, func(i int, f *laneFlight) {
+		p := &parts[i]
+		member := o.group.member(p.lane)
+		p.handed = &handedSend{lane: p.lane, e: f.e, row: f.row, msg: p.rows[f.row], done: f.handed, started: f.started, watch: f.watch, member: member}
+		p.slow = true
+		member.stats.sent.Add(uint64(p.sent))
+		if watch != nil {
+			watch.finish()
+		}
+	})
 	return errors.Join(errs...)
 }
 
-// sendLane sends a lane's admitted rows one by one, in id order. A row that
+// sendLane sends a lane's admitted rows one by one, in id order, each
+// through f (see laneFlights). A row that
 // fails holds its key: the key's later rows in the batch are not sent (they
 // wait, released, for the failed row's retry or redrive), and the lane's
 // other keys go on in the same batch, so that a failing key costs the others
@@ -366,17 +380,20 @@ func (o *orderedWorker) sendLanes(ctx, stop context.Context, parts []laneBatch, 
 // bound for it, and their keys, the same way, attempts untouched. No row is
 // admitted after admitUntil has passed (keeping the rest of the deadline for
 // recording) or once stop is cancelled; the last row is the probe of a
-// paused destination when p.probe is set. A send handed off (see laneSender.send)
-// ends the lane's sends. An error means the batch must roll back.
-func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, p *laneBatch, admitUntil time.Time) error {
-	ls := laneSend{o: o, w: o.group.member(p.lane), p: p}
-	defer ls.sender.close()
+// paused destination when p.probe is set. A send handed off ends the lane's
+// sends: sendLane then returns errHandedOff, having touched nothing of p
+// since that send began. Any other error means the batch must roll back.
+func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, p *laneBatch, f *laneFlight, admitUntil time.Time) (err error) {
+	ls := laneSend{o: o, w: o.group.member(p.lane), p: p, flight: f}
 	if watch != nil {
 		ls.straggler = watch.lane(ctx)
 		defer ls.straggler.close()
 	}
 	began := time.Now()
 	defer func() {
+		if err == errHandedOff {
+			return // the batch records the lane as it stood
+		}
 		ls.w.stats.sent.Add(uint64(p.sent))
 		p.slow = p.failed() > 0 || time.Since(began) > slowSend*time.Duration(p.sent+1)
 	}()
@@ -385,11 +402,13 @@ func (o *orderedWorker) sendLane(ctx, stop context.Context, watch *stragglers, p
 			p.cut = true
 			break
 		}
-		if err := ls.row(ctx, i); err != nil {
+		switch err := ls.row(ctx, i); err {
+		case nil:
+		case errHalted:
+			p.cut = true
+			return nil
+		default:
 			return err
-		}
-		if p.handed != nil {
-			break // the rest of the lane waits for the send handed off
 		}
 	}
 	return nil
@@ -415,9 +434,9 @@ type laneSend struct {
 	// nil when the lane is the batch's only one.
 	straggler *laneStraggler
 	p         *laneBatch
-	// sender runs the lane's sends on a goroutine that outlives a send
-	// handed off.
-	sender laneSender
+	// flight is what the lane's sends share with the batch, which watches
+	// them for their slow and hand-off times.
+	flight *laneFlight
 	// waiting holds the keys whose rows wait from here on; down, the
 	// destinations found unavailable in this batch.
 	waiting map[string]bool
@@ -476,17 +495,17 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 		ls.hold(m.Key) // the destination is down or set aside: the key waits, untouched
 		return nil
 	}
-	err := ls.send(ctx, e, r)
+	err := ls.send(ctx, i, e, r)
 	attrs := func() []any {
 		return []any{slog.String("worker", w.name), slog.Int("lane", p.lane), slog.String("id", r.ID.String()), slog.String("error", err.Error())}
 	}
 	switch {
-	case errors.Is(err, errHandedOff):
-		// The send outlived its time: the row stays untouched in this
-		// batch, which goes on to commit the other lanes, and a keeper
-		// holds this lane until the transport returns (see keeper).
-		p.handed.row = i
-		return nil
+	case err == errHandedOff || err == errHalted:
+		// Handed off: the send outlived its time; the row stays untouched
+		// in this batch, which went on to commit the other lanes, and a
+		// keeper holds this lane until the transport returned (see
+		// keeper). Halted: the batch ran out of time before the send.
+		return err
 	case errors.Is(err, relayer.ErrUnavailable):
 		// The destination is down: the row keeps its attempts and waits,
 		// with its key, until the destination is back.
@@ -507,13 +526,13 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 	return nil
 }
 
-// send resolves r's transport and sends r, watched as a possible straggler
-// when the lane shares its batch, and records the outcome for the
-// destination: a send that runs for a sixth of the batch's deadline sets
-// its destination aside while it runs. A send still running at its
-// hand-off time (see handOffAfter) is handed off: it returns
-// errHandedOff and sets ls.p.handed.
-func (ls *laneSend) send(ctx context.Context, e endpoint, r *store.Row) error {
+// send resolves r's transport and sends r, row i of the lane, through the
+// lane's flight, watched as a possible straggler when the lane shares its
+// batch, and records the outcome for the destination: a send that runs for
+// a sixth of the batch's deadline sets its destination aside while it
+// runs. A send still running at its hand-off time (see handOffAfter) is
+// handed off: it returns errHandedOff, and the batch has set ls.p.handed.
+func (ls *laneSend) send(ctx context.Context, i int, e endpoint, r *store.Row) error {
 	m := &r.Message
 	tr, err := ls.o.resolve(ctx, m)
 	if err != nil {
@@ -526,13 +545,11 @@ func (ls *laneSend) send(ctx context.Context, e endpoint, r *store.Row) error {
 	deadline, _ := ctx.Deadline()
 	watch := ls.o.aside.follow(e)
 	started := time.Now()
-	inflight, err := ls.sender.send(ctx, sctx, tr, m, watch, started.Add(time.Until(deadline)/slowSendDivisor), started.Add(ls.o.handOffAfter()))
+	err = ls.flight.send(ctx, sctx, tr, m, i, e, watch, started, started.Add(time.Until(deadline)/slowSendDivisor), started.Add(ls.o.handOffAfter()))
 	done()
-	if inflight != nil {
-		ls.p.handed = &handedSend{lane: ls.p.lane, e: e, row: -1, msg: *r, done: inflight, started: started, watch: watch, member: ls.w}
-		return err
+	if err != errHandedOff { // a handed-off send's keeper ends its watch
+		watch.end(outcomeOf(err, err == errHalted), err)
 	}
-	watch.end(outcomeOf(err, false), err)
 	return err
 }
 

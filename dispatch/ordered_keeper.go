@@ -33,7 +33,7 @@ type handedSend struct {
 	member  *orderedWorker // whose share the lane is in, for counts and logs
 }
 
-// keeper holds the lane of a send handed off by its batch (see laneSender.send)
+// keeper holds the lane of a send handed off by its batch (see laneFlights)
 // until the transport returns, then records what it can and reports the
 // lane as done on the scheduler's results. The batch renewed the lane's
 // lease before it committed, so that no other owner can take the lane

@@ -3,107 +3,200 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/relayer-go/relayer"
 )
 
-// laneSender runs one lane's sends of a batch, one after the other, on a
-// goroutine of its own, so that the lane can stop waiting for a send that
-// outlives its hand-off time while the transport still runs it (see
-// keeper). One goroutine and one timer serve all the lane's rows of the
-// batch: a goroutine, a channel and two timers per message cost a drain as
-// much CPU as the sends themselves. The zero value is ready to use; close
-// ends it.
-type laneSender struct {
-	reqs  chan laneSendReq
-	done  chan error // buffered, so the goroutine never waits for a reader
-	timer *time.Timer
+// laneFlights runs the lanes of one batch, each on a goroutine of its own
+// that calls the transport itself, and lets the batch wait for them with
+// one timer: a send that outlives its slow time counts as slow, and one
+// that outlives its hand-off time, or the batch's deadline, is handed off,
+// so that the batch goes on without its lane while the transport still runs
+// it (see keeper). The lane's goroutine hands the transport's result to the
+// keeper when it returns, however late. In the common case the batch's
+// goroutine sleeps once and is woken once, by the last lane to finish: a
+// goroutine and two hand-offs per send cost an ordered batch as much CPU
+// as the database's part of it.
+type laneFlights struct {
+	flights []laneFlight
+	left    atomic.Int32  // lanes still running, plus one until all have started
+	all     chan struct{} // closed when left reaches zero
 }
 
-type laneSendReq struct {
-	ctx context.Context
-	tr  relayer.Transport
-	m   *relayer.Message
+// laneFlight is what a lane's goroutine and its batch share.
+type laneFlight struct {
+	mu sync.Mutex
+	// finished: the lane's goroutine is done with the batch; halted: the
+	// batch ended its wait, and the lane starts no more sends.
+	finished, halted bool
+	// sending is set while the transport runs the send of row, to e, which
+	// began at started, counts as slow from slowAt through watch, and is
+	// handed off at handAt.
+	sending                 bool
+	row                     int
+	e                       endpoint
+	started, slowAt, handAt time.Time
+	watch                   *sendWatch
+	// handed is set by the batch when it hands the send off: the
+	// transport's result goes there.
+	handed chan error
 }
+
+func newLaneFlights(n int) *laneFlights {
+	fs := &laneFlights{flights: make([]laneFlight, n), all: make(chan struct{})}
+	fs.left.Store(1)
+	return fs
+}
+
+// start runs lane i's sends, run, on a goroutine of its own. run returns
+// errHandedOff when the batch handed its last send off; it has then
+// touched nothing of the batch since that send began.
+func (fs *laneFlights) start(i int, run func(f *laneFlight) error, finished func(err error)) {
+	fs.left.Add(1)
+	f := &fs.flights[i]
+	go func() {
+		err := run(f)
+		if err == errHandedOff {
+			return // the batch counted the lane done when it handed it off
+		}
+		f.mu.Lock()
+		f.finished = true
+		f.mu.Unlock()
+		finished(err)
+		fs.done()
+	}()
+}
+
+// done counts one lane (or the starting of them all) done.
+func (fs *laneFlights) done() {
+	if fs.left.Add(-1) == 0 {
+		close(fs.all)
+	}
+}
+
+// wait returns once every lane started has finished or been handed off.
+// Meanwhile it counts sends past their slow time as slow, and hands off
+// each send still running at its hand-off time, or once ctx (the batch's)
+// ends, calling handOff for its lane; a lane between sends when ctx ends
+// starts no more. slowAfter is how long after it begins a send that begins
+// now counts as slow: no send counts sooner.
+func (fs *laneFlights) wait(ctx context.Context, slowAfter func() time.Duration, handOff func(i int, f *laneFlight)) {
+	fs.done() // every lane has started
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	stopping := false
+	for {
+		next := fs.check(stopping, slowAfter(), handOff)
+		if stopping {
+			// Every send is handed off and no lane begins another: the
+			// rest finish at once.
+			<-fs.all
+			return
+		}
+		select {
+		case <-fs.all:
+			return
+		default:
+		}
+		wait := max(time.Until(next), time.Millisecond)
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-fs.all:
+			return
+		case <-timer.C:
+		case <-ctx.Done():
+			stopping = true
+		}
+	}
+}
+
+// check counts the sends past their slow time as slow and hands off those
+// past their hand-off time (every send, when stopping), and returns when
+// the next send may cross either.
+func (fs *laneFlights) check(stopping bool, slowAfter time.Duration, handOff func(i int, f *laneFlight)) time.Time {
+	now := time.Now()
+	next := now.Add(slowAfter)
+	for i := range fs.flights {
+		f := &fs.flights[i]
+		f.mu.Lock()
+		switch {
+		case f.finished || f.handed != nil:
+		case !f.sending:
+			f.halted = stopping
+		case stopping || !now.Before(f.handAt):
+			f.handed = make(chan error, 1)
+			f.watch.crossAt(f.slowAt) // the keeper ends the watch
+			handOff(i, f)
+			fs.done()
+		case !now.Before(f.slowAt):
+			f.watch.cross()
+			next = minTime(next, f.handAt)
+		default:
+			next = minTime(next, f.slowAt)
+		}
+		f.mu.Unlock()
+	}
+	return next
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// errHalted reports a send not begun because its batch stopped waiting.
+var errHalted = fmt.Errorf("ordered send not begun: its batch ran out of time")
 
 // send sends m through tr on sendCtx (ctx, or a child that ends a
-// straggler) and waits for the transport to return until handAt, or until
-// ctx ends. Once slowAt has passed with the send still running, watch
-// counts it as slow, which sets its endpoint aside for the other lanes. A
-// send still running at handAt is handed off: send returns errHandedOff and
-// the channel the transport's result will arrive on, and the caller's lane
-// goes to a keeper, which holds the lane, so that no other owner sends it,
-// until the transport returns however late. The lane sends nothing more in
-// the batch. A send ended as a straggler reports errStraggler.
-func (s *laneSender) send(ctx, sendCtx context.Context, tr relayer.Transport, m *relayer.Message, watch *sendWatch, slowAt, handAt time.Time) (<-chan error, error) {
-	if s.reqs == nil {
-		s.reqs, s.done = make(chan laneSendReq), make(chan error, 1)
-		go runLaneSends(s.reqs, s.done)
+// straggler), as row row to e, begun at started, watched by the batch from
+// slowAt and handed off at handAt (see wait). A send the batch handed off reports
+// errHandedOff once the transport returns, its result gone to the keeper;
+// one the batch did not let begin, errHalted; one ended as a straggler,
+// errStraggler.
+func (f *laneFlight) send(ctx, sendCtx context.Context, tr relayer.Transport, m *relayer.Message, row int, e endpoint, watch *sendWatch, started, slowAt, handAt time.Time) error {
+	f.mu.Lock()
+	if f.halted {
+		f.mu.Unlock()
+		return errHalted
 	}
-	s.reqs <- laneSendReq{ctx: sendCtx, tr: tr, m: m}
-	next := slowAt
-	if handAt.Before(next) {
-		next = handAt
+	f.sending, f.row, f.e, f.watch = true, row, e, watch
+	f.started, f.slowAt, f.handAt = started, slowAt, handAt
+	f.mu.Unlock()
+	err := sendOnce(sendCtx, tr, m)
+	f.mu.Lock()
+	f.sending = false
+	handed := f.handed
+	f.mu.Unlock()
+	if handed != nil {
+		handed <- err
+		return errHandedOff
 	}
-	s.wait(next)
-	for {
-		select {
-		case err := <-s.done:
-			s.timer.Stop()
-			if err != nil && sendCtx.Err() != nil && ctx.Err() == nil {
-				// Ended as a straggler, in time to record it.
-				return nil, fmt.Errorf("%w: %w", context.Cause(sendCtx), err)
-			}
-			return nil, err
-		case <-s.timer.C:
-			if time.Now().Before(handAt) {
-				watch.cross()
-				s.wait(handAt)
-				continue
-			}
-		case <-ctx.Done():
-			s.timer.Stop()
-		}
-		watch.crossAt(slowAt) // the keeper ends the watch
-		return s.done, errHandedOff
+	if err != nil && sendCtx.Err() != nil && ctx.Err() == nil {
+		// Ended as a straggler, in time to record it.
+		return fmt.Errorf("%w: %w", context.Cause(sendCtx), err)
 	}
+	return err
 }
 
-// wait sets the timer to fire at at.
-func (s *laneSender) wait(at time.Time) {
-	if s.timer == nil {
-		s.timer = time.NewTimer(time.Until(at))
-		return
-	}
-	s.timer.Reset(time.Until(at))
-}
-
-// close ends the goroutine once the send it runs, if any, has returned; a
-// send handed off delivers its result to its keeper all the same.
-func (s *laneSender) close() {
-	if s.reqs != nil {
-		close(s.reqs)
-		s.reqs = nil
-	}
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-}
-
-// runLaneSends runs the sends of reqs, one at a time, until reqs is closed.
-func runLaneSends(reqs <-chan laneSendReq, done chan<- error) {
-	for r := range reqs {
-		done <- r.send()
-	}
-}
-
-// send runs the transport's Send, a panic in it reported as an error.
-func (r laneSendReq) send() (err error) {
+// sendOnce runs the transport's Send, a panic in it reported as an error.
+func sendOnce(ctx context.Context, tr relayer.Transport, m *relayer.Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("transport panicked: %v", p)
 		}
 	}()
-	return r.tr.Send(r.ctx, r.m)
+	return tr.Send(ctx, m)
 }
