@@ -15,7 +15,10 @@ import (
 // the store driver-agnostic. The hot statements declare the parameter as text
 // and cast it in SQL ($1::text::uuid[]): typed as uuid[], pgx would parse the
 // literal into an array and encode it again, which cost a 100-row delete
-// nearly a thousand allocations and about a fifth of its time.
+// nearly a thousand allocations and about a fifth of its time. For the same
+// reason the lane statements pass lease tokens as strings: pgx encodes a
+// uuid.UUID through its driver.Valuer, whose text it first tries to encode
+// in binary, failing with a formatted error, and then parses back.
 
 // uuidArray is a uuid[] parameter.
 type uuidArray []uuid.UUID

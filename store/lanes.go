@@ -70,7 +70,7 @@ func (s *Store) ProbeLanes(ctx context.Context, from []LaneCursor, token uuid.UU
 	if len(from) == 0 {
 		return nil, nil
 	}
-	return queryRows(ctx, s.db, "probe lanes", s.q.laneProbe, append(cursorArgs(from), token), func(rows *sql.Rows, l *int) error {
+	return queryRows(ctx, s.db, "probe lanes", s.q.laneProbe, append(cursorArgs(from), token.String()), func(rows *sql.Rows, l *int) error {
 		return rows.Scan(l)
 	})
 }
@@ -122,7 +122,7 @@ func (s *Store) AcquireLaneLeasesFor(ctx context.Context, lanes []int, owners []
 	for _, o := range owners {
 		names.text(cleanText(o), false)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.laneLeases, intArray(lanes), names.String(), token, d.Microseconds())
+	rows, err := s.db.QueryContext(ctx, s.q.laneLeases, intArray(lanes), names.String(), token.String(), d.Microseconds())
 	if err != nil {
 		return nil, wrap(ctx, "acquire lane leases", err)
 	}
@@ -176,7 +176,7 @@ func validLaneLock(token uuid.UUID, min time.Duration) error {
 
 // laneLockArgs are the parameters of laneLocks.
 func (s *Store) laneLockArgs(lanes []int, token uuid.UUID, min time.Duration) []any {
-	return []any{intArray(lanes), token, min.Microseconds()}
+	return []any{intArray(lanes), token.String(), min.Microseconds()}
 }
 
 // ClaimLaneRows claims rows by id (ids read from lanes under their locks) in
@@ -204,7 +204,7 @@ func (s *Store) DeleteLaneRows(ctx context.Context, ids []uuid.UUID, token uuid.
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return s.affected(ctx, "delete lane rows", s.q.laneDelete, uuidArray(ids), token)
+	return s.affected(ctx, "delete lane rows", s.q.laneDelete, uuidArray(ids), token.String())
 }
 
 // FailLaneRows is [Store.FailBatch] for rows read under their lanes' leases,
@@ -216,7 +216,7 @@ func (s *Store) FailLaneRows(ctx context.Context, failures []Failure, token uuid
 		return 0, nil
 	}
 	ids, texts, retryAt := failureArrays(failures)
-	return s.affected(ctx, "fail lane rows", s.q.laneFail, uuidArray(ids), texts, retryAt, token)
+	return s.affected(ctx, "fail lane rows", s.q.laneFail, uuidArray(ids), texts, retryAt, token.String())
 }
 
 // ParkLaneRows is [Store.Park] for rows read under their lanes' leases,
@@ -227,7 +227,7 @@ func (s *Store) ParkLaneRows(ctx context.Context, failures []Failure, token uuid
 		return 0, nil
 	}
 	ids, texts, _ := failureArrays(failures)
-	return s.affected(ctx, "park lane rows", s.q.lanePark, uuidArray(ids), texts, token)
+	return s.affected(ctx, "park lane rows", s.q.lanePark, uuidArray(ids), texts, token.String())
 }
 
 // DeferLaneRows makes scheduled ordered rows, read under their lanes'
@@ -248,7 +248,7 @@ func (s *Store) DeferLaneRows(ctx context.Context, rows []Failure, token uuid.UU
 		}
 	}
 	ids, _, until := failureArrays(rows)
-	return s.affected(ctx, "defer lane rows", s.q.laneDefer, uuidArray(ids), until, token)
+	return s.affected(ctx, "defer lane rows", s.q.laneDefer, uuidArray(ids), until, token.String())
 }
 
 // ReleaseLeases deletes every lease held by token: a worker's membership and

@@ -132,7 +132,7 @@ func (s *Store) CommitLaneDeletes(ctx context.Context, ids []uuid.UUID, token uu
 	if chain {
 		commit += " AND CHAIN"
 	}
-	args := []any{uuidArray(ids), token, len(ids)}
+	args := []any{uuidArray(ids), token.String(), len(ids)}
 	ran, err := s.pipelined(func(c *pgx.Conn) error {
 		b := &pgx.Batch{}
 		b.Queue(s.q.laneDeleteAll, args...)
