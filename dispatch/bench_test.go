@@ -188,14 +188,6 @@ func benchThroughput(b *testing.B, perTx, workers int) {
 	b.ReportMetric(float64(backlog), "backlog")
 }
 
-func countRows(b *testing.B, bu *bundle) int {
-	var n int
-	if err := bu.db.QueryRow(`SELECT count(*) FROM "` + bu.schema + `".ob_outbox`).Scan(&n); err != nil {
-		b.Fatal(err)
-	}
-	return n
-}
-
 // waitFor polls a counter until it reaches n. Counting rows in the table
 // instead would scan it and compete with the work being measured.
 func waitFor(b *testing.B, counter func() uint64, n uint64) {

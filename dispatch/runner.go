@@ -100,16 +100,16 @@ type RunnerOptions struct {
 // included.
 func (o RunnerOptions) Validate() error {
 	if err := o.Direct.Validate(); err != nil {
-		return fmt.Errorf("Direct: %w", err)
+		return fmt.Errorf("in RunnerOptions.Direct: %w", err)
 	}
 	if err := o.Recovery.Validate(); err != nil {
-		return fmt.Errorf("Recovery: %w", err)
+		return fmt.Errorf("in RunnerOptions.Recovery: %w", err)
 	}
 	if err := o.Ordered.Validate(); err != nil {
-		return fmt.Errorf("Ordered: %w", err)
+		return fmt.Errorf("in RunnerOptions.Ordered: %w", err)
 	}
 	if err := o.Cleanup.Validate(); err != nil {
-		return fmt.Errorf("Cleanup: %w", err)
+		return fmt.Errorf("in RunnerOptions.Cleanup: %w", err)
 	}
 	switch {
 	case o.OrderedWorkers < 0 || o.OrderedWorkers > OrderedWorkersMax:
@@ -161,7 +161,13 @@ type crew struct {
 }
 
 // NewRunner builds the workers for outbox, validating every option; it does
-// not touch the database.
+// not touch the database. Its errors wrap a sentinel for [errors.Is]:
+// [store.ErrNilDB] when db is nil; [ErrInvalidOptions] for an option out of
+// range in opts (the message names the field); [ErrInvalidOptions] and
+// [relayer.ErrInvalidOutbox] together when outbox is unusable (a lane count
+// out of range, a nil transport, a retry policy out of range); and
+// [store.ErrInvalidOptions] for a schema or table prefix that is not a valid
+// identifier.
 func NewRunner(db *sql.DB, outbox relayer.Outbox, opts RunnerOptions) (*Runner, error) {
 	if db == nil {
 		return nil, fmt.Errorf("dispatch: NewRunner: %w", store.ErrNilDB)

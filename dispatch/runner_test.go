@@ -19,6 +19,7 @@ import (
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
 )
 
 // runnerFor builds a runner on b's outbox and a writer that notifies it.
@@ -232,8 +233,18 @@ func TestRunnerOptions(t *testing.T) {
 			t.Errorf("%s out of range: %v, want ErrInvalidOptions naming it", name, err)
 		}
 	}
-	if _, err := dispatch.NewRunner(nil, b.outbox, dispatch.RunnerOptions{}); err == nil {
-		t.Error("NewRunner with a nil *sql.DB succeeded")
+	if _, err := dispatch.NewRunner(nil, b.outbox, dispatch.RunnerOptions{}); !errors.Is(err, store.ErrNilDB) {
+		t.Errorf("NewRunner with a nil *sql.DB = %v, want store.ErrNilDB", err)
+	}
+	badSchema := b.outbox
+	badSchema.Schema = "Bad-Name"
+	if _, err := dispatch.NewRunner(b.db, badSchema, dispatch.RunnerOptions{}); !errors.Is(err, store.ErrInvalidOptions) {
+		t.Errorf("NewRunner with an invalid schema name = %v, want store.ErrInvalidOptions", err)
+	}
+	badLanes := b.outbox
+	badLanes.Lanes = 70000
+	if _, err := dispatch.NewRunner(b.db, badLanes, dispatch.RunnerOptions{}); !errors.Is(err, dispatch.ErrInvalidOptions) || !errors.Is(err, relayer.ErrInvalidOutbox) {
+		t.Errorf("NewRunner with a lane count out of range = %v, want ErrInvalidOptions and relayer.ErrInvalidOutbox", err)
 	}
 }
 

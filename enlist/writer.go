@@ -110,7 +110,13 @@ type Writer struct {
 }
 
 // NewWriter validates outbox and opts and returns a writer. It does not touch
-// the database.
+// the database. Its errors wrap a sentinel for [errors.Is]:
+// [ErrInvalidOptions] for an option out of range in opts;
+// [store.ErrInvalidOptions] for a schema or table prefix that is not a valid
+// identifier; [relayer.ErrInvalidOutbox] when outbox is unusable (a lane
+// count out of range, a nil transport, a retry policy out of range);
+// [relayer.ErrInvalidRoute] when it routes no message type; and
+// [ErrStoreMismatch] when opts.Listener serves another outbox.
 func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err

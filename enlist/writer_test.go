@@ -43,10 +43,13 @@ func TestNewWriterValidates(t *testing.T) {
 		opts   enlist.Options
 		want   error
 	}{
-		"schema":    {relayer.Outbox{Schema: "Bad-Name", Routes: r}, enlist.Options{}, store.ErrInvalidOptions},
-		"prefix":    {relayer.Outbox{TablePrefix: `x"`, Routes: r}, enlist.Options{}, store.ErrInvalidOptions},
-		"no routes": {relayer.Outbox{}, enlist.Options{}, relayer.ErrInvalidRoute},
-		"lanes":     {relayer.Outbox{Routes: r, Lanes: 70000}, enlist.Options{}, relayer.ErrInvalidLanes},
+		"schema":              {relayer.Outbox{Schema: "Bad-Name", Routes: r}, enlist.Options{}, store.ErrInvalidOptions},
+		"prefix":              {relayer.Outbox{TablePrefix: `x"`, Routes: r}, enlist.Options{}, store.ErrInvalidOptions},
+		"no routes":           {relayer.Outbox{}, enlist.Options{}, relayer.ErrInvalidRoute},
+		"lanes":               {relayer.Outbox{Routes: r, Lanes: 70000}, enlist.Options{}, relayer.ErrInvalidLanes},
+		"lanes, as an outbox": {relayer.Outbox{Routes: r, Lanes: 70000}, enlist.Options{}, relayer.ErrInvalidOutbox},
+		"nil transport": {relayer.Outbox{Routes: r, Transports: map[string]relayer.Transport{"x": nil}}, enlist.Options{},
+			relayer.ErrInvalidOutbox},
 		"listener of another schema": {relayer.Outbox{Schema: "orders", Routes: r},
 			enlist.Options{Listener: &fullListener{opts: store.Options{Schema: "billing"}}}, enlist.ErrStoreMismatch},
 		"listener of another prefix": {relayer.Outbox{Schema: "orders", TablePrefix: "a_", Routes: r},

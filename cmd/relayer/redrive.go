@@ -321,14 +321,6 @@ func orDash(s string) string {
 	return s
 }
 
-// timeOrDash formats t, or returns "-" when it is zero.
-func timeOrDash(t time.Time, layout string) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.Format(layout)
-}
-
 // printable reports whether b is valid UTF-8 made of printable characters,
 // and, when multiline is set, line breaks and tabs: text that is safe to
 // print as it is.

@@ -71,7 +71,7 @@ func find(rm metricdata.ResourceMetrics, name string) (metricdata.Metrics, bool)
 func matches(set attribute.Set, want map[string]string) bool {
 	for k, v := range want {
 		got, ok := set.Value(attribute.Key(k))
-		if !ok || got.Emit() != v {
+		if !ok || got.String() != v {
 			return false
 		}
 	}
@@ -181,7 +181,7 @@ func TestTransportMetrics(t *testing.T) {
 	for _, p := range m.Data.(metricdata.Histogram[float64]).DataPoints {
 		typ, _ := p.Attributes.Value("error.type")
 		dest, _ := p.Attributes.Value("messaging.destination.name")
-		counts[dest.Emit()+"/"+typ.Emit()] += p.Count
+		counts[dest.String()+"/"+typ.String()] += p.Count
 		if p.Sum <= 0 || p.Sum > 10 {
 			t.Errorf("duration sum %v s for %v", p.Sum, p.Attributes)
 		}
