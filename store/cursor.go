@@ -6,6 +6,7 @@ import (
 	"crypto/md5"
 	"database/sql"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -184,19 +185,29 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 	if toRead, err := validLaneRead(from, limit); !toRead || err != nil {
 		return dst[:0], nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, s.laneHeadsFor(from), append(cursorArgs(from), limit)...)
+	args := append(cursorArgs(from), limit)
+	dst, reads, err := s.readLanes(ctx, s.laneHeadsFor(from), args, dst, limit)
+	if errors.Is(err, errLaneReadUnordered) {
+		dst, reads, err = s.readLanes(ctx, s.q.laneHeadsSorted, args, dst, limit)
+	}
 	if err != nil {
 		return dst[:0], nil, wrap(ctx, "read lanes", err)
+	}
+	return dst, reads, nil
+}
+
+// readLanes runs the lane read query with args and scans its rows.
+func (s *Store) readLanes(ctx context.Context, query string, args []any, dst []Row, limit int) ([]Row, []LaneRead, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return dst, nil, err
 	}
 	defer rows.Close()
 	dst, reads, err := s.scanLaneReads(rows, false, dst, limit)
 	if err == nil {
 		err = rows.Close()
 	}
-	if err != nil {
-		return dst[:0], nil, wrap(ctx, "read lanes", err)
-	}
-	return dst, reads, nil
+	return dst, reads, err
 }
 
 // laneHeadsFor returns the lane read for cursors from: the one without the
@@ -227,9 +238,20 @@ type laneRows interface {
 	Err() error
 }
 
+// errLaneReadUnordered reports a lane read whose rows did not come lane
+// after lane in ascending order, each lane's in id order: the read runs
+// again, sorted (see laneHeadsRead).
+var errLaneReadUnordered = errors.New("lane read out of order")
+
+// inLaneOrder reports whether b may follow a in a lane read's rows.
+func inLaneOrder(a, b *Row) bool {
+	return a.Lane < b.Lane || a.Lane == b.Lane && bytes.Compare(a.ID[:], b.ID[:]) < 0
+}
+
 // scanLaneReads appends the rows of a lane read (laneHeads) to dst[:0] and
-// returns them with what the read learned about each lane. lent is set for
-// pgx's own rows (see rowScratch.lent).
+// returns them with what the read learned about each lane, or
+// errLaneReadUnordered. lent is set for pgx's own rows (see
+// rowScratch.lent).
 func (s *Store) scanLaneReads(rows laneRows, lent bool, dst []Row, limit int) ([]Row, []LaneRead, error) {
 	dst = dst[:0]
 	var (
@@ -247,6 +269,9 @@ func (s *Store) scanLaneReads(rows laneRows, lent bool, dst []Row, limit int) ([
 		r := &dst[len(dst)-1]
 		if err := sc.scanKeepingCorrupt(rows, r, &snap, &acquired, &nextRetry, &life, &held); err != nil {
 			return dst, nil, err
+		}
+		if n := len(dst); n > 1 && !inLaneOrder(&dst[n-2], r) {
+			return dst, nil, errLaneReadUnordered
 		}
 		if n := len(reads); n > 0 && reads[n-1].Lane == r.Lane {
 			reads[n-1].Rows++

@@ -74,9 +74,10 @@ func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UU
 		return held, dst[:0], nil, err
 	}
 	ran, err := s.pipelined(func(c *pgx.Conn) error {
+		args := append(cursorArgs(from), limit)
 		b := &pgx.Batch{}
 		b.Queue(s.q.laneLocks, s.laneLockArgs(lanes, token, min)...)
-		b.Queue(s.laneHeadsFor(from), append(cursorArgs(from), limit)...)
+		b.Queue(s.laneHeadsFor(from), args...)
 		res := c.SendBatch(ctx, b)
 		defer res.Close()
 		locked, err := res.Query()
@@ -94,10 +95,24 @@ func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UU
 		}
 		rows, reads, err = s.scanLaneReads(read, true, dst, limit)
 		read.Close()
+		unordered := errors.Is(err, errLaneReadUnordered)
+		if err != nil && !unordered {
+			return wrap(ctx, "read lanes", err)
+		}
+		if err := res.Close(); err != nil || !unordered {
+			return wrap(ctx, "read lanes", err)
+		}
+		// Still under the locks: read again, sorted.
+		sorted, err := c.Query(ctx, s.q.laneHeadsSorted, args...)
 		if err != nil {
 			return wrap(ctx, "read lanes", err)
 		}
-		return wrap(ctx, "read lanes", res.Close())
+		defer sorted.Close()
+		if rows, reads, err = s.scanLaneReads(sorted, true, dst, limit); err != nil {
+			return wrap(ctx, "read lanes", err)
+		}
+		sorted.Close()
+		return wrap(ctx, "read lanes", sorted.Err())
 	})
 	if ran || err != nil {
 		if err != nil {

@@ -272,6 +272,7 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 		{"laneHeadsXact", s.q.laneHeads, laneRead4, xactIdx, "{0,1,2,3}"},
 		{"laneHeadsUnprobed", s.q.laneHeadsUnprobed, laneRead4, laneIdx, "{0,1,2,3}"},
 		{"laneHeadsUnprobedXact", s.q.laneHeadsUnprobed, laneRead4, xactIdx, "{0,1,2,3}"},
+		{"laneHeadsSorted", s.q.laneHeadsSorted, laneRead4, laneIdx, "{0,1,2,3}"},
 		{"laneDelete", s.q.laneDelete, ids + ", " + token, pkey, "0190a000"},
 		// Run on the empty outbox: deleting none of none is deleting all.
 		{"laneDeleteAll", s.q.laneDeleteAll, ids + ", " + token + ", 0", pkey, "0190a000"},

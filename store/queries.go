@@ -44,10 +44,13 @@ type queries struct {
 	laneHeads  string
 	// laneHeadsUnprobed is laneHeads for cursors with no ids to probe.
 	laneHeadsUnprobed string
-	laneLeases        string
-	laneLocks         string
-	laneClaim         string
-	laneDelete        string
+	// laneHeadsSorted is laneHeads with its rows sorted by lane and id, for
+	// a read whose rows came in another order (see scanLaneReads).
+	laneHeadsSorted string
+	laneLeases      string
+	laneLocks       string
+	laneClaim       string
+	laneDelete      string
 	// laneDeleteAll is laneDelete that fails unless it deletes every row
 	// ($3 of them; see laneRowsGoneMark).
 	laneDeleteAll string
@@ -170,12 +173,20 @@ CROSS JOIN LATERAL (
 }
 
 // laneHeadsRead is a worker's read of its lanes' heads (laneHeads), with or
-// without the probes of in-progress transactions (see laneHeadsOf).
-func laneHeadsRead(n names, probes bool) string {
-	return `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server, s.held
+// without the probes of in-progress transactions (see laneHeadsOf). Unless
+// sorted, it has no ORDER BY: its rows come lane after lane in the order of
+// the cursors, each lane's in id order, as its nested loops produce them,
+// which the scan checks (see scanLaneReads); sorting them cost a drain about
+// a twelfth of its server time, copying every row, body included.
+func laneHeadsRead(n names, probes, sorted bool) string {
+	q := `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server, s.held
 FROM ` + laneCursorArgs + `
-` + laneHeadsOf(n, "$11", probes) + `
+` + laneHeadsOf(n, "$11", probes)
+	if sorted {
+		q += `
 ORDER BY h.lane, h.id`
+	}
+	return q
 }
 
 func buildQueries(n names) *queries {
@@ -329,8 +340,9 @@ ORDER BY l.lane`,
 		// stated: the held-key test already leaves parked rows out; the
 		// latter knows no uuid_send), so that no plan, whatever the
 		// statistics, walks the dead entries below the cursor.
-		laneHeads:         laneHeadsRead(n, true),
-		laneHeadsUnprobed: laneHeadsRead(n, false),
+		laneHeads:         laneHeadsRead(n, true, false),
+		laneHeadsUnprobed: laneHeadsRead(n, false, false),
+		laneHeadsSorted:   laneHeadsRead(n, true, true),
 		// acquireLease for several lanes at once, in lane order, so that two
 		// callers whose lanes overlap lock the lease rows in the same order
 		// and never deadlock. It returns the lanes now held.

@@ -154,6 +154,45 @@ func TestLockAndReadLanesReadsAfterTheLock(t *testing.T) {
 	})
 }
 
+// A lane read returns its rows lane after lane in ascending order, each
+// lane's in id order, whatever the order of its cursors: the read, which
+// does not sort, checks the order its rows came in and reads again, sorted,
+// when they came in another (here, cursors in descending lane order).
+func TestLaneReadsComeInLaneAndIDOrder(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		lanes := []int{1, 3}
+		keys := keysOnLanes(t, lanes...)
+		var msgs []relayer.Message
+		for i := range 6 {
+			msgs = append(msgs, b.ordered(t, keys[i%2], pipelineLanes))
+		}
+		b.insert(t, msgs...)
+		token := uuid.New()
+		if _, err := b.store.AcquireLaneLeases(ctx, lanes, "me", token, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		want := sortedByLane(msgs)
+		for _, from := range [][]store.LaneCursor{
+			{store.NewLaneCursor(1), store.NewLaneCursor(3)},
+			{store.NewLaneCursor(3), store.NewLaneCursor(1)},
+		} {
+			rows, reads, err := b.store.ReadLanes(ctx, nil, from, 10)
+			if err != nil || !slices.Equal(ids(rows), want) || len(reads) != 2 || reads[0].Lane != 1 || reads[1].Lane != 3 {
+				t.Errorf("ReadLanes from lanes %d, %d = %v, %v, %v; want %v", from[0].Lane, from[1].Lane, ids(rows), reads, err, want)
+			}
+			conn, st := b.pinned(t, b.db)
+			mustExecOn(t, conn, "BEGIN")
+			held, rows, _, err := st.LockAndReadLanes(ctx, []int{from[0].Lane, from[1].Lane}, token, 0, nil, from, 10)
+			if err != nil || len(held) != 2 || !slices.Equal(ids(rows), want) {
+				t.Errorf("LockAndReadLanes from lanes %d, %d = %v, %v; want %v", from[0].Lane, from[1].Lane, ids(rows), err, want)
+			}
+			mustExecOn(t, conn, "ROLLBACK")
+		}
+	})
+}
+
 // On a pinned pgx connection the lock and the read take one round trip, and
 // so do the delete and the commit.
 func TestPipelinedLaneStatementsTakeOneRoundTripEach(t *testing.T) {
