@@ -177,9 +177,11 @@ CROSS JOIN LATERAL (
 // sorted, it has no ORDER BY: its rows come lane after lane in the order of
 // the cursors, each lane's in id order, as its nested loops produce them,
 // which the scan checks (see scanLaneReads); sorting them cost a drain about
-// a twelfth of its server time, copying every row, body included.
+// a twelfth of its server time, copying every row, body included. The
+// snapshot, the same for every row, is taken and formatted once (a
+// subquery, which PostgreSQL runs once), not once a row.
 func laneHeadsRead(n names, probes, sorted bool) string {
-	q := `SELECT h.*, pg_current_snapshot()::text, s.since, s.next_retry, s.server, s.held
+	q := `SELECT h.*, (SELECT pg_current_snapshot()::text), s.since, s.next_retry, s.server, s.held
 FROM ` + laneCursorArgs + `
 ` + laneHeadsOf(n, "$11", probes)
 	if sorted {
