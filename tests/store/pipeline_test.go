@@ -39,6 +39,23 @@ func keysOnLanes(t *testing.T, lanes ...int) []string {
 	return keys
 }
 
+// leasedLanes writes n ordered messages, one on each of lanes in turn,
+// and takes the lanes' leases under a new token.
+func (b *bundle) leasedLanes(t *testing.T, lanes []int, n int) ([]relayer.Message, uuid.UUID) {
+	t.Helper()
+	keys := keysOnLanes(t, lanes...)
+	var msgs []relayer.Message
+	for i := range n {
+		msgs = append(msgs, b.ordered(t, keys[i%len(keys)], pipelineLanes))
+	}
+	b.insert(t, msgs...)
+	token := uuid.New()
+	if held, err := b.store.AcquireLaneLeases(context.Background(), lanes, "me", token, time.Minute); err != nil || !slices.Equal(held, lanes) {
+		t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
+	}
+	return msgs, token
+}
+
 // pinned returns a connection of db with an open transaction, and the store
 // bound to it: a worker's session, whose batches BEGIN and COMMIT on it.
 func (b *bundle) pinned(t *testing.T, db *sql.DB) (*sql.Conn, *store.Store) {
@@ -73,16 +90,7 @@ func TestLockAndReadLanesReadsAfterTheLock(t *testing.T) {
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
 		lanes := []int{1, 2}
-		keys := keysOnLanes(t, lanes...)
-		var msgs []relayer.Message
-		for i := range 6 {
-			msgs = append(msgs, b.ordered(t, keys[i%2], pipelineLanes))
-		}
-		b.insert(t, msgs...)
-		token := uuid.New()
-		if held, err := b.store.AcquireLaneLeases(ctx, lanes, "me", token, time.Minute); err != nil || !slices.Equal(held, lanes) {
-			t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
-		}
+		msgs, token := b.leasedLanes(t, lanes, 6)
 		cursors := []store.LaneCursor{store.NewLaneCursor(1), store.NewLaneCursor(2)}
 
 		// The previous holder's batch: it holds the lanes' locks and
@@ -162,17 +170,7 @@ func TestLaneReadsComeInLaneAndIDOrder(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
-		lanes := []int{1, 3}
-		keys := keysOnLanes(t, lanes...)
-		var msgs []relayer.Message
-		for i := range 6 {
-			msgs = append(msgs, b.ordered(t, keys[i%2], pipelineLanes))
-		}
-		b.insert(t, msgs...)
-		token := uuid.New()
-		if _, err := b.store.AcquireLaneLeases(ctx, lanes, "me", token, time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		msgs, token := b.leasedLanes(t, []int{1, 3}, 6)
 		want := sortedByLane(msgs)
 		for _, from := range [][]store.LaneCursor{
 			{store.NewLaneCursor(1), store.NewLaneCursor(3)},
