@@ -285,6 +285,12 @@ type RunnerStats struct {
 	// WakeUpsReceived counts the wake-up notifications the listener has
 	// received.
 	WakeUpsReceived uint64
+	// RowsBeyondLanes is how many pending rows (counted up to 10,000) the
+	// ordered workers' last heartbeat found in lanes outside the outbox's
+	// lane count: rows no worker delivers, written by a program configured
+	// with another lane count. Anything but zero is also logged as an
+	// error at each heartbeat; zero when the runner runs no ordered worker.
+	RowsBeyondLanes int64
 }
 
 // OrderedStats are one ordered worker's counters and the lanes it holds.
@@ -311,6 +317,7 @@ func (r *Runner) Stats() RunnerStats {
 	}
 	for _, o := range c.ordered {
 		s.Ordered = append(s.Ordered, OrderedStats{Name: o.Name(), Lanes: o.Lanes(), Stats: o.Stats()})
+		s.RowsBeyondLanes = max(s.RowsBeyondLanes, o.RowsBeyondLanes())
 	}
 	if c.cleanup != nil {
 		s.Cleanup = ptr(c.cleanup.Stats())

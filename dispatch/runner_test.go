@@ -248,6 +248,19 @@ func TestRunnerOptions(t *testing.T) {
 	}
 }
 
+// A Runner's stats count the rows its ordered workers never deliver: here a
+// row another program moved to a lane out of the outbox's range.
+func TestRunnerStatsCountRowsBeyondLanes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	b.shipped(t, keyList(1), 1, 1)
+	_, err := b.db.Exec(`UPDATE "` + b.schema + `".ob_outbox SET lane = -1`)
+	must(t, err)
+	r, _ := startedRunner(t, b, dispatch.RunnerOptions{DisableDirect: true, DisableRecovery: true, DisableCleanup: true, Logger: b.logger(),
+		Ordered: dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond}})
+	waitUntil(t, "the row beyond the lanes counted in the runner's stats", func() bool { return r.Stats().RowsBeyondLanes == 1 })
+}
+
 // Run blocks until its context ends, cancelling the workers, or until Stop.
 func TestRunnerRun(t *testing.T) {
 	t.Parallel()
