@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -78,13 +79,13 @@ func (a *setAside) skipped(e endpoint) bool {
 }
 
 // list returns the endpoints set aside now.
-func (a *setAside) list() []store.Endpoint {
+func (a *setAside) list() []workerstore.Endpoint {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []store.Endpoint
+	var out []workerstore.Endpoint
 	for e, st := range a.m {
 		if st.aside() {
-			out = append(out, store.Endpoint{Transport: e.transport, Destination: e.destination})
+			out = append(out, workerstore.Endpoint{Transport: e.transport, Destination: e.destination})
 		}
 	}
 	return out
@@ -165,7 +166,7 @@ func (a *setAside) changed() {
 // store.PauseStaleAfter while any lasts, until ctx ends or quit closes; then
 // it deletes them. Of the workers sharing the set, only the first to call it
 // publishes; the others return at once.
-func (a *setAside) publish(ctx context.Context, quit <-chan struct{}, st *store.Store, owner string, logger *slog.Logger) {
+func (a *setAside) publish(ctx context.Context, quit <-chan struct{}, st *workerstore.Store, owner string, logger *slog.Logger) {
 	if !a.publishing.CompareAndSwap(false, true) {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -118,21 +119,21 @@ var errLeaseLost = errors.New("dispatch: cleanup lease lost to another instance"
 type cleanupWorker struct {
 	db    *sql.DB
 	opts  CleanupOptions
-	store *store.Store
-	lease store.Lease
+	store *workerstore.Store
+	lease workerstore.Lease
 	stats cleanupCounters
 
 	loop loop
 }
 
 // newCleanup builds a cleanup worker on st, with opts validated.
-func newCleanup(db *sql.DB, st *store.Store, opts CleanupOptions) *cleanupWorker {
+func newCleanup(db *sql.DB, st *workerstore.Store, opts CleanupOptions) *cleanupWorker {
 	opts = withDefaults(opts)
 	return &cleanupWorker{
 		db:    db,
 		opts:  opts,
 		store: st,
-		lease: store.Lease{Name: store.CleanupLeaseName, Owner: opts.Owner, Token: uuid.New()},
+		lease: workerstore.Lease{Name: store.CleanupLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:  newLoop(false),
 	}
 }

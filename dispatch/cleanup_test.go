@@ -12,6 +12,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -146,7 +147,7 @@ func TestOneCleanupAtATime(t *testing.T) {
 	b := setup(t, dispatch.DirectOptions{})
 	ctx := context.Background()
 	// A crashed holder: its lease is live for a while and nobody renews it.
-	crashed := store.Lease{Name: store.CleanupLeaseName, Owner: "crashed", Token: uuid.New()}
+	crashed := workerstore.Lease{Name: store.CleanupLeaseName, Owner: "crashed", Token: uuid.New()}
 	start := time.Now()
 	held, _, err := b.store.AcquireLease(ctx, crashed, time.Second)
 	if err != nil || !held {

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/relayer-go/relayer/store"
+	"github.com/relayer-go/relayer/internal/workerstore"
 )
 
 // clockSyncEvery is how often a worker measures its clock against the
@@ -28,7 +28,7 @@ func (c *dbClock) now() time.Time {
 }
 
 // sync measures the offset (see offsetOf) with one round trip.
-func (c *dbClock) sync(ctx context.Context, st *store.Store) error {
+func (c *dbClock) sync(ctx context.Context, st *workerstore.Store) error {
 	before := time.Now()
 	server, err := st.ServerTime(ctx)
 	if err != nil {

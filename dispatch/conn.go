@@ -8,19 +8,19 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/relayer-go/relayer/store"
+	"github.com/relayer-go/relayer/internal/workerstore"
 )
 
 // workerConn is the connection one worker goroutine runs its statements on,
-// pinned from the application's pool and tuned with store.TuneWorkerConn:
+// pinned from the application's pool and tuned with workerstore.TuneWorkerConn:
 // custom plans (a generic plan frozen while the outbox was empty would scan the
 // whole table) and asynchronous commit (a lost claim or delete only causes a
 // resend). It is not safe for concurrent use.
 type workerConn struct {
 	db   *sql.DB
-	base *store.Store
+	base *workerstore.Store
 	conn *sql.Conn
-	st   *store.Store
+	st   *workerstore.Store
 	// idleTx, when positive, is the session's
 	// idle_in_transaction_session_timeout: workers that keep a transaction open
 	// across a send set it a little above their send deadline, so that the
@@ -28,7 +28,7 @@ type workerConn struct {
 	// its rows can be taken again.
 	idleTx time.Duration
 	// generic selects generic plans with sequential scans off (see
-	// store.TuneTakingConn), for sessions that run only takes or ordered
+	// workerstore.TuneTakingConn), for sessions that run only takes or ordered
 	// batches and probes.
 	generic bool
 	// chainedAt is set while the pinned connection is in a transaction that
@@ -43,18 +43,18 @@ type workerConn struct {
 	txFrom time.Time
 }
 
-func newWorkerConn(db *sql.DB, base *store.Store) *workerConn {
+func newWorkerConn(db *sql.DB, base *workerstore.Store) *workerConn {
 	return &workerConn{db: db, base: base}
 }
 
 // newTakingConn is a worker connection for takes held across sends of at most
-// sendFor (see store.TakeIDs).
-func newTakingConn(db *sql.DB, base *store.Store, sendFor time.Duration) *workerConn {
+// sendFor (see workerstore.Store.TakeIDs).
+func newTakingConn(db *sql.DB, base *workerstore.Store, sendFor time.Duration) *workerConn {
 	return &workerConn{db: db, base: base, idleTx: sendFor + idleTxMargin, generic: genericTakePlans}
 }
 
 // genericTakePlans selects generic plans for taking connections and ordered
-// batch connections (see store.TuneTakingConn); benchmarks turn it off to
+// batch connections (see workerstore.TuneTakingConn); benchmarks turn it off to
 // compare.
 var genericTakePlans = true
 
@@ -63,7 +63,7 @@ var genericTakePlans = true
 const idleTxMargin = 5 * time.Second
 
 // store returns the store bound to the pinned connection, pinning one first.
-func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
+func (w *workerConn) store(ctx context.Context) (*workerstore.Store, error) {
 	if w.st != nil {
 		return w.st, nil
 	}
@@ -71,12 +71,12 @@ func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := store.TuneWorkerConn(ctx, conn); err != nil {
+	if err := workerstore.TuneWorkerConn(ctx, conn); err != nil {
 		discard(conn)
 		return nil, err
 	}
 	if w.idleTx > 0 {
-		if err := store.TuneTakingConn(ctx, conn, w.idleTx, w.generic); err != nil {
+		if err := workerstore.TuneTakingConn(ctx, conn, w.idleTx, w.generic); err != nil {
 			discard(conn)
 			return nil, err
 		}
@@ -92,7 +92,7 @@ func (w *workerConn) store(ctx context.Context) (*store.Store, error) {
 
 // begin starts a transaction on the pinned connection and returns it with the
 // store bound to it.
-func (w *workerConn) begin(ctx context.Context) (*sql.Tx, *store.Store, error) {
+func (w *workerConn) begin(ctx context.Context) (*sql.Tx, *workerstore.Store, error) {
 	if _, err := w.store(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -135,7 +135,7 @@ func (w *workerConn) endBatch(ctx context.Context, end string) error {
 // commitDeletes ends an ordered batch's transaction as endBatch does with
 // "COMMIT", deleting the rows ids read under the lanes' leases (held with
 // token) on the way: all of them, or nothing is committed and it fails (see
-// store.Store.CommitLaneDeletes).
+// workerstore.Store.CommitLaneDeletes).
 func (w *workerConn) commitDeletes(ctx context.Context, ids []uuid.UUID, token uuid.UUID) error {
 	return w.chain(func() error { return w.st.CommitLaneDeletes(ctx, ids, token, true) })
 }
@@ -189,7 +189,7 @@ func (w *workerConn) release(ctx context.Context) {
 	if err := w.unchain(ctx); err != nil {
 		return // dropped
 	}
-	if err := store.UntuneWorkerConn(ctx, w.conn); err != nil {
+	if err := workerstore.UntuneWorkerConn(ctx, w.conn); err != nil {
 		discard(w.conn)
 	} else {
 		w.conn.Close()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -16,7 +17,7 @@ func TestTakingConnBoundsIdleTransactions(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
 	db.SetMaxOpenConns(1) // the pool hands the same connection back
-	st, err := store.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	st, err := workerstore.New(db, store.Options{Schema: testdb.NewSchema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestTakingConnBoundsIdleTransactions(t *testing.T) {
 func TestClockOfALocalServerHasNoOffset(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, "pgx")
-	st, err := store.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	st, err := workerstore.New(db, store.Options{Schema: testdb.NewSchema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestBatchTransactionsChainUntilIdle(t *testing.T) {
 func testBatchTransactionsChain(t *testing.T, driver string) {
 	ctx := context.Background()
 	db := testdb.Open(t, driver)
-	st, err := store.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	st, err := workerstore.New(db, store.Options{Schema: testdb.NewSchema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

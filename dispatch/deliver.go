@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -129,8 +130,8 @@ type sender struct {
 	logger     *slog.Logger
 	stats      *counters
 	ids        []uuid.UUID
-	taken      []store.Taken
-	prior      []store.Taken
+	taken      []workerstore.Taken
+	prior      []workerstore.Taken
 	// tainted is set when a transport call was abandoned and may still read
 	// the messages it was given: their owner must not reuse that memory.
 	tainted bool
@@ -244,7 +245,7 @@ func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.
 	s.prior = s.prior[:0]
 	keep := msgs[:0:0]
 	for _, m := range msgs {
-		if i, found := slices.BinarySearchFunc(s.taken, m.ID, func(a store.Taken, id uuid.UUID) int { return bytes.Compare(a.ID[:], id[:]) }); found {
+		if i, found := slices.BinarySearchFunc(s.taken, m.ID, func(a workerstore.Taken, id uuid.UUID) int { return bytes.Compare(a.ID[:], id[:]) }); found {
 			keep = append(keep, m)
 			s.prior = append(s.prior, s.taken[i])
 		}
@@ -253,12 +254,12 @@ func (s *sender) deliverChunk(ctx context.Context, conn *workerConn, tr relayer.
 	return s.finish(ctx, t)
 }
 
-// take is one transaction of taken rows (see store.TakeIDs): its DELETEs hold
+// take is one transaction of taken rows (see workerstore.Store.TakeIDs): its DELETEs hold
 // the rows until it commits, which makes the sent rows' removal durable;
 // rows not sent are written back first.
 type take struct {
 	tx *sql.Tx
-	st *store.Store
+	st *workerstore.Store
 	// stop is the worker's context: once it is cancelled, no further send
 	// starts, and the rows not sent are kept, while the sends under way and
 	// the take's record run on to their end on a context detached from it.
@@ -293,7 +294,7 @@ func (t *take) merge(part *take) {
 // before, as the retry policy judges it: written back to wait for its retry
 // (or at once, unchanged, when its destination was unavailable), or moved to
 // the dead letters.
-func (t *take) failed(s *sender, m *relayer.Message, prior store.Taken, err error) {
+func (t *take) failed(s *sender, m *relayer.Message, prior workerstore.Taken, err error) {
 	v := s.retries.judge(m, prior.Attempts, err, s.clock.now())
 	row := store.Row{Message: *m, Attempts: v.attempts, LastError: err.Error(), RetryAt: v.retryAt}
 	if v.attempts == prior.Attempts {
@@ -351,7 +352,7 @@ func (s *sender) endChain() {
 }
 
 // keep writes msgs back unchanged when the take commits.
-func (t *take) keep(msgs []*relayer.Message, prior []store.Taken) {
+func (t *take) keep(msgs []*relayer.Message, prior []workerstore.Taken) {
 	for i, m := range msgs {
 		t.restore = append(t.restore, store.Row{Message: *m, Attempts: prior[i].Attempts, LastError: prior[i].LastError})
 	}
@@ -361,7 +362,7 @@ func (t *take) keep(msgs []*relayer.Message, prior []store.Taken) {
 // recorded on msgs[i], and notes the outcome on t. It reports
 // abandoned when a transport call was abandoned and may still read the
 // messages: the caller must not reuse their memory.
-func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.Transport, msgs []*relayer.Message, prior []store.Taken) (abandoned bool) {
+func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.Transport, msgs []*relayer.Message, prior []workerstore.Taken) (abandoned bool) {
 	if !time.Now().Before(t.until) {
 		s.stats.expired.Add(1)
 		s.logger.Warn("dispatch: claim expired before sending; not sending",

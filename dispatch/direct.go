@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -83,7 +84,7 @@ func (o DirectOptions) Validate() error { return checkOptions(o.options()) }
 type directWorker struct {
 	db      *sql.DB
 	opts    DirectOptions
-	store   *store.Store
+	store   *workerstore.Store
 	senders []*sender
 	stats   counters
 	clock   *dbClock

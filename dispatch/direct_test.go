@@ -18,6 +18,7 @@ import (
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 	"github.com/relayer-go/relayer/transport/memory"
 )
@@ -51,7 +52,7 @@ type bundle struct {
 	db     *sql.DB
 	schema string
 	opts   store.Options
-	store  *store.Store
+	store  *workerstore.Store
 	outbox relayer.Outbox
 	mem    *memory.Transport
 	direct *dispatch.Direct
@@ -73,7 +74,7 @@ func setupOn(t testing.TB, db *sql.DB, opts dispatch.DirectOptions) *bundle {
 	if _, err := store.Migrate(ctx, db, sopts); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.New(db, sopts)
+	st, err := workerstore.New(db, sopts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@
 // transaction's rows reach its bounded queue without the commit waiting for a
 // broker, and its worker then, per (transport, destination):
 //
-//  1. opens a transaction and claims the rows with one DELETE (a take, see
-//     store.TakeIDs) that skips rows locked by anyone else, rows held by a
+//  1. opens a transaction and claims the rows with one DELETE (a take) that
+//     skips rows locked by anyone else, rows held by a
 //     live claim, rows not yet due and rows no longer in the table (a
 //     savepoint that rolled back, a row another dispatcher already sent); the
 //     transaction's row locks are the claim;
@@ -160,8 +160,7 @@
 //     never overtakes its head); the admitted rows need no claim of their
 //     own, since the locked lease rows keep every other worker off them until
 //     the transaction ends, so a delivered row is written once, by its delete.
-//     A lane the worker keeps holding is read from a cursor (store.LaneCursor):
-//     past the rows it already settled, plus the rows its last read's snapshot
+//     A lane the worker keeps holding is read from a cursor: past the rows it already settled, plus the rows its last read's snapshot
 //     did not see, whatever their ids, so that a read does not walk the dead
 //     index entries delivered rows leave behind, which vacuum cannot remove
 //     while a long transaction elsewhere holds an old snapshot. The read
@@ -236,20 +235,22 @@
 // transactions hold locked rather than wait for them; the next pass takes them.
 //
 // The worker pins a connection from the pool for each pass, tuned like the
-// other workers' (see store.TuneWorkerConn), and returns it between passes.
+// other workers' (see Connections), and returns it between passes.
 //
 // # Connections
 //
 // Each worker pins connections from the application's *sql.DB for as long as
 // it runs (direct dispatch: one per worker; recovery: one per drainer; an
 // ordered worker: one per lane it runs at once, up to
-// OrderedOptions.Concurrency), with asynchronous commit (store.TuneWorkerConn);
+// OrderedOptions.Concurrency), with asynchronous commit (synchronous_commit
+// off for the session);
 // leases and heartbeats borrow pooled connections briefly. Size the pool for
 // them. Cleanup, and ordered workers' membership and leases on pooled
 // connections, plan every statement for its values (custom plans). Direct
 // dispatch and recovery run only takes on their connections, and ordered
 // workers only their batches and probes; these keep generic plans with
-// sequential scans off (store.TuneTakingConn): no planning per statement,
+// sequential scans off (plan_cache_mode and enable_seqscan set for the
+// session): no planning per statement,
 // which costs more than running one of these small statements, and index
 // scans even for a plan made while the outbox was empty.
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -72,7 +73,7 @@ func NewCleanup(db *sql.DB, outbox relayer.Outbox, opts CleanupOptions) (*Cleanu
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := store.New(db, store.OptionsOf(outbox))
+	st, err := workerstore.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}

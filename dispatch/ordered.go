@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -109,7 +110,7 @@ type orderedWorker struct {
 	token    uuid.UUID
 	db       *sql.DB
 	opts     OrderedOptions
-	store    *store.Store
+	store    *workerstore.Store
 	routes   *relayer.Routes
 	sender   *sender
 	stats    counters
@@ -308,7 +309,7 @@ func (o *orderedWorker) refreshMembership() {
 // heartbeat renews membership, recomputes this instance's lanes, measures the
 // database clock, and looks for rows in lanes this worker never scans.
 func (o *orderedWorker) heartbeat(ctx context.Context) error {
-	member := store.Lease{Name: store.MemberLeaseName(o.instance), Owner: o.name, Token: o.token}
+	member := workerstore.Lease{Name: workerstore.MemberLeaseName(o.instance), Owner: o.name, Token: o.token}
 	members, err := o.store.Heartbeat(ctx, member, o.opts.LeaseDuration)
 	if err != nil {
 		return err
@@ -336,7 +337,7 @@ func (o *orderedWorker) heartbeat(ctx context.Context) error {
 // that it releases the lanes it lost and probes those it gained. It reports
 // false when this instance is not among members.
 func (o *orderedWorker) share(members []string) bool {
-	rank := slices.Index(members, store.MemberLeaseName(o.instance))
+	rank := slices.Index(members, workerstore.MemberLeaseName(o.instance))
 	if rank < 0 {
 		return false
 	}

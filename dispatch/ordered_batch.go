@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -161,10 +162,10 @@ func (o *orderedWorker) batch(ctx context.Context, conn *workerConn, buf []store
 // every one of lanes was renewed under its owner within the last third of
 // the lease, it locks their lease rows without writing them, and renewed is
 // nil (the lock and the read go in one round trip: see
-// store.Store.LockAndReadLanes); otherwise it takes or renews each lease,
+// workerstore.Store.LockAndReadLanes); otherwise it takes or renews each lease,
 // and renewed records the renewal, to be called once the transaction has
 // committed.
-func (o *orderedWorker) leaseAndRead(ctx context.Context, st *store.Store, conn *workerConn, buf []store.Row, lanes []int) (held []int, renewed func(), from []store.LaneCursor, rows []store.Row, reads []store.LaneRead, err error) {
+func (o *orderedWorker) leaseAndRead(ctx context.Context, st *workerstore.Store, conn *workerConn, buf []store.Row, lanes []int) (held []int, renewed func(), from []workerstore.LaneCursor, rows []store.Row, reads []workerstore.LaneRead, err error) {
 	g, d := o.group, o.opts.LeaseDuration
 	owners := g.owners(lanes)
 	if g.renewals.fresh(lanes, owners, d-d/3) {
@@ -571,8 +572,8 @@ func (o *orderedWorker) recordFailure(p *laneBatch, i int, f laneFailure) {
 // lanes, and commits it: it deletes the sent rows (all of them, or the
 // batch rolls back) and records the failed rows' attempts and errors. The
 // rest stay as they are. A batch that only deletes sends its delete with
-// its commit (see store.Store.CommitLaneDeletes).
-func (o *orderedWorker) settle(ctx context.Context, st *store.Store, conn *workerConn, parts []laneBatch) error {
+// its commit (see workerstore.Store.CommitLaneDeletes).
+func (o *orderedWorker) settle(ctx context.Context, st *workerstore.Store, conn *workerConn, parts []laneBatch) error {
 	out := sortOutcomes(parts)
 	if len(out.buried) > 0 {
 		// Written to the dead letters, then deleted with the sent rows in

@@ -7,24 +7,25 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
 // laneCursors are where an ordered worker's next read of each lane starts
-// (see store.LaneCursor): a lane it keeps holding is read from past the rows
+// (see workerstore.LaneCursor): a lane it keeps holding is read from past the rows
 // it already delivered, not from the lane's first index entry, so that the
 // dead entries those rows leave behind cost nothing while an old snapshot
 // keeps vacuum from removing them. A cursor made under a lease the worker no
 // longer holds is harmless: the read checks the lease and starts from the
 // lane's start. Batches of different lanes use it at once.
 //
-// A cursor is exact (see store.LaneCursor) but is not trusted for long all
+// A cursor is exact (see workerstore.LaneCursor) but is not trusted for long all
 // the same: each lane is read from its start again once fullReadEvery has
 // passed since it last was, so that a row a cursor missed, by a fault no
 // test foresaw, waits that long at most.
 type laneCursors struct {
 	mu sync.Mutex
-	at map[int]store.LaneCursor
+	at map[int]workerstore.LaneCursor
 	// fullAt is when each lane was last read from its start, by a batch or
 	// by a probe that found its head not ready.
 	fullAt map[int]time.Time
@@ -49,15 +50,15 @@ func fullReadSpread(lane int) time.Duration {
 // from returns the cursors of lanes, in lanes' order: a lane without a
 // cursor, or not read from its start for fullReadEvery, gets one that reads
 // from its start.
-func (c *laneCursors) from(lanes []int) []store.LaneCursor {
-	out := make([]store.LaneCursor, len(lanes))
+func (c *laneCursors) from(lanes []int) []workerstore.LaneCursor {
+	out := make([]workerstore.LaneCursor, len(lanes))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
 	for i, l := range lanes {
 		cur, ok := c.at[l]
 		if !ok || now.Sub(c.fullAt[l]) >= fullReadEvery {
-			cur = store.NewLaneCursor(l)
+			cur = workerstore.NewLaneCursor(l)
 		}
 		out[i] = cur
 	}
@@ -68,7 +69,7 @@ func (c *laneCursors) from(lanes []int) []store.LaneCursor {
 // lane's start were read so at or after at; a lane's first such read is
 // recorded earlier by its fullReadSpread, so that lanes read together do
 // not come due together again.
-func (c *laneCursors) readFromStart(from []store.LaneCursor, at time.Time, except []int) {
+func (c *laneCursors) readFromStart(from []workerstore.LaneCursor, at time.Time, except []int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cur := range from {
@@ -101,11 +102,11 @@ func (c *laneCursors) forget(lanes []int) {
 // settled: from holds the cursors the batch read from, reads what the read
 // learned, heads the rows it read (each lane's contiguous, in id order),
 // and parts what became of the rows it admitted.
-func (c *laneCursors) advance(from []store.LaneCursor, reads []store.LaneRead, heads []store.Row, parts []laneBatch) {
+func (c *laneCursors) advance(from []workerstore.LaneCursor, reads []workerstore.LaneRead, heads []store.Row, parts []laneBatch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.at == nil {
-		c.at = map[int]store.LaneCursor{}
+		c.at = map[int]workerstore.LaneCursor{}
 	}
 	byLane := make(map[int]*laneBatch, len(parts))
 	for i := range parts {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -93,9 +94,9 @@ func TestLanesReadTogetherComeDueApart(t *testing.T) {
 	t.Parallel()
 	const lanes = 32
 	var c laneCursors
-	from := make([]store.LaneCursor, lanes)
+	from := make([]workerstore.LaneCursor, lanes)
 	for l := range lanes {
-		from[l] = store.NewLaneCursor(l)
+		from[l] = workerstore.NewLaneCursor(l)
 	}
 	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	c.readFromStart(from, t0, []int{7})

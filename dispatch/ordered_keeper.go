@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -79,7 +80,7 @@ func (s *laneScheduler) keeper(h *handedSend) {
 	}
 	// hold begins a transaction that renews and locks the lane's lease;
 	// it reports whether the lane is held.
-	hold := func() (*store.Store, bool) {
+	hold := func() (*workerstore.Store, bool) {
 		ctx, cancel := statement()
 		defer cancel()
 		st, err := conn.store(ctx)
@@ -160,7 +161,7 @@ func (s *laneScheduler) keeper(h *handedSend) {
 // recordHanded records, in the keeper's transaction, the outcome err of the
 // send h: delete the row it sent, record a failure of its own, or, when
 // the send ended because its context did (stopping), leave the row.
-func (s *laneScheduler) recordHanded(st *store.Store, h *handedSend, err error, stopping bool, res *laneDone) error {
+func (s *laneScheduler) recordHanded(st *workerstore.Store, h *handedSend, err error, stopping bool, res *laneDone) error {
 	o := s.o
 	ctx, cancel := context.WithTimeout(context.Background(), o.opts.LeaseDuration/2)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -545,7 +546,7 @@ func (g *laneGroup) releaseSurplus(ctx context.Context, conn *workerConn, held, 
 		}
 		st, err := conn.store(ctx)
 		if err == nil {
-			err = st.ReleaseLease(ctx, store.Lease{Name: store.LaneLeaseName(lane), Token: g.token})
+			err = st.ReleaseLease(ctx, workerstore.Lease{Name: workerstore.LaneLeaseName(lane), Token: g.token})
 		}
 		if err != nil {
 			conn.broken()

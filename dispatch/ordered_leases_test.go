@@ -6,7 +6,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
-	"github.com/relayer-go/relayer/store"
+	"github.com/relayer-go/relayer/internal/workerstore"
 )
 
 // TestOrderedLocksLeasesItRenewedAMomentAgo checks that batches following one
@@ -25,7 +25,7 @@ func TestOrderedLocksLeasesItRenewedAMomentAgo(t *testing.T) {
 	version := func() string {
 		t.Helper()
 		var xmin string
-		must(t, b.db.QueryRow(`SELECT xmin::text FROM `+leases+` WHERE name = $1`, store.LaneLeaseName(lane)).Scan(&xmin))
+		must(t, b.db.QueryRow(`SELECT xmin::text FROM `+leases+` WHERE name = $1`, workerstore.LaneLeaseName(lane)).Scan(&xmin))
 		return xmin
 	}
 	send := func(n int) time.Duration {
@@ -46,7 +46,7 @@ func TestOrderedLocksLeasesItRenewedAMomentAgo(t *testing.T) {
 	if v := version(); v != renewed {
 		t.Errorf("the lane's lease row was written again (version %s, then %s) by batches right after its renewal", renewed, v)
 	}
-	_, err = b.db.Exec(`DELETE FROM `+leases+` WHERE name = $1`, store.LaneLeaseName(lane))
+	_, err = b.db.Exec(`DELETE FROM `+leases+` WHERE name = $1`, workerstore.LaneLeaseName(lane))
 	must(t, err)
 	// At once: in milliseconds, where a batch that gave up would leave the
 	// lane to a later scan (a second or more).

@@ -6,6 +6,7 @@ import (
 	"maps"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -17,7 +18,7 @@ import (
 type outboxCore struct {
 	db         *sql.DB
 	outbox     relayer.Outbox
-	store      *store.Store
+	store      *workerstore.Store
 	transports map[string]relayer.Transport
 	retries    *retries
 	caps       *capCache
@@ -28,7 +29,7 @@ type outboxCore struct {
 // newOutboxCore validates what the outbox gives its workers and builds
 // their shared state; it does not touch the database. db must not be nil.
 func newOutboxCore(db *sql.DB, outbox relayer.Outbox) (*outboxCore, error) {
-	st, err := store.New(db, store.OptionsOf(outbox))
+	st, err := workerstore.New(db, store.OptionsOf(outbox))
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -94,12 +95,12 @@ func (o RecoveryOptions) Validate() error { return checkOptions(o.options()) }
 type recoveryWorker struct {
 	db         *sql.DB
 	opts       RecoveryOptions
-	store      *store.Store
+	store      *workerstore.Store
 	transports map[string]relayer.Transport
 	retries    *retries
 	caps       *capCache
 	stats      counters
-	lease      store.Lease
+	lease      workerstore.Lease
 	holding    atomic.Bool
 	// scanMu serializes the drainers' takes and guards cursor, the last id
 	// taken: concurrent takes from one cursor would each walk over the rows the
@@ -131,7 +132,7 @@ func newRecovery(core *outboxCore, opts RecoveryOptions) *recoveryWorker {
 		transports: core.transports,
 		retries:    core.retries,
 		caps:       core.caps,
-		lease:      store.Lease{Name: store.RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
+		lease:      workerstore.Lease{Name: store.RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:       newLoop(true),
 		aside:      core.aside,
 		clock:      core.clock,
@@ -432,14 +433,14 @@ func (r *recoveryWorker) probeOne(ctx, stop context.Context, d *drainer, e endpo
 		return false, err
 	}
 	t.stop = stop
-	rows, err := t.st.TakeNextUnorderedTo(ctx, nil, store.Endpoint{Transport: e.transport, Destination: e.destination}, 1, r.clock.now())
+	rows, err := t.st.TakeNextUnorderedTo(ctx, nil, workerstore.Endpoint{Transport: e.transport, Destination: e.destination}, 1, r.clock.now())
 	if err != nil || len(rows) == 0 || rows[0].Corrupt != nil {
 		t.tx.Rollback()
 		return false, err
 	}
 	r.stats.probes.Add(1)
 	m := &rows[0].Message
-	d.sender.sendTaken(ctx, t, e, tr, []*relayer.Message{m}, []store.Taken{{ID: m.ID, Attempts: rows[0].Attempts, LastError: rows[0].LastError}})
+	d.sender.sendTaken(ctx, t, e, tr, []*relayer.Message{m}, []workerstore.Taken{{ID: m.ID, Attempts: rows[0].Attempts, LastError: rows[0].LastError}})
 	return true, d.sender.finish(ctx, t)
 }
 
@@ -521,11 +522,11 @@ func (r *recoveryWorker) sendGroups(ctx context.Context, d *drainer, t *take, ro
 	reuse = true
 	for e, idx := range groupByEndpoint(rows, func(r *store.Row) endpoint { return endpoint{r.Transport, r.Destination} }) {
 		msgs := make([]*relayer.Message, len(idx))
-		prior := make([]store.Taken, len(idx))
+		prior := make([]workerstore.Taken, len(idx))
 		for i, k := range idx {
 			r := &rows[k]
 			msgs[i] = &r.Message
-			prior[i] = store.Taken{ID: r.ID, Attempts: r.Attempts, LastError: r.LastError}
+			prior[i] = workerstore.Taken{ID: r.ID, Attempts: r.Attempts, LastError: r.LastError}
 		}
 		tr, size, ok := d.sender.resolve(ctx, e, len(idx))
 		if !ok {
@@ -554,7 +555,7 @@ func (r *recoveryWorker) sendGroups(ctx context.Context, d *drainer, t *take, ro
 
 // sendGroup sends one destination's rows of a take in chunks of size,
 // recording the outcome in part. It reports whether a send was abandoned.
-func (r *recoveryWorker) sendGroup(ctx context.Context, d *drainer, part *take, e endpoint, tr relayer.Transport, size int, msgs []*relayer.Message, prior []store.Taken) (abandoned bool) {
+func (r *recoveryWorker) sendGroup(ctx context.Context, d *drainer, part *take, e endpoint, tr relayer.Transport, size int, msgs []*relayer.Message, prior []workerstore.Taken) (abandoned bool) {
 	for start := 0; start < len(msgs); start += size {
 		end := min(start+size, len(msgs))
 		if start > 0 && (r.aside.skipped(e) || halted(part.stop)) {

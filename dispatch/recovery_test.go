@@ -12,6 +12,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -111,7 +112,7 @@ func TestOneRecoveryAtATimeAndTakeover(t *testing.T) {
 	ctx := context.Background()
 	// A crashed holder: its lease is live for a while and nobody renews it.
 	st := b.store
-	dead := store.Lease{Name: store.RecoveryLeaseName, Owner: "crashed", Token: uuid.New()}
+	dead := workerstore.Lease{Name: store.RecoveryLeaseName, Owner: "crashed", Token: uuid.New()}
 	held, _, err := st.AcquireLease(ctx, dead, 700*time.Millisecond)
 	if err != nil || !held {
 		t.Fatalf("lease for the crashed holder = %v, %v", held, err)

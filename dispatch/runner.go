@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -141,7 +142,7 @@ type Runner struct {
 	outbox relayer.Outbox
 	opts   RunnerOptions
 	core   *outboxCore // what every worker shares
-	store  *store.Store
+	store  *workerstore.Store
 	// crew holds the workers. A Start that fails replaces them, since a
 	// worker stopped once does not start again.
 	crew atomic.Pointer[crew]
@@ -496,7 +497,7 @@ func (r *Runner) Start(ctx context.Context) error {
 // before any starts, each then taking its share among all of them: started
 // one by one, the first would take every lane, and the lanes would change
 // hands as each of the others joined.
-func (c *crew) joinOrdered(ctx context.Context, st *store.Store) error {
+func (c *crew) joinOrdered(ctx context.Context, st *workerstore.Store) error {
 	if len(c.ordered) < 2 {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -34,7 +35,7 @@ type Sender interface {
 // one NOTIFY at its end. No goroutine outlives a burst of requests by more
 // than the interval.
 type notifier struct {
-	store    *store.Store
+	store    *workerstore.Store
 	interval time.Duration
 	logger   *slog.Logger
 
@@ -46,7 +47,7 @@ type notifier struct {
 }
 
 func newNotifier(db *sql.DB, opts store.Options, interval time.Duration, logger *slog.Logger) (*notifier, error) {
-	st, err := store.New(db, opts)
+	st, err := workerstore.New(db, opts)
 	if err != nil {
 		return nil, err
 	}

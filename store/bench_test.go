@@ -12,6 +12,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -31,13 +32,13 @@ func BenchmarkStore(b *testing.B) {
 	}
 }
 
-func benchSetup(b *testing.B, driver string) (*store.Store, func(n int) []relayer.Message) {
+func benchSetup(b *testing.B, driver string) (*workerstore.Store, func(n int) []relayer.Message) {
 	db := testdb.Open(b, driver)
 	opts := store.Options{Schema: testdb.NewSchema(b), TablePrefix: "bench_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		b.Fatal(err)
 	}
-	s, err := store.New(db, opts)
+	s, err := workerstore.New(db, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func BenchmarkReadLarge(b *testing.B) {
 // without a REPEATABLE READ snapshot held open since before the deliveries,
 // which keeps vacuum and index scans from dropping the delivered rows' dead
 // index entries. "cursor" reads each lane from past what was delivered
-// (store.LaneCursor), as a worker that keeps its lanes does; "start" reads
+// (workerstore.LaneCursor), as a worker that keeps its lanes does; "start" reads
 // from each lane's first entry, as a worker does when it takes a lane over.
 // Compare ns/op across the four.
 func BenchmarkLaneReadBloat(b *testing.B) {
@@ -193,13 +194,13 @@ func BenchmarkLaneReadBloat(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s, db, cursors := bloatedLanes(b, held)
 			lanes := make([]int, len(cursors))
-			fromStart := make([]store.LaneCursor, len(cursors))
+			fromStart := make([]workerstore.LaneCursor, len(cursors))
 			for i, c := range cursors {
-				lanes[i], fromStart[i] = c.Lane, store.NewLaneCursor(c.Lane)
+				lanes[i], fromStart[i] = c.Lane, workerstore.NewLaneCursor(c.Lane)
 			}
 			for _, mode := range []struct {
 				name string
-				from []store.LaneCursor
+				from []workerstore.LaneCursor
 			}{{"start", fromStart}, {"cursor", cursors}} {
 				b.Run(mode.name, func(b *testing.B) {
 					ctx := context.Background()
@@ -211,7 +212,7 @@ func BenchmarkLaneReadBloat(b *testing.B) {
 							b.Fatal(err)
 						}
 						st, _ := s.With(tx)
-						if _, err := st.AcquireLaneLeases(ctx, lanes, "bench", token, time.Minute); err != nil {
+						if _, err := st.AcquireLaneLeasesFor(ctx, lanes, owners("bench", len(lanes)), token, time.Minute); err != nil {
 							b.Fatal(err)
 						}
 						if buf, _, err = st.ReadLanes(ctx, buf, mode.from, benchBatch); err != nil || len(buf) != len(lanes)*benchBatch {
@@ -231,14 +232,14 @@ const benchToken = "0190a000-0000-7000-8000-0000000000be"
 // 90% of every lane as a worker does, from cursors, with a snapshot held
 // open throughout when held, then vacuums the outbox. It returns the store,
 // its database and the lanes' cursors.
-func bloatedLanes(b *testing.B, held bool) (*store.Store, *sql.DB, []store.LaneCursor) {
+func bloatedLanes(b *testing.B, held bool) (*workerstore.Store, *sql.DB, []workerstore.LaneCursor) {
 	ctx := context.Background()
 	db := testdb.Open(b, "pgx")
 	opts := store.Options{Schema: testdb.NewSchema(b), TablePrefix: "bloat_"}
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		b.Fatal(err)
 	}
-	s, err := store.New(db, opts)
+	s, err := workerstore.New(db, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -272,10 +273,10 @@ func bloatedLanes(b *testing.B, held bool) (*store.Store, *sql.DB, []store.LaneC
 			b.Fatal(err)
 		}
 	}
-	cursors := make([]store.LaneCursor, lanes)
+	cursors := make([]workerstore.LaneCursor, lanes)
 	all := make([]int, lanes)
 	for l := range cursors {
-		cursors[l], all[l] = store.NewLaneCursor(l), l
+		cursors[l], all[l] = workerstore.NewLaneCursor(l), l
 	}
 	token := uuid.MustParse(benchToken)
 	for range perLane * 9 / 10 / benchBatch {
@@ -284,7 +285,7 @@ func bloatedLanes(b *testing.B, held bool) (*store.Store, *sql.DB, []store.LaneC
 			b.Fatal(err)
 		}
 		st, _ := s.With(tx)
-		if _, err := st.AcquireLaneLeases(ctx, all, "bench", token, time.Minute); err != nil {
+		if _, err := st.AcquireLaneLeasesFor(ctx, all, owners("bench", len(all)), token, time.Minute); err != nil {
 			b.Fatal(err)
 		}
 		rows, reads, err := st.ReadLanes(ctx, nil, cursors, benchBatch)
@@ -333,16 +334,16 @@ func benchLockAndReadLanes(b *testing.B, driver string, inTx bool) {
 			ctx := context.Background()
 			msgs := mk(10)
 			lanes := make([]int, len(msgs))
-			from := make([]store.LaneCursor, len(msgs))
+			from := make([]workerstore.LaneCursor, len(msgs))
 			for i := range msgs {
 				msgs[i].Key, msgs[i].Ordered, msgs[i].Lane = fmt.Sprintf("k%d", i), true, i
-				lanes[i], from[i] = i, store.NewLaneCursor(i)
+				lanes[i], from[i] = i, workerstore.NewLaneCursor(i)
 			}
 			if err := s.Insert(ctx, msgs); err != nil {
 				b.Fatal(err)
 			}
 			token := uuid.New()
-			if _, err := s.AcquireLaneLeases(ctx, lanes, "bench", token, time.Hour); err != nil {
+			if _, err := s.AcquireLaneLeasesFor(ctx, lanes, owners("bench", len(lanes)), token, time.Hour); err != nil {
 				b.Fatal(err)
 			}
 			conn, err := testdb.Open(b, driver).Conn(ctx)
@@ -379,4 +380,13 @@ func benchLockAndReadLanes(b *testing.B, driver string, inTx bool) {
 			}
 		}
 	}
+}
+
+// owners returns n copies of owner, the owner of each of n lanes.
+func owners(owner string, n int) []string {
+	o := make([]string, n)
+	for i := range o {
+		o[i] = owner
+	}
+	return o
 }

@@ -5,11 +5,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // Claim is a fenced hold on rows: only the holder of Token may renew, complete or
@@ -58,7 +58,7 @@ func (s *Store) ClaimBatch(ctx context.Context, dst []Row, ids []uuid.UUID, c Cl
 	if len(ids) == 0 {
 		return dst[:0], nil
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.claimBatch, uuidArray(ids), c.Token, pgTime(c.Until), now)
+	rows, err := s.db.QueryContext(ctx, s.q.claimBatch, storesql.UUIDArray(ids), c.Token, pgTime(c.Until), now)
 	if err != nil {
 		return dst[:0], wrap(ctx, "claim batch", err)
 	}
@@ -96,7 +96,7 @@ func (s *Store) CompleteBatch(ctx context.Context, ids []uuid.UUID, token uuid.U
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return s.affected(ctx, "complete batch", s.q.completeBatch, uuidArray(ids), token, pgTime(now))
+	return s.affected(ctx, "complete batch", s.q.completeBatch, storesql.UUIDArray(ids), token, pgTime(now))
 }
 
 // Fail records a failed delivery: in one statement it increments attempts, saves
@@ -126,7 +126,7 @@ func (s *Store) FailBatch(ctx context.Context, failures []Failure, token uuid.UU
 		return 0, nil
 	}
 	ids, texts, retryAt := failureArrays(failures)
-	return s.affected(ctx, "fail batch", s.q.failBatch, uuidArray(ids), texts, token, pgTime(now), retryAt)
+	return s.affected(ctx, "fail batch", s.q.failBatch, storesql.UUIDArray(ids), texts, token, pgTime(now), retryAt)
 }
 
 // Park records the last failed delivery of rows claimed with token and takes
@@ -140,29 +140,27 @@ func (s *Store) Park(ctx context.Context, failures []Failure, token uuid.UUID, n
 		return 0, nil
 	}
 	ids, texts, _ := failureArrays(failures)
-	return s.affected(ctx, "park", s.q.park, uuidArray(ids), texts, token, pgTime(now))
+	return s.affected(ctx, "park", s.q.park, storesql.UUIDArray(ids), texts, token, pgTime(now))
 }
 
 // failureArrays returns the failures' ids, and their errors and retry times
 // as array literals.
-func failureArrays(failures []Failure) (ids []uuid.UUID, texts, retryAt string) {
-	ids = make([]uuid.UUID, len(failures))
-	var t, r arrayLiteral
-	for i, f := range failures {
-		ids[i] = f.ID
-		t.text(cleanText(f.Error), false)
-		r.time(f.RetryAt, f.RetryAt.IsZero())
+func failureArrays(f []Failure) (ids []uuid.UUID, texts, retryAt string) {
+	return storesql.FailureArrays(len(f), func(i int) (uuid.UUID, string, time.Time) { return f[i].ID, f[i].Error, f[i].RetryAt })
+}
+
+// ReleaseBatch gives up token's live claims on ids without recording an
+// attempt, so that the rows are eligible again at once. It returns how many
+// claims it released.
+func (s *Store) ReleaseBatch(ctx context.Context, ids []uuid.UUID, token uuid.UUID, now time.Time) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
 	}
-	return ids, t.String(), r.String()
+	return s.affected(ctx, "release batch", s.q.releaseBatch, storesql.UUIDArray(ids), token, pgTime(now))
 }
 
 func (s *Store) affected(ctx context.Context, op, query string, args ...any) (int64, error) {
-	res, err := s.db.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, wrap(ctx, op, err)
-	}
-	n, err := res.RowsAffected()
-	return n, wrap(ctx, op, err)
+	return storesql.Affected(ctx, s.db, op, query, args...)
 }
 
 func (s *Store) affectedOne(ctx context.Context, op, query string, args ...any) (bool, error) {
@@ -170,21 +168,5 @@ func (s *Store) affectedOne(ctx context.Context, op, query string, args ...any) 
 	return n == 1, err
 }
 
-// maxErrorLen bounds what one failure stores; broker errors can embed whole
-// payloads.
-const maxErrorLen = 4096
-
-// cleanText makes an error message storable in a text column: valid UTF-8, no NUL
-// bytes (PostgreSQL rejects both), at most maxErrorLen bytes.
-func cleanText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) > maxErrorLen {
-		cut := maxErrorLen
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	return s
-}
+// cleanText is storesql.CleanText.
+func cleanText(s string) string { return storesql.CleanText(s) }

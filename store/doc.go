@@ -1,12 +1,13 @@
 // Package store is the PostgreSQL store of a Relayer outbox, over database/sql.
 //
-// It owns every statement that touches the outbox tables: the schema and its
-// versioned migrations ([Migrate], [SchemaSQL], [Migrations]), the insert used by
-// enlistment ([Store.Insert]), reads of one lane or of the unordered rows
-// ([Store.ReadLane], [Store.ReadUnordered]), counts, and the fenced claim
-// protocol that dispatchers build on ([Store.Claim], [Store.ClaimBatch],
-// [Store.Renew], [Store.Complete], [Store.CompleteBatch], [Store.Fail],
-// [Store.FailBatch]).
+// It holds the schema of the outbox tables and the statements of its stable
+// surface: the schema's versioned migrations ([Migrate], [SchemaSQL],
+// [Migrations]), the insert used by enlistment ([Store.Insert]), reads of one
+// lane or of the unordered rows ([Store.ReadLane], [Store.ReadUnordered]),
+// counts, the fenced claim protocol that integrations build on
+// ([Store.Claim], [Store.ClaimBatch], [Store.Renew], [Store.Complete],
+// [Store.CompleteBatch], [Store.Fail], [Store.FailBatch], [Store.Park],
+// [Store.ReleaseBatch]), redrive, the operators' reads and the inbox.
 //
 // # Tables
 //
@@ -36,64 +37,19 @@
 //
 // # What the dispatchers use
 //
-// The claim protocol above is the store's contract for integrations. The
-// package's own dispatchers build on two protocols:
-//
-//   - Takes, for unordered rows (direct dispatch and recovery): a transaction
-//     deletes the rows it will send ([Store.TakeIDs] by id,
-//     [Store.TakeNextUnordered] after a cursor, passing over set-aside
-//     destinations, [Store.TakeNextUnorderedTo] one destination's, for a
-//     probe), holds them locked while the broker is called, writes back
-//     the rows it did not send with [Store.Restore], and commits. A crash or a
-//     lost connection rolls the take back and every row is there again.
-//   - Lanes, for ordered rows: a transaction takes or renews the leases of
-//     the lanes it runs in one statement ([Store.AcquireLaneLeases]; or,
-//     for leases it renewed a moment ago, locks them without writing them,
-//     [Store.LockLaneLeases]), reads
-//     their heads ([Store.ReadLanes], each lane from its [LaneCursor], which
-//     [LaneCursor.Advance] moves past what the transaction settled once it
-//     commits; [Store.ReadLaneHeads] reads from the lanes' starts), sends the
-//     admitted prefixes, and
-//     settles them with [Store.DeleteLaneRows], [Store.FailLaneRows],
-//     [Store.ParkLaneRows] and [Store.Bury] before committing. On a pinned
-//     pgx connection the lock goes with the read, and a batch that only
-//     deletes sends its delete with its commit, in one round trip each
-//     ([Store.LockAndReadLanes], [Store.CommitLaneDeletes]). The locked
-//     lease rows keep every other worker off the lanes' rows until then, so
-//     the rows need no claim ([Store.ClaimLaneRows] claims them for a caller
-//     that settles outside that transaction). [Store.ProbeLanes] finds
-//     the lanes worth a batch, each read from its cursor too, and
-//     [Store.Heartbeat] keeps the workers' membership.
+// The claim protocol above is the store's contract for integrations.
+// Relayer's own dispatchers run two more protocols on the same tables: takes
+// for unordered rows (a transaction deletes the rows it sends, holding them
+// locked while the broker is called) and leased lanes for ordered rows (a
+// transaction locks its lanes' leases, reads their heads from cursors,
+// sends, and settles what it sent before committing). Their statements are
+// the module's own, in an internal package, and change with any release;
+// package dispatch describes how they behave.
 //
 // # Which methods are stable
 //
-// The store has two surfaces, and each method's place is stated here:
-//
-//   - The stable surface, for operators and integrators, kept without
-//     breaking changes from v1.0: the schema ([Migrate], [Migrations],
-//     [SchemaSQL], [SchemaVersion], [MinSchemaVersion], [Store.CheckSchema],
-//     [Store.CheckSchemaWith]); [Options], [New], [Store.With] and the
-//     stored [Row]; the writes of enlistment ([Store.Insert],
-//     [Store.InsertWith]); the claim protocol above, which is the store
-//     contract integrations build on (reads [Store.ReadLane] and
-//     [Store.ReadUnordered]; counts [Store.CountEligible] and
-//     [Store.CountDead]; [Store.Claim], [Store.ClaimBatch], [Store.Renew],
-//     [Store.Complete], [Store.CompleteBatch], [Store.Fail],
-//     [Store.FailBatch]); the redrive methods ([Store.DeadLetters],
-//     [Store.RequeueDead], [Store.PurgeDead], [Store.ParkedKeys],
-//     [Store.ParkedHeads], [Store.RetryParked], [Store.SkipParkedHead]); the
-//     operator reads ([Store.Stats], [Store.DeadByReason], [Store.Backlog],
-//     [Store.Lanes], [Store.Message], [Store.Activity], [Store.Pauses],
-//     [Store.LiveLeases]); and the inbox ([Store.RecordInbox]).
-//   - The project's own, exported so that the worker packages can share
-//     them and free to change in any release: the takes and lane
-//     statements of the next section, leases and membership
-//     ([Store.AcquireLease], [Store.ReleaseLease], [Store.ReleaseLeases],
-//     [Store.Heartbeat], [Store.Members], [LaneLeaseName], [MemberLeaseName]), pauses
-//     ([Store.PublishPauses], [Store.ClearPauses]), worker sessions
-//     ([TuneWorkerConn], [TuneTakingConn], [UntuneWorkerConn]),
-//     [Store.ServerTime], [Store.Notify], [Store.RowsBeyondLanes] and the
-//     retention deletes ([Store.DeleteInboxBefore], [Store.DeleteDeadBefore]).
+// Every exported name of this package is the stable surface, for operators
+// and integrators, kept without breaking changes from v1.0.
 //
 // # Drivers
 //
@@ -122,7 +78,7 @@
 // table's autovacuum thresholds to a fixed 5,000 changed rows instead of a share
 // of the table, so that vacuum and analyze keep pace with a busy queue. A long
 // transaction anywhere in the database keeps dead entries from being removed.
-// Ordered workers read the lanes they keep holding from a [LaneCursor], which
+// Ordered workers read the lanes they keep holding from a cursor, which
 // passes over the dead entries of the rows they delivered: each row records
 // the transaction that made it eligible (xact_id, migration 4), so that a read
 // finds every row its previous read's snapshot did not see, whatever its id,

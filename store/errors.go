@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // Sentinel errors. Each is wrapped with details; test with [errors.Is].
@@ -21,10 +23,6 @@ var (
 	// ErrInvalidMessage is returned by [Store.Insert] for a message that cannot be
 	// stored; nothing of the batch is written.
 	ErrInvalidMessage = errors.New("store: invalid message")
-	// ErrNeedsTransaction is returned by the take methods ([Store.TakeIDs],
-	// [Store.TakeNextUnordered]) on a store not bound to a *sql.Tx: outside a
-	// transaction their DELETE would commit before the rows were sent.
-	ErrNeedsTransaction = errors.New("store: must run inside a transaction")
 	// ErrCorruptRow is returned when a stored row cannot be read back, such as a
 	// headers column that is not in the binary header format. The error is a
 	// *[RowError] naming the row.
@@ -46,15 +44,5 @@ func (e *RowError) Error() string {
 // Unwrap returns ErrCorruptRow and the cause.
 func (e *RowError) Unwrap() []error { return []error{ErrCorruptRow, e.Err} }
 
-// wrap adds the operation to a database error. When ctx is done, the context's
-// error is wrapped too, so that errors.Is(err, context.Canceled) holds whatever
-// the driver reported for the interrupted statement.
-func wrap(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("store: %s: %w (%w)", op, cerr, err)
-	}
-	return fmt.Errorf("store: %s: %w", op, err)
-}
+// wrap adds the operation to a database error (see storesql.Wrap).
+func wrap(ctx context.Context, op string, err error) error { return storesql.Wrap(ctx, op, err) }

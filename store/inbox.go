@@ -33,7 +33,7 @@ func (s *Store) RecordInbox(ctx context.Context, consumer string, messageID uuid
 	if err := checkInboxArgs(consumer, messageID); err != nil {
 		return false, err
 	}
-	return s.affectedOne(ctx, "record inbox", s.rq.recordInbox, consumer, messageID)
+	return s.affectedOne(ctx, "record inbox", s.q.recordInbox, consumer, messageID)
 }
 
 func checkInboxArgs(consumer string, messageID uuid.UUID) error {

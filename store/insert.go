@@ -12,6 +12,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // Insert writes msgs in one statement, one round trip whatever their number. Run
@@ -44,7 +45,7 @@ func (s *Store) InsertWith(ctx context.Context, exec ExecFunc, msgs []relayer.Me
 	if len(msgs) <= insertValuesMax {
 		return s.insertValues(ctx, exec, msgs)
 	}
-	var cols columnArrays
+	var cols storesql.Columns
 	now := time.Now()
 	for i := range msgs {
 		m := &msgs[i]
@@ -55,55 +56,11 @@ func (s *Store) InsertWith(ctx context.Context, exec ExecFunc, msgs []relayer.Me
 		if created.IsZero() {
 			created = now
 		}
-		if err := cols.add(m, created); err != nil {
+		if err := cols.Add(m, created); err != nil {
 			return fmt.Errorf("%w: message %d (id %s): headers: %w", ErrInvalidMessage, i, m.ID, err)
 		}
 	}
-	return wrap(ctx, "insert", exec(ctx, s.q.insert, cols.args()...))
-}
-
-// columnArrays holds one array literal per stored column of a multi-row
-// insert, in the order of the insert statements' parameters.
-type columnArrays struct {
-	ids, types, transports, dests, bodies, hdrs, keys, lanes, created, deliver, parents, states arrayLiteral
-	hbuf                                                                                        []byte
-}
-
-// add appends m's columns, with created as its creation time. It fails only
-// for headers that cannot be encoded.
-func (c *columnArrays) add(m *relayer.Message, created time.Time) error {
-	return c.addRaw(m, created, nil)
-}
-
-// addRaw is add with the stored header bytes, written as they are instead of
-// encoding m.Headers when not nil.
-func (c *columnArrays) addRaw(m *relayer.Message, created time.Time, rawHeaders []byte) error {
-	if rawHeaders != nil {
-		c.hbuf = append(c.hbuf[:0], rawHeaders...)
-	} else {
-		var err error
-		if c.hbuf, err = headers.Append(c.hbuf[:0], m.Headers); err != nil {
-			return err
-		}
-	}
-	c.ids.uuid(m.ID)
-	c.types.text(m.Type, false)
-	c.transports.text(m.Transport, false)
-	c.dests.text(m.Destination, false)
-	c.bodies.bytea(m.Body)
-	c.hdrs.bytea(c.hbuf)
-	c.keys.text(m.Key, m.Key == "")
-	c.lanes.int(m.Lane, !m.Ordered)
-	c.created.time(created, false)
-	c.deliver.time(m.DeliverAt, m.DeliverAt.IsZero())
-	c.parents.text(m.TraceParent, m.TraceParent == "")
-	c.states.text(m.TraceState, m.TraceState == "")
-	return nil
-}
-
-func (c *columnArrays) args() []any {
-	return []any{c.ids.String(), c.types.String(), c.transports.String(), c.dests.String(), c.bodies.String(), c.hdrs.String(),
-		c.keys.String(), c.lanes.String(), c.created.String(), c.deliver.String(), c.parents.String(), c.states.String()}
+	return wrap(ctx, "insert", exec(ctx, s.q.insert, cols.Args()...))
 }
 
 // insertValues writes up to insertValuesMax messages with one VALUES list of

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // The lane count, recorded with the schema (migration 7). A key's lane is
@@ -189,7 +191,7 @@ func buildLaneCountQueries(n names) *laneCountQueries {
 		lock:   `SELECT value FROM ` + n.Settings + ` WHERE name = '` + laneCountName + `' FOR UPDATE`,
 		set:    `UPDATE ` + n.Settings + ` SET value = $1, updated_at = now() WHERE name = '` + laneCountName + `'`,
 		drained: `SELECT (SELECT count(*) FROM ` + n.Outbox + ` WHERE lane IS NOT NULL),
-    (SELECT count(*) FROM ` + n.Leases + ` WHERE name LIKE '` + memberLeasePrefix + `%' AND expires_at > now())`,
+    (SELECT count(*) FROM ` + n.Leases + ` WHERE name LIKE '` + storesql.MemberLeasePrefix + `%' AND expires_at > now())`,
 		checkWith: `DO $relayer$
 DECLARE recorded text;
 BEGIN

@@ -3,9 +3,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // Operator reads: what the command line and consoles show. None of them is on
@@ -20,9 +24,45 @@ type LeaseRow struct {
 	ExpiresAt time.Time
 }
 
+// The names of the singleton workers' leases, which let one recovery and
+// one cleanup instance per outbox work at a time.
+const (
+	RecoveryLeaseName = "recovery"
+	CleanupLeaseName  = "cleanup"
+)
+
+// Lane returns the lane whose lease l is, or ok false when l is not a lane's
+// lease ("lane:<n>").
+func (l LeaseRow) Lane() (lane int, ok bool) {
+	rest, ok := strings.CutPrefix(l.Name, storesql.LaneLeasePrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 || strconv.Itoa(n) != rest {
+		return 0, false // not a name a lane's lease is written under
+	}
+	return n, true
+}
+
+// Member returns the worker instance whose membership lease l is, or ok false
+// when l is not a membership lease ("member:<instance>").
+func (l LeaseRow) Member() (instance string, ok bool) {
+	return strings.CutPrefix(l.Name, storesql.MemberLeasePrefix)
+}
+
+// Members returns the live members' lease names ("member:<instance>") in
+// sorted order, writing nothing: the ordered workers that share the outbox's
+// lanes now, as they see one another between heartbeats.
+func (s *Store) Members(ctx context.Context) ([]string, error) {
+	return storesql.QueryRows(ctx, s.db, "live members", s.q.liveMembers, nil, func(rows *sql.Rows, name *string) error {
+		return rows.Scan(name)
+	})
+}
+
 // LiveLeases returns the leases that have not expired, by name.
 func (s *Store) LiveLeases(ctx context.Context) ([]LeaseRow, error) {
-	return queryRows(ctx, s.db, "live leases", s.q.listLeases, nil, func(rows *sql.Rows, l *LeaseRow) error {
+	return storesql.QueryRows(ctx, s.db, "live leases", s.q.listLeases, nil, func(rows *sql.Rows, l *LeaseRow) error {
 		err := rows.Scan(&l.Name, &l.Owner, &l.Token, &l.ExpiresAt)
 		l.ExpiresAt = l.ExpiresAt.UTC()
 		return err

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // Operator reads for consoles: the backlog by destination, the lanes, one
@@ -73,10 +75,10 @@ type overviewQueries struct {
 }
 
 func buildOverviewQueries(n names) *overviewQueries {
-	elig := strings.ReplaceAll(eligible, "$now", "$1")
+	elig := storesql.Eligible("$1")
 	eligO := strings.NewReplacer("parked_at", "o.parked_at", "deliver_at", "o.deliver_at", "retry_at", "o.retry_at",
 		"claimed_until", "o.claimed_until").Replace(elig)
-	unheldO := strings.ReplaceAll(unheld(n.Outbox), "now()", "$1")
+	unheldO := strings.ReplaceAll(storesql.Unheld(n.Outbox), "now()", "$1")
 	// lanes walks the distinct lanes of the pending ordered rows, one
 	// probe of the lane index each, however many rows they hold.
 	lanes := `WITH RECURSIVE lanes(l) AS (
@@ -93,7 +95,7 @@ func buildOverviewQueries(n names) *overviewQueries {
 		// percent of the dead letters' (100: all), scaled back up.
 		// The held keys are few and found through their index; the sample
 		// joins them by hash to tell blocked rows from due ones.
-		backlog: heldKeys(n, "$1") + `SELECT coalesce(o.transport, d.transport), coalesce(o.destination, d.destination),
+		backlog: storesql.HeldKeys(n, "$1") + `SELECT coalesce(o.transport, d.transport), coalesce(o.destination, d.destination),
     coalesce(o.due, 0), coalesce(o.blocked, 0), coalesce(o.scheduled, 0), coalesce(o.claimed, 0), coalesce(d.dead, 0),
     o.oldest_due
 FROM (
@@ -137,7 +139,7 @@ WHERE lane IS NOT NULL AND parked_at IS NOT NULL GROUP BY lane`,
 		laneHeads: lanes + `SELECT lanes.l, (SELECT o.created_at FROM ` + n.Outbox + ` AS o
     WHERE o.lane = lanes.l AND o.lane IS NOT NULL AND o.parked_at IS NULL ORDER BY o.id LIMIT 1)
 FROM lanes WHERE lanes.l IS NOT NULL`,
-		message: `SELECT ` + rowColumns + `, parked_at FROM ` + n.Outbox + ` WHERE id = $1::text::uuid`,
+		message: `SELECT ` + storesql.RowColumns + `, parked_at FROM ` + n.Outbox + ` WHERE id = $1::text::uuid`,
 		activity: `SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables
 WHERE schemaname = $1 AND relname = $2`,
 	}
@@ -346,9 +348,9 @@ func (s *Store) Message(ctx context.Context, id uuid.UUID) (row Row, parkedAt ti
 	if !rows.Next() {
 		return Row{}, time.Time{}, false, wrap(ctx, op, rows.Err())
 	}
-	var sc rowScratch
+	var sc storesql.Scratch
 	var parked sql.NullTime
-	if err := sc.scanKeepingCorrupt(rows, &row, &parked); err != nil {
+	if err := scanKeepingCorrupt(&sc, rows, &row, &parked); err != nil {
 		return Row{}, time.Time{}, false, wrap(ctx, op, err)
 	}
 	if parked.Valid {

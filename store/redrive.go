@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // Redrive: what an operator does with the messages that left delivery. Dead
@@ -71,6 +73,27 @@ type ParkedFilter struct {
 	After Cursor
 }
 
+// Reasons a message leaves delivery for the dead letters.
+const (
+	// ReasonPermanent: the transport refused it for good
+	// (relayer.ErrPermanent).
+	ReasonPermanent = "permanent"
+	// ReasonExhausted: it failed as many times as its retry policy allows.
+	ReasonExhausted = "exhausted"
+	// ReasonCorrupt: its stored headers do not decode, or it is ordered and
+	// has no key, so it cannot be sent as it is; its bytes are kept
+	// unchanged.
+	ReasonCorrupt = "corrupt"
+	// ReasonSkipped: an operator skipped it, the parked head of its key, to
+	// release the key's later messages ([Store.SkipParkedHead]).
+	ReasonSkipped = "skipped"
+	// ReasonOverLimit: it failed, and its ordering key, transport name or
+	// destination is longer than the outbox can index (see [OverLimit]), so
+	// that its failure could not be recorded nor the row parked: written
+	// before the limits were checked at publish, or by hand.
+	ReasonOverLimit = "over_limit"
+)
+
 // DeadLetter is a message out of delivery for good, as stored in the
 // dead-letter table.
 type DeadLetter struct {
@@ -107,7 +130,7 @@ type redriveQueries struct {
 	listParkedHeads                   string
 }
 
-// deadColumns are rowColumns as the dead-letter table has them: it holds no
+// deadColumns are storesql.RowColumns as the dead-letter table has them: it holds no
 // claim or retry time.
 const deadColumns = `id, message_type, transport, destination, body, headers, ordering_key, lane,
     created_at, deliver_at, attempts, last_error, trace_parent, trace_state, NULL::timestamptz, NULL::timestamptz`
@@ -156,18 +179,18 @@ SELECT id, message_type, transport, destination, body, headers, ordering_key, la
 		// outbox, grouped by key: a count per key would read the table
 		// once for each.
 		listParked: `WITH heads AS (
-    SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at FROM ` + n.Outbox + ` AS o
+    SELECT ` + prefixed("o.", storesql.RowColumns) + `, o.parked_at FROM ` + n.Outbox + ` AS o
     WHERE ` + parkedMatch + `
     ORDER BY o.parked_at, o.id LIMIT $7),
 keys AS (
     SELECT w.lane, w.ordering_key, count(*) AS n FROM ` + n.Outbox + ` AS w
     WHERE w.lane IS NOT NULL AND (w.lane, w.ordering_key) IN (SELECT lane, ordering_key FROM heads)
     GROUP BY w.lane, w.ordering_key)
-SELECT ` + prefixed("h.", rowColumns) + `, h.parked_at, coalesce(k.n, 1) - 1
+SELECT ` + prefixed("h.", storesql.RowColumns) + `, h.parked_at, coalesce(k.n, 1) - 1
 FROM heads AS h LEFT JOIN keys AS k ON k.lane = h.lane AND k.ordering_key = h.ordering_key
 ORDER BY h.parked_at, h.id`,
 		// listParked without the count of the rows behind each key.
-		listParkedHeads: `SELECT ` + prefixed("o.", rowColumns) + `, o.parked_at, -1
+		listParkedHeads: `SELECT ` + prefixed("o.", storesql.RowColumns) + `, o.parked_at, -1
 FROM ` + n.Outbox + ` AS o
 WHERE ` + parkedMatch + `
 ORDER BY o.parked_at, o.id LIMIT $7`,
@@ -233,9 +256,9 @@ func (f DeadFilter) args() ([]any, error) {
 	}
 	ids := sql.NullString{}
 	if f.IDs != nil {
-		var a arrayLiteral
+		var a storesql.ArrayLiteral
 		for _, id := range f.IDs {
-			a.uuid(id)
+			a.UUID(id)
 		}
 		ids = sql.NullString{String: a.String(), Valid: true}
 	}
@@ -256,8 +279,8 @@ func (s *Store) DeadLetters(ctx context.Context, f DeadFilter, limit int) ([]Dea
 	if err != nil {
 		return nil, err
 	}
-	return list(ctx, s.db, "dead letters", s.rdq.listDead, args, limit, func(sc *rowScratch, rows *sql.Rows, d *DeadLetter) error {
-		err := sc.scanKeepingCorrupt(rows, &d.Row, &d.Reason, &d.DeadAt)
+	return list(ctx, s.db, "dead letters", s.rdq.listDead, args, limit, func(sc *storesql.Scratch, rows *sql.Rows, d *DeadLetter) error {
+		err := scanKeepingCorrupt(sc, rows, &d.Row, &d.Reason, &d.DeadAt)
 		d.DeadAt = d.DeadAt.UTC()
 		return err
 	})
@@ -305,8 +328,8 @@ func (s *Store) parked(ctx context.Context, op, query string, f ParkedFilter, li
 	if err != nil {
 		return nil, err
 	}
-	return list(ctx, s.db, op, query, args, limit, func(sc *rowScratch, rows *sql.Rows, p *ParkedKey) error {
-		err := sc.scanKeepingCorrupt(rows, &p.Head, &p.ParkedAt, &p.Waiting)
+	return list(ctx, s.db, op, query, args, limit, func(sc *storesql.Scratch, rows *sql.Rows, p *ParkedKey) error {
+		err := scanKeepingCorrupt(sc, rows, &p.Head, &p.ParkedAt, &p.Waiting)
 		p.ParkedAt = p.ParkedAt.UTC()
 		return err
 	})
@@ -314,31 +337,12 @@ func (s *Store) parked(ctx context.Context, op, query string, f ParkedFilter, li
 
 // list runs an operator's listing query with its filter's args and limit
 // (which must be positive), and scans each row it returns with scan.
-func list[T any](ctx context.Context, db DBTX, op, query string, args []any, limit int, scan func(*rowScratch, *sql.Rows, *T) error) ([]T, error) {
+func list[T any](ctx context.Context, db DBTX, op, query string, args []any, limit int, scan func(*storesql.Scratch, *sql.Rows, *T) error) ([]T, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
 	}
-	var sc rowScratch
-	return queryRows(ctx, db, op, query, append(args, limit), func(rows *sql.Rows, v *T) error { return scan(&sc, rows, v) })
-}
-
-// queryRows runs query and scans each row it returns into a new T with
-// scan; errors are wrapped with op.
-func queryRows[T any](ctx context.Context, db DBTX, op, query string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, wrap(ctx, op, err)
-	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		var v T
-		if err := scan(rows, &v); err != nil {
-			return nil, wrap(ctx, op, err)
-		}
-		out = append(out, v)
-	}
-	return out, wrap(ctx, op, rows.Err())
+	var sc storesql.Scratch
+	return storesql.QueryRows(ctx, db, op, query, append(args, limit), func(rows *sql.Rows, v *T) error { return scan(&sc, rows, v) })
 }
 
 // RetryParked makes the parked rows matching f eligible again, attempts from

@@ -3,8 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
-	"strings"
 	"time"
+
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // statsQueries holds the aggregate statement behind [Store.Stats]. Like
@@ -15,7 +16,7 @@ type statsQueries struct {
 }
 
 func buildStatsQueries(n names) *statsQueries {
-	elig := strings.ReplaceAll(eligible, "$now", "$1")
+	elig := storesql.Eligible("$1")
 	// One pass over the outbox: every figure is a FILTER of the same scan, so
 	// they describe one snapshot and cost one round trip. The dead letters are
 	// counted by a scalar subquery in the same statement for the same reason.
@@ -31,7 +32,7 @@ func buildStatsQueries(n names) *statsQueries {
 	// the eligible rows they block.
 	return &statsQueries{
 		deadByReason: `SELECT reason, count(*) FROM ` + n.Dead + ` GROUP BY reason ORDER BY reason`,
-		stats: heldKeys(n, "$1") + `SELECT
+		stats: storesql.HeldKeys(n, "$1") + `SELECT
     count(*) FILTER (WHERE ` + elig + `),
     count(*) FILTER (WHERE ` + elig + ` AND h.lane IS NOT NULL),
     count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1),
@@ -146,7 +147,7 @@ func (s *Store) DeadByReason(ctx context.Context) (map[string]int64, error) {
 		reason string
 		n      int64
 	}
-	counts, err := queryRows(ctx, s.db, "dead letters by reason", s.sq.deadByReason, nil, func(rows *sql.Rows, c *count) error {
+	counts, err := storesql.QueryRows(ctx, s.db, "dead letters by reason", s.sq.deadByReason, nil, func(rows *sql.Rows, c *count) error {
 		return rows.Scan(&c.reason, &c.n)
 	})
 	if err != nil {

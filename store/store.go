@@ -1,20 +1,15 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"reflect"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/relayer-go/relayer"
-	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/storesql"
 )
 
 // DBTX is what the store runs its statements on: a *sql.DB, a *sql.Tx or a
@@ -31,7 +26,6 @@ type Store struct {
 	db   DBTX
 	opts Options
 	q    *queries
-	rq   *retentionQueries
 	sq   *statsQueries
 	rdq  *redriveQueries
 	pq   *pauseQueries
@@ -40,7 +34,7 @@ type Store struct {
 	lq   *laneCountQueries
 
 	// freshBytes is set when db's driver hands out the bytes of every row in
-	// memory of their own (see freshBytesDriver): rows then keep a large
+	// memory of their own (see storesql.FreshBytes): rows then keep a large
 	// body as the driver returned it instead of copying it.
 	freshBytes bool
 }
@@ -60,40 +54,8 @@ func New(db DBTX, opts Options) (*Store, error) {
 
 func newStore(db DBTX, opts Options) *Store {
 	n := newNames(opts)
-	return &Store{db: db, opts: opts, q: buildQueries(n), rq: buildRetentionQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n),
-		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), lq: buildLaneCountQueries(n), freshBytes: freshBytesDriver(db)}
-}
-
-// freshBytesDrivers are the packages of the database/sql drivers known to
-// return a []byte value for each column of each row in newly allocated
-// memory, never in a buffer they reuse: pgx's stdlib decodes bytea into a
-// new slice per row, in every version the module supports.
-var freshBytesDrivers = []string{"github.com/jackc/pgx/v5/stdlib"}
-
-// freshBytesDriver reports whether db is a *sql.DB whose driver is one of
-// freshBytesDrivers. database/sql lets a driver reuse the memory of a []byte
-// value once the next row is read, so with any other driver, a wrapped one
-// included, the store copies what it keeps; with these it keeps a large
-// body as the driver returned it, which saves the delivery of a body one of
-// its copies.
-func freshBytesDriver(db DBTX) (fresh bool) {
-	d, ok := db.(*sql.DB)
-	if !ok {
-		return false
-	}
-	// A *sql.DB not made by sql.Open or sql.OpenDB has no driver, and
-	// asking for it panics; New does not touch the database, so such a
-	// handle fails only when it is used, as before.
-	defer func() {
-		if recover() != nil {
-			fresh = false
-		}
-	}()
-	t := reflect.TypeOf(d.Driver())
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return t != nil && slices.Contains(freshBytesDrivers, t.PkgPath())
+	return &Store{db: db, opts: opts, q: buildQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n),
+		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), lq: buildLaneCountQueries(n), freshBytes: storesql.FreshBytes(db)}
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -124,11 +86,11 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	}
 	fresh := s.freshBytes
 	if _, ok := db.(*sql.DB); ok {
-		fresh = freshBytesDriver(db)
+		fresh = storesql.FreshBytes(db)
 	}
 	// A transaction or connection does not name its driver: it is taken to
 	// come from the store's own database, as the workers' do.
-	return &Store{db: db, opts: s.opts, q: s.q, rq: s.rq, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq, lq: s.lq, freshBytes: fresh}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq, lq: s.lq, freshBytes: fresh}, nil
 }
 
 // Options returns the store's options with defaults applied.
@@ -144,13 +106,7 @@ func CheckDBTX(db DBTX) error {
 	return nil
 }
 
-func isNil(db DBTX) bool {
-	if db == nil {
-		return true
-	}
-	v := reflect.ValueOf(db)
-	return v.Kind() == reflect.Pointer && v.IsNil()
-}
+func isNil(db DBTX) bool { return storesql.IsNil(db) }
 
 // Row is a stored message with its delivery bookkeeping.
 type Row struct {
@@ -162,17 +118,14 @@ type Row struct {
 	// LastError is the error of the last failed delivery, or "".
 	LastError string
 	// RetryAt is, for a row whose send failed, when it may be sent again (on
-	// the database's clock); zero for a row that never failed. [Store.Restore]
-	// writes it back.
+	// the database's clock); zero for a row that never failed. A worker that
+	// writes a taken row back keeps it.
 	RetryAt time.Time
-	// Corrupt is set only by [Store.TakeNextUnordered] and
-	// [Store.ReadLaneHeads], on a row whose stored headers could not be
-	// decoded (a *[RowError] matching [ErrCorruptRow]): its Headers are nil,
-	// and [Store.Restore] writes the stored bytes back unchanged. Other reads
-	// fail instead.
+	// Corrupt is set, by the reads of dead letters and parked keys and by
+	// the workers' takes and lane reads, on a row whose stored headers could
+	// not be decoded (an error matching [ErrCorruptRow], with a *[RowError]
+	// in its chain): its Headers are nil. Other reads fail instead.
 	Corrupt error
-	// rawHeaders holds a corrupt row's stored header bytes for Restore.
-	rawHeaders []byte
 }
 
 // ReadOptions bound a read.
@@ -230,49 +183,17 @@ func (s *Store) CountDead(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) count(ctx context.Context, op, query string, args ...any) (int64, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return 0, wrap(ctx, op, err)
-	}
-	defer rows.Close()
-	var n int64
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return 0, wrap(ctx, op, err)
-		}
-		return 0, wrap(ctx, op, sql.ErrNoRows)
-	}
-	if err := rows.Scan(&n); err != nil {
-		return 0, wrap(ctx, op, err)
-	}
-	return n, wrap(ctx, op, rows.Close())
+	return storesql.Count(ctx, s.db, op, query, args...)
 }
 
-// rowColumns is the column list every row-returning statement selects, in the
-// order scanRow reads.
-const rowColumns = `id, message_type, transport, destination, body, headers, ordering_key, lane,
-    created_at, deliver_at, attempts, last_error, trace_parent, trace_state, claimed_until, retry_at`
-
+// scanRows appends the rows of a result to dst; a row whose headers do not
+// decode fails the read with a *RowError.
 func (s *Store) scanRows(ctx context.Context, op string, rows *sql.Rows, dst []Row) ([]Row, error) {
-	return s.scanRowsKeepingCorrupt(ctx, op, rows, dst, false)
-}
-
-// scanRowsKeepingCorrupt is scanRows that, when keepCorrupt is set, returns a
-// row whose headers do not decode marked Corrupt instead of failing: a take
-// must return every row it deleted.
-func (s *Store) scanRowsKeepingCorrupt(ctx context.Context, op string, rows *sql.Rows, dst []Row, keepCorrupt bool) ([]Row, error) {
 	defer rows.Close()
-	sc := rowScratch{freshBytes: s.freshBytes}
+	sc := storesql.Scratch{FreshBytes: s.freshBytes}
 	for rows.Next() {
 		dst = append(dst, Row{})
-		r := &dst[len(dst)-1]
-		var err error
-		if keepCorrupt {
-			err = sc.scanKeepingCorrupt(rows, r)
-		} else {
-			err = sc.scan(rows, r)
-		}
-		if err != nil {
+		if err := scanRow(&sc, rows, &dst[len(dst)-1]); err != nil {
 			return dst[:0], wrap(ctx, op, err)
 		}
 	}
@@ -283,138 +204,31 @@ func (s *Store) scanRowsKeepingCorrupt(ctx context.Context, op string, rows *sql
 	return dst, nil
 }
 
-// rowScratch is what scanning a batch of rows reuses from row to row: the
-// destinations of the nullable and raw columns (whose addresses, passed to
-// Scan, would otherwise move to the heap for every row), the destination list,
-// and an arena that holds the bodies of many rows in one allocation.
-type rowScratch struct {
-	rawBody, rawHeaders     sql.RawBytes
-	key, lastErr            sql.NullString
-	traceParent, traceSt    sql.NullString
-	lane                    sql.NullInt32
-	deliverAt, claimedUntil sql.NullTime
-	retryAt                 sql.NullTime
-	dest                    []any
-	arena                   []byte
-	// freshBytes: the driver's bytes are the row's own (Store.freshBytes),
-	// so that keep need not copy a large body.
-	freshBytes bool
-	// lent: the rows are pgx's own, which can lend a row's body and headers
-	// until the next row instead of copying them (keep copies them once).
-	lent bool
+// rowFields are where a scan puts r's columns.
+func rowFields(r *Row) storesql.Fields {
+	return storesql.Fields{Message: &r.Message, Attempts: &r.Attempts, ClaimedUntil: &r.ClaimedUntil, LastError: &r.LastError, RetryAt: &r.RetryAt}
 }
 
-// arenaChunk is the size of the blocks row bodies are copied into, and
-// arenaFirst that of a read's first block, which doubles up to arenaChunk as
-// the read goes on: most reads of a steady stream return a few rows, and a
-// whole chunk for each, cleared before use, cost more than their rows.
-const (
-	arenaChunk = 64 << 10
-	arenaFirst = 4 << 10
-)
-
-// keep copies b into the arena and returns the copy, its capacity clipped so
-// that appending to it never overwrites the next row's bytes.
-func (sc *rowScratch) keep(b []byte) []byte {
-	if len(b) == 0 {
-		return []byte{} // an empty body is a body, not a missing one
-	}
-	if len(b) > arenaChunk/4 {
-		if sc.freshBytes {
-			return b[:len(b):len(b)]
-		}
-		return bytes.Clone(b)
-	}
-	if cap(sc.arena)-len(sc.arena) < len(b) {
-		sc.arena = make([]byte, 0, min(arenaChunk, max(arenaFirst, 2*cap(sc.arena), len(b))))
-	}
-	start := len(sc.arena)
-	sc.arena = append(sc.arena, b...)
-	return sc.arena[start:len(sc.arena):len(sc.arena)]
-}
-
-// rowScanner is the current row of a result: *sql.Rows, or pgx's rows where
-// the store runs statements on pgx directly (see pipelined).
-type rowScanner interface {
-	Scan(dest ...any) error
-}
-
-// scanKeepingCorrupt is scan that returns a row whose headers do not decode
-// marked Corrupt, with its stored header bytes kept for a write-back, instead
-// of failing.
-func (sc *rowScratch) scanKeepingCorrupt(rows rowScanner, r *Row, extra ...any) error {
-	err := sc.scan(rows, r, extra...)
-	var rowErr *RowError
-	if errors.As(err, &rowErr) {
-		r.Corrupt = err
-		r.rawHeaders = sc.keep(sc.rawHeaders)
-		return nil
+// scanRow reads the current row's storesql.RowColumns into r, and any
+// columns after them into extra; a row whose headers do not decode fails
+// with a *RowError.
+func scanRow(sc *storesql.Scratch, rows storesql.Scanner, r *Row, extra ...any) error {
+	bad, err := sc.Scan(rows, rowFields(r), extra...)
+	if bad != nil {
+		return &RowError{ID: r.ID, Column: "headers", Err: bad}
 	}
 	return err
 }
 
-// scan reads the rowColumns of the current row into r, and any columns after
-// them into extra.
-func (sc *rowScratch) scan(rows rowScanner, r *Row, extra ...any) error {
-	m := &r.Message
-	var body, hdrs any = &sc.rawBody, &sc.rawHeaders
-	if sc.lent {
-		body, hdrs = (*pgtype.DriverBytes)(&sc.rawBody), (*pgtype.DriverBytes)(&sc.rawHeaders)
+// scanKeepingCorrupt is scanRow that marks a row whose headers do not
+// decode Corrupt instead of failing: what an operator's read shows.
+func scanKeepingCorrupt(sc *storesql.Scratch, rows storesql.Scanner, r *Row, extra ...any) error {
+	bad, err := sc.Scan(rows, rowFields(r), extra...)
+	if bad != nil {
+		r.Corrupt = &RowError{ID: r.ID, Column: "headers", Err: bad}
 	}
-	sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, body, hdrs,
-		&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, &r.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil, &sc.retryAt)
-	sc.dest = append(sc.dest, extra...)
-	if err := rows.Scan(sc.dest...); err != nil {
-		return err
-	}
-	m.Body = sc.keep(sc.rawBody)
-	hs, err := headers.Decode(sc.rawHeaders, nil)
-	if err != nil {
-		sc.fill(r)
-		return &RowError{ID: m.ID, Column: "headers", Err: err}
-	}
-	if len(hs) > 0 {
-		// Decoded values alias their input, and raw bytes are only valid
-		// until the next row: decode a copy that stays.
-		if hs, err = headers.Decode(sc.keep(sc.rawHeaders), hs[:0]); err != nil {
-			return &RowError{ID: m.ID, Column: "headers", Err: err}
-		}
-	}
-	m.Headers = hs
-	sc.fill(r)
-	return nil
+	return err
 }
 
-// fill sets r's fields from the scanned nullable columns.
-func (sc *rowScratch) fill(r *Row) {
-	m := &r.Message
-	m.Key = sc.key.String
-	m.Ordered = sc.lane.Valid
-	m.Lane = int(sc.lane.Int32)
-	m.CreatedAt = m.CreatedAt.UTC()
-	m.DeliverAt = time.Time{}
-	if sc.deliverAt.Valid {
-		m.DeliverAt = sc.deliverAt.Time.UTC()
-	}
-	r.LastError = sc.lastErr.String
-	r.ClaimedUntil = time.Time{}
-	if sc.claimedUntil.Valid {
-		r.ClaimedUntil = sc.claimedUntil.Time.UTC()
-	}
-	r.RetryAt = time.Time{}
-	if sc.retryAt.Valid {
-		r.RetryAt = sc.retryAt.Time.UTC()
-	}
-	m.TraceParent = sc.traceParent.String
-	m.TraceState = sc.traceSt.String
-}
-
-// pgTime converts an instant to what PostgreSQL stores: UTC, microseconds. The
-// drivers disagree on sub-microsecond input (one truncates, the server rounds
-// text), so the store truncates before either sees it.
-func pgTime(t time.Time) time.Time {
-	if t.IsZero() {
-		t = time.Now()
-	}
-	return t.UTC().Truncate(time.Microsecond)
-}
+// pgTime is storesql.PgTime.
+func pgTime(t time.Time) time.Time { return storesql.PgTime(t) }

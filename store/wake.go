@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 )
@@ -31,12 +30,3 @@ func (o Options) ListenSQL() string { return `LISTEN "` + o.WakeChannel() + `"` 
 // NotifySQL returns the statement that wakes the outbox's listening
 // workers: a NOTIFY on its wake-up channel, without a payload.
 func (o Options) NotifySQL() string { return `NOTIFY "` + o.WakeChannel() + `"` }
-
-// Notify wakes the workers that listen to the outbox's wake-up channel, in
-// other processes too. Run it outside business transactions: a NOTIFY takes
-// a lock, held until its transaction commits, that serializes every
-// notifying commit of the database.
-func (s *Store) Notify(ctx context.Context) error {
-	_, err := s.db.ExecContext(ctx, s.opts.NotifySQL())
-	return wrap(ctx, "notify", err)
-}

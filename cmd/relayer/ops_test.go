@@ -20,6 +20,7 @@ import (
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/internal/vocab"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -138,7 +139,7 @@ func TestSchemaCommand(t *testing.T) {
 func TestStatsJSON(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
-	st, err := store.New(b.db, store.Options{Schema: b.schema, TablePrefix: b.prefix})
+	st, err := workerstore.New(b.db, store.Options{Schema: b.schema, TablePrefix: b.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -41,7 +42,7 @@ func (r *modelRow) live(token uuid.UUID, now time.Time) bool {
 type storeModel struct {
 	ctx  context.Context
 	db   *sql.DB
-	st   *store.Store
+	st   *workerstore.Store
 	now  time.Time
 	rows map[uuid.UUID]*modelRow
 	hdrs []headers.Header
@@ -60,7 +61,7 @@ func TestStoreContractAgainstModel(t *testing.T) {
 	opts := store.Options{Schema: schema}
 	_, err := store.Migrate(context.Background(), db, opts)
 	must(t, err)
-	st, err := store.New(db, opts)
+	st, err := workerstore.New(db, opts)
 	must(t, err)
 	checks := 0
 	rapid.Check(t, func(rt *rapid.T) {

@@ -34,6 +34,7 @@ import (
 	relayersqlx "github.com/relayer-go/relayer/enlist/sqlx"
 	"github.com/relayer-go/relayer/internal/pgcluster"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -80,7 +81,7 @@ type system struct {
 	url     string
 	outbox  relayer.Outbox
 	db      *sql.DB // the producers'
-	st      *store.Store
+	st      *workerstore.Store
 	broker  *broker
 	ledger  *ledger
 	writer  *enlist.Writer
@@ -173,7 +174,7 @@ func newSystemOn(t *testing.T, dbURL, schema string) *system {
 	s.orders = s.schema + ".orders"
 	_, err = s.db.Exec(`CREATE TABLE ` + s.orders + ` (id bigserial PRIMARY KEY, note text NOT NULL)`)
 	must(t, err)
-	s.st, err = store.New(s.db, store.OptionsOf(s.outbox))
+	s.st, err = workerstore.New(s.db, store.OptionsOf(s.outbox))
 	must(t, err)
 	s.relay = &relay{opts: store.OptionsOf(s.outbox)}
 	s.writer, err = enlist.NewWriter(s.outbox, enlist.Options{Listener: s.relay})

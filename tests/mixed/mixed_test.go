@@ -24,6 +24,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -274,7 +275,7 @@ func sideBySide(t *testing.T, rel releases) {
 	db, err := sql.Open("pgx", testdb.URL(t))
 	must(t, err)
 	t.Cleanup(func() { db.Close() })
-	st, err := store.New(db, store.OptionsOf(outbox))
+	st, err := workerstore.New(db, store.OptionsOf(outbox))
 	must(t, err)
 
 	var workers []*worker

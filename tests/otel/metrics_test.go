@@ -20,6 +20,7 @@ import (
 	"github.com/relayer-go/relayer/dispatch"
 	relayerenlist "github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	relayerotel "github.com/relayer-go/relayer/otel"
 	"github.com/relayer-go/relayer/store"
 	"github.com/relayer-go/relayer/transport/memory"
@@ -380,14 +381,14 @@ func TestObserveCleanup(t *testing.T) {
 }
 
 // storeOutbox is a migrated outbox in its own schema.
-func storeOutbox(t *testing.T) (*sql.DB, *store.Store, string) {
+func storeOutbox(t *testing.T) (*sql.DB, *workerstore.Store, string) {
 	t.Helper()
 	db := testdb.Open(t, "pgx")
 	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "obs_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.New(db, opts)
+	st, err := workerstore.New(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func TestObserveStore(t *testing.T) {
 	}
 
 	mb := setupMeter(t)
-	reg, err := relayerotel.ObserveStore(mb.mp.Meter("test"), st, "orders")
+	reg, err := relayerotel.ObserveStore(mb.mp.Meter("test"), st.Store, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +490,7 @@ func TestObserveStore(t *testing.T) {
 
 	// The default name is the table's.
 	mb2 := setupMeter(t)
-	if _, err := relayerotel.ObserveStore(mb2.mp.Meter("test"), st, ""); err != nil {
+	if _, err := relayerotel.ObserveStore(mb2.mp.Meter("test"), st.Store, ""); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"relayer.outbox": st.Options().Schema + ".obs_outbox"}
@@ -504,7 +505,7 @@ func TestObserveStoreFailure(t *testing.T) {
 	t.Parallel()
 	db, st, _ := storeOutbox(t)
 	mb := setupMeter(t)
-	if _, err := relayerotel.ObserveStore(mb.mp.Meter("test"), st, "orders"); err != nil {
+	if _, err := relayerotel.ObserveStore(mb.mp.Meter("test"), st.Store, "orders"); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/relayer-go/relayer"
 
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -16,16 +18,16 @@ import (
 // worker does: it reads from cur, lets settle write the outcome and say how
 // many rows from the first are gone and the earliest retry it recorded,
 // commits, and returns the rows read and the advanced cursor.
-func (b *bundle) laneRound(t *testing.T, token uuid.UUID, cur store.LaneCursor,
-	settle func(st *store.Store, rows []store.Row) (gone int, retryAt time.Time)) ([]store.Row, store.LaneCursor) {
+func (b *bundle) laneRound(t *testing.T, token uuid.UUID, cur workerstore.LaneCursor,
+	settle func(st *workerstore.Store, rows []store.Row) (gone int, retryAt time.Time)) ([]store.Row, workerstore.LaneCursor) {
 	t.Helper()
 	ctx := context.Background()
 	tx, st := b.begin(t, nil)
 	defer func() { _ = tx.Rollback() }()
-	if held, err := st.AcquireLaneLeases(ctx, []int{0}, "cursor-test", token, time.Minute); err != nil || !slices.Equal(held, []int{0}) {
+	if held, err := acquireLanes(ctx, st, []int{0}, "cursor-test", token, time.Minute); err != nil || !slices.Equal(held, []int{0}) {
 		t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
 	}
-	rows, reads, err := st.ReadLanes(ctx, nil, []store.LaneCursor{cur}, 10)
+	rows, reads, err := st.ReadLanes(ctx, nil, []workerstore.LaneCursor{cur}, 10)
 	if err != nil {
 		t.Fatalf("ReadLanes: %v", err)
 	}
@@ -40,7 +42,7 @@ func (b *bundle) laneRound(t *testing.T, token uuid.UUID, cur store.LaneCursor,
 		t.Fatal(err)
 	}
 	if len(reads) == 0 {
-		return rows, cur.Advance(store.LaneRead{}, nil, 0, time.Time{})
+		return rows, cur.Advance(workerstore.LaneRead{}, nil, 0, time.Time{})
 	}
 	held := b.heldKeys
 	b.heldKeys = nil
@@ -48,8 +50,8 @@ func (b *bundle) laneRound(t *testing.T, token uuid.UUID, cur store.LaneCursor,
 }
 
 // deleteAll settles a round by delivering every row it read.
-func deleteAll(t *testing.T, token uuid.UUID) func(*store.Store, []store.Row) (int, time.Time) {
-	return func(st *store.Store, rows []store.Row) (int, time.Time) {
+func deleteAll(t *testing.T, token uuid.UUID) func(*workerstore.Store, []store.Row) (int, time.Time) {
+	return func(st *workerstore.Store, rows []store.Row) (int, time.Time) {
 		if n, err := st.DeleteLaneRows(context.Background(), ids(rows), token); err != nil || n != int64(len(rows)) {
 			t.Fatalf("DeleteLaneRows = %d, %v", n, err)
 		}
@@ -90,7 +92,7 @@ func TestLaneCursorReadsLateRowsInIDOrder(t *testing.T) {
 
 		// The round says all three are gone but leaves kept in place: a
 		// cursor read must not come back for it.
-		rows, cur := b.laneRound(t, token, store.NewLaneCursor(0), func(st *store.Store, rows []store.Row) (int, time.Time) {
+		rows, cur := b.laneRound(t, token, workerstore.NewLaneCursor(0), func(st *workerstore.Store, rows []store.Row) (int, time.Time) {
 			deleteAll(t, token)(st, rows[:2])
 			return len(rows), time.Time{}
 		})
@@ -104,7 +106,7 @@ func TestLaneCursorReadsLateRowsInIDOrder(t *testing.T) {
 		b.insert(t, after)
 		rows, cur = b.laneRound(t, token, cur, nil)
 		wantIDs(t, "a read from the cursor", rows, early, late, after)
-		rows, _ = b.laneRound(t, token, store.NewLaneCursor(0), nil)
+		rows, _ = b.laneRound(t, token, workerstore.NewLaneCursor(0), nil)
 		wantIDs(t, "a read from the lane's start", rows, early, late, kept, after)
 
 		// Once the lease changes hands the cursor reads from the start.
@@ -134,7 +136,7 @@ func TestLaneCursorRereadsKeysReleasedBelowIt(t *testing.T) {
 		// A key that failed before the round, so that only the read knows.
 		waited := b.ordered(t, "w", 1)
 		b.insert(t, waited)
-		b.laneRound(t, token, store.NewLaneCursor(0), func(st *store.Store, rows []store.Row) (int, time.Time) {
+		b.laneRound(t, token, workerstore.NewLaneCursor(0), func(st *workerstore.Store, rows []store.Row) (int, time.Time) {
 			if n, err := st.FailLaneRows(ctx, []store.Failure{{ID: waited.ID, Error: "no", RetryAt: retryAt}}, token); err != nil || n != 1 {
 				t.Fatalf("FailLaneRows = %d, %v", n, err)
 			}
@@ -144,7 +146,7 @@ func TestLaneCursorRereadsKeysReleasedBelowIt(t *testing.T) {
 			b.ordered(t, "p", 1), b.ordered(t, "p", 1), b.ordered(t, "s", 1)
 		b.insert(t, failing, behind, parked, parkedBehind, sent)
 
-		rows, cur := b.laneRound(t, token, store.NewLaneCursor(0), func(st *store.Store, rows []store.Row) (int, time.Time) {
+		rows, cur := b.laneRound(t, token, workerstore.NewLaneCursor(0), func(st *workerstore.Store, rows []store.Row) (int, time.Time) {
 			if n, err := st.FailLaneRows(ctx, []store.Failure{{ID: failing.ID, Error: "no", RetryAt: retryAt}}, token); err != nil || n != 1 {
 				t.Fatalf("FailLaneRows = %d, %v", n, err)
 			}
@@ -161,7 +163,7 @@ func TestLaneCursorRereadsKeysReleasedBelowIt(t *testing.T) {
 		if n, err := b.store.RetryParked(ctx, store.ParkedFilter{Key: "p"}); err != nil || n != 1 {
 			t.Fatalf("RetryParked = %d, %v", n, err)
 		}
-		rows, cur = b.laneRound(t, token, cur, func(st *store.Store, rows []store.Row) (int, time.Time) {
+		rows, cur = b.laneRound(t, token, cur, func(st *workerstore.Store, rows []store.Row) (int, time.Time) {
 			if n, err := st.ParkLaneRows(ctx, []store.Failure{{ID: parked.ID, Error: "rejected again"}}, token); err != nil || n != 1 {
 				t.Fatalf("ParkLaneRows = %d, %v", n, err)
 			}
@@ -193,7 +195,7 @@ func TestLaneCursorRereadsKeysReleasedByAnyProgram(t *testing.T) {
 		table := `"` + b.opts.Schema + `"."` + b.opts.TablePrefix + `outbox"`
 		parked, behind, other := b.ordered(t, "p", 1), b.ordered(t, "p", 1), b.ordered(t, "o", 1)
 		b.insert(t, parked, behind, other)
-		park := func(st *store.Store, rows []store.Row) (int, time.Time) {
+		park := func(st *workerstore.Store, rows []store.Row) (int, time.Time) {
 			if n, err := st.ParkLaneRows(ctx, []store.Failure{{ID: parked.ID, Error: "rejected"}}, token); err != nil || n != 1 {
 				t.Fatalf("ParkLaneRows = %d, %v", n, err)
 			}
@@ -207,7 +209,7 @@ func TestLaneCursorRereadsKeysReleasedByAnyProgram(t *testing.T) {
 			deleteAll(t, token)(st, sent)
 			return len(rows), time.Time{}
 		}
-		rows, cur := b.laneRound(t, token, store.NewLaneCursor(0), park)
+		rows, cur := b.laneRound(t, token, workerstore.NewLaneCursor(0), park)
 		wantIDs(t, "the first round", rows, parked, behind, other)
 		later := b.ordered(t, "p", 1)
 		b.insert(t, later)
@@ -250,7 +252,7 @@ func TestLaneCursorFindsRowsOfALongOpenWriter(t *testing.T) {
 		}
 		first := b.ordered(t, "b", 1)
 		b.insert(t, first)
-		rows, cur := b.laneRound(t, token, store.NewLaneCursor(0), deleteAll(t, token))
+		rows, cur := b.laneRound(t, token, workerstore.NewLaneCursor(0), deleteAll(t, token))
 		wantIDs(t, "the first round", rows, first)
 		// Over 10,000 transaction ids go by while the writer stays open.
 		b.exec(t, `DO $$ BEGIN FOR i IN 1..10050 LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$`)
@@ -283,14 +285,14 @@ func TestLaneProbeFromACursor(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The round says both rows are gone but leaves kept in place.
-		rows, cur := b.laneRound(t, token, store.NewLaneCursor(0), func(st *store.Store, rows []store.Row) (int, time.Time) {
+		rows, cur := b.laneRound(t, token, workerstore.NewLaneCursor(0), func(st *workerstore.Store, rows []store.Row) (int, time.Time) {
 			deleteAll(t, token)(st, rows[:1])
 			return len(rows), time.Time{}
 		})
 		wantIDs(t, "the round", rows, first, kept)
-		probe := func(what string, from store.LaneCursor, want ...int) {
+		probe := func(what string, from workerstore.LaneCursor, want ...int) {
 			t.Helper()
-			got, err := b.store.ProbeLanes(ctx, []store.LaneCursor{from}, token)
+			got, err := b.store.ProbeLanes(ctx, []workerstore.LaneCursor{from}, token)
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
@@ -299,7 +301,7 @@ func TestLaneProbeFromACursor(t *testing.T) {
 			}
 		}
 		probe("a probe from the cursor", cur)
-		probe("a probe from the lane's start", store.NewLaneCursor(0), 0)
+		probe("a probe from the lane's start", workerstore.NewLaneCursor(0), 0)
 		if err := open.Commit(); err != nil {
 			t.Fatal(err)
 		}

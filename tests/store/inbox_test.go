@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -17,7 +18,7 @@ func (b *bundle) inboxTable() string {
 	return `"` + b.opts.Schema + `"."` + b.opts.TablePrefix + `inbox"`
 }
 
-func (b *bundle) begin(t *testing.T, opts *sql.TxOptions) (*sql.Tx, *store.Store) {
+func (b *bundle) begin(t *testing.T, opts *sql.TxOptions) (*sql.Tx, *workerstore.Store) {
 	t.Helper()
 	tx, err := b.db.BeginTx(context.Background(), opts)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/internal/tables"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -94,12 +95,12 @@ type ilOpenTx struct {
 type ilWorker struct {
 	name   string
 	token  uuid.UUID
-	cursor store.LaneCursor
+	cursor workerstore.LaneCursor
 	tx     *sql.Tx
-	st     *store.Store
+	st     *workerstore.Store
 	held   bool // the batch holds the lease
 	rows   []store.Row
-	reads  []store.LaneRead
+	reads  []workerstore.LaneRead
 	// lastRead is how many rows the last batch read.
 	lastRead int
 }
@@ -123,14 +124,14 @@ func (w *ilWorld) begin(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	lanes, err := st.AcquireLaneLeases(ctx, []int{0}, name, wk.token, ilLease)
+	lanes, err := acquireLanes(ctx, st, []int{0}, name, wk.token, ilLease)
 	if err != nil {
 		tx.Rollback()
 		return err
 	}
 	wk.tx, wk.st, wk.held = tx, st, slices.Equal(lanes, []int{0})
 	if !wk.held {
-		wk.cursor = store.NewLaneCursor(0) // another holder may change the lane
+		wk.cursor = workerstore.NewLaneCursor(0) // another holder may change the lane
 	}
 	return nil
 }
@@ -145,7 +146,7 @@ func (w *ilWorld) read(ctx context.Context, name string) error {
 		return nil
 	}
 	var err error
-	wk.rows, wk.reads, err = wk.st.ReadLanes(ctx, nil, []store.LaneCursor{wk.cursor}, 10)
+	wk.rows, wk.reads, err = wk.st.ReadLanes(ctx, nil, []workerstore.LaneCursor{wk.cursor}, 10)
 	return err
 }
 
@@ -202,7 +203,7 @@ func (w *ilWorld) settle(ctx context.Context, name string) error {
 		return err
 	}
 	if err := wk.tx.Commit(); err != nil {
-		wk.cursor = store.NewLaneCursor(0)
+		wk.cursor = workerstore.NewLaneCursor(0)
 		return err
 	}
 	if len(wk.reads) > 0 {
@@ -226,7 +227,7 @@ func (w *ilWorld) batch(ctx context.Context, name string) error {
 func (w *ilWorld) worker(name string) *ilWorker {
 	wk := w.workers[name]
 	if wk == nil {
-		wk = &ilWorker{name: name, token: uuid.New(), cursor: store.NewLaneCursor(0)}
+		wk = &ilWorker{name: name, token: uuid.New(), cursor: workerstore.NewLaneCursor(0)}
 		w.workers[name] = wk
 	}
 	return wk

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -18,8 +19,8 @@ func TestLeaseTakeoverOnlyAfterExpiry(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
-		a := store.Lease{Name: "recovery", Owner: "worker-a", Token: uuid.New()}
-		c := store.Lease{Name: "recovery", Owner: "worker-b", Token: uuid.New()}
+		a := workerstore.Lease{Name: "recovery", Owner: "worker-a", Token: uuid.New()}
+		c := workerstore.Lease{Name: "recovery", Owner: "worker-b", Token: uuid.New()}
 		held, until, err := b.store.AcquireLease(ctx, a, 300*time.Millisecond)
 		if err != nil || !held || until.IsZero() {
 			t.Fatalf("first acquire = %v, %v, %v", held, until, err)
@@ -50,7 +51,7 @@ func TestLeaseTakeoverOnlyAfterExpiry(t *testing.T) {
 		if held, _, _ := b.store.AcquireLease(ctx, a, time.Minute); !held {
 			t.Error("a released lease could not be taken")
 		}
-		if _, _, err := b.store.AcquireLease(ctx, store.Lease{Name: "x"}, time.Minute); !errors.Is(err, store.ErrInvalidArgument) {
+		if _, _, err := b.store.AcquireLease(ctx, workerstore.Lease{Name: "x"}, time.Minute); !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("lease without a token = %v", err)
 		}
 	})
@@ -100,28 +101,28 @@ func TestAcquireLaneLeases(t *testing.T) {
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
 		mine, other := uuid.New(), uuid.New()
-		if held, _, err := b.store.AcquireLease(ctx, store.Lease{Name: store.LaneLeaseName(3), Token: other}, time.Minute); err != nil || !held {
+		if held, _, err := b.store.AcquireLease(ctx, workerstore.Lease{Name: workerstore.LaneLeaseName(3), Token: other}, time.Minute); err != nil || !held {
 			t.Fatalf("other's lease: %v %v", held, err)
 		}
-		if held, _, err := b.store.AcquireLease(ctx, store.Lease{Name: store.LaneLeaseName(5), Token: other}, time.Millisecond); err != nil || !held {
+		if held, _, err := b.store.AcquireLease(ctx, workerstore.Lease{Name: workerstore.LaneLeaseName(5), Token: other}, time.Millisecond); err != nil || !held {
 			t.Fatalf("other's short lease: %v %v", held, err)
 		}
 		time.Sleep(5 * time.Millisecond)
-		got, err := b.store.AcquireLaneLeases(ctx, []int{7, 3, 1, 5}, "me", mine, time.Minute)
+		got, err := acquireLanes(ctx, b.store, []int{7, 3, 1, 5}, "me", mine, time.Minute)
 		if want := []int{1, 5, 7}; err != nil || !slices.Equal(got, want) {
 			t.Fatalf("AcquireLaneLeases = %v, %v; want %v (not lane 3, another's live lease)", got, err, want)
 		}
-		got, err = b.store.AcquireLaneLeases(ctx, []int{1, 3}, "me", mine, time.Minute)
+		got, err = acquireLanes(ctx, b.store, []int{1, 3}, "me", mine, time.Minute)
 		if want := []int{1}; err != nil || !slices.Equal(got, want) {
 			t.Errorf("renewal = %v, %v; want %v", got, err, want)
 		}
-		if held, _, _ := b.store.AcquireLease(ctx, store.Lease{Name: store.LaneLeaseName(7), Token: other}, time.Minute); held {
+		if held, _, _ := b.store.AcquireLease(ctx, workerstore.Lease{Name: workerstore.LaneLeaseName(7), Token: other}, time.Minute); held {
 			t.Error("a lane lease taken in a batch was taken over while live")
 		}
-		if _, err := b.store.AcquireLaneLeases(ctx, []int{1}, "me", uuid.Nil, time.Minute); !errors.Is(err, store.ErrInvalidArgument) {
+		if _, err := acquireLanes(ctx, b.store, []int{1}, "me", uuid.Nil, time.Minute); !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("no token: %v, want ErrInvalidArgument", err)
 		}
-		if got, err := b.store.AcquireLaneLeases(ctx, nil, "me", mine, time.Minute); err != nil || len(got) != 0 {
+		if got, err := acquireLanes(ctx, b.store, nil, "me", mine, time.Minute); err != nil || len(got) != 0 {
 			t.Errorf("no lanes: %v, %v", got, err)
 		}
 	})
@@ -155,20 +156,20 @@ func TestAcquireLaneLeasesFor(t *testing.T) {
 		acquired := func(lane int) time.Time {
 			var at time.Time
 			q := fmt.Sprintf(`SELECT acquired_at FROM "%s"."%srelayer_leases" WHERE name = $1`, b.opts.Schema, b.opts.TablePrefix)
-			if err := b.db.QueryRow(q, store.LaneLeaseName(lane)).Scan(&at); err != nil {
+			if err := b.db.QueryRow(q, workerstore.LaneLeaseName(lane)).Scan(&at); err != nil {
 				t.Fatal(err)
 			}
 			return at
 		}
-		if o := owners(); o[store.LaneLeaseName(4)] != "w-4" || o[store.LaneLeaseName(2)] != `w-2 "quoted", {braced}` {
+		if o := owners(); o[workerstore.LaneLeaseName(4)] != "w-4" || o[workerstore.LaneLeaseName(2)] != `w-2 "quoted", {braced}` {
 			t.Errorf("owners = %v", o)
 		}
 		before := acquired(2)
 		if got, err := b.store.AcquireLaneLeasesFor(ctx, []int{2}, []string{"w-1"}, token, time.Minute); err != nil || !slices.Equal(got, []int{2}) {
 			t.Fatalf("renewal under another name = %v, %v", got, err)
 		}
-		if o := owners(); o[store.LaneLeaseName(2)] != "w-1" {
-			t.Errorf("owner after renewal = %q, want w-1", o[store.LaneLeaseName(2)])
+		if o := owners(); o[workerstore.LaneLeaseName(2)] != "w-1" {
+			t.Errorf("owner after renewal = %q, want w-1", o[workerstore.LaneLeaseName(2)])
 		}
 		if after := acquired(2); !after.Equal(before) {
 			t.Errorf("acquired_at moved from %s to %s on a renewal by the same token", before, after)
@@ -179,9 +180,9 @@ func TestAcquireLaneLeasesFor(t *testing.T) {
 	})
 }
 
-// The heads of several lanes are read in one statement, as each lane's
-// alone would be.
-func TestReadLaneHeads(t *testing.T) {
+// The heads of several lanes are read from their start in one statement, as
+// each lane's alone would be.
+func TestReadLanesFromTheirStart(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
@@ -195,22 +196,22 @@ func TestReadLaneHeads(t *testing.T) {
 		for l := range lanes {
 			all = append(all, l)
 		}
-		got, err := b.store.ReadLaneHeads(ctx, nil, all, 3)
+		got, err := readHeads(ctx, b.store, nil, all, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var want []store.Row
 		for _, l := range all {
-			rows, err := b.store.ReadLaneHeads(ctx, nil, []int{l}, 3)
+			rows, err := readHeads(ctx, b.store, nil, []int{l}, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want = append(want, rows...)
 		}
 		if !slices.Equal(ids(got), ids(want)) {
-			t.Errorf("ReadLaneHeads = %v, want each lane's head in lane order %v", ids(got), ids(want))
+			t.Errorf("ReadLanes from the start = %v, want each lane's head in lane order %v", ids(got), ids(want))
 		}
-		if _, err := b.store.ReadLaneHeads(ctx, nil, all, 0); !errors.Is(err, store.ErrInvalidArgument) {
+		if _, err := readHeads(ctx, b.store, nil, all, 0); !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("limit 0: %v, want ErrInvalidArgument", err)
 		}
 	})
@@ -224,19 +225,19 @@ func TestLockLaneLeases(t *testing.T) {
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
 		token, other := uuid.New(), uuid.New()
-		if held, err := b.store.AcquireLaneLeases(ctx, []int{0, 1}, "w", token, time.Minute); err != nil || !slices.Equal(held, []int{0, 1}) {
+		if held, err := acquireLanes(ctx, b.store, []int{0, 1}, "w", token, time.Minute); err != nil || !slices.Equal(held, []int{0, 1}) {
 			t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
 		}
-		if held, err := b.store.AcquireLaneLeases(ctx, []int{2}, "other", other, time.Minute); err != nil || !slices.Equal(held, []int{2}) {
+		if held, err := acquireLanes(ctx, b.store, []int{2}, "other", other, time.Minute); err != nil || !slices.Equal(held, []int{2}) {
 			t.Fatalf("another token's lease: %v, %v", held, err)
 		}
-		if held, err := b.store.AcquireLaneLeases(ctx, []int{4}, "w", token, 300*time.Millisecond); err != nil || !slices.Equal(held, []int{4}) {
+		if held, err := acquireLanes(ctx, b.store, []int{4}, "w", token, 300*time.Millisecond); err != nil || !slices.Equal(held, []int{4}) {
 			t.Fatalf("a short lease: %v, %v", held, err)
 		}
 		version := func(lane int) (xmin string, expires time.Time) {
 			t.Helper()
 			q := fmt.Sprintf(`SELECT xmin::text, expires_at FROM "%s"."%srelayer_leases" WHERE name = $1`, b.opts.Schema, b.opts.TablePrefix)
-			if err := b.db.QueryRow(q, store.LaneLeaseName(lane)).Scan(&xmin, &expires); err != nil {
+			if err := b.db.QueryRow(q, workerstore.LaneLeaseName(lane)).Scan(&xmin, &expires); err != nil {
 				t.Fatal(err)
 			}
 			return xmin, expires
@@ -261,7 +262,7 @@ func TestLockLaneLeases(t *testing.T) {
 		time.Sleep(400 * time.Millisecond) // the lease expires, its row still locked
 		done := make(chan []int, 1)
 		go func() {
-			held, err := b.store.AcquireLaneLeases(ctx, []int{4}, "other", other, time.Minute)
+			held, err := acquireLanes(ctx, b.store, []int{4}, "other", other, time.Minute)
 			if err != nil {
 				t.Error(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relayer-go/relayer/internal/outboxtool"
+	"github.com/relayer-go/relayer/internal/workerstore"
 
 	"github.com/google/uuid"
 
@@ -21,7 +22,7 @@ func TestOperatorReads(t *testing.T) {
 	eachDriver(t, func(t *testing.T, b *bundle) {
 		ctx := context.Background()
 		token := uuid.New()
-		if held, _, err := b.store.AcquireLease(ctx, store.Lease{Name: "member:x", Owner: "w", Token: token}, time.Minute); !held || err != nil {
+		if held, _, err := b.store.AcquireLease(ctx, workerstore.Lease{Name: "member:x", Owner: "w", Token: token}, time.Minute); !held || err != nil {
 			t.Fatalf("lease: %v, %v", held, err)
 		}
 		leases, err := b.store.LiveLeases(ctx)

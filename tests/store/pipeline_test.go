@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -50,7 +51,7 @@ func (b *bundle) leasedLanes(t *testing.T, lanes []int, n int) ([]relayer.Messag
 	}
 	b.insert(t, msgs...)
 	token := uuid.New()
-	if held, err := b.store.AcquireLaneLeases(context.Background(), lanes, "me", token, time.Minute); err != nil || !slices.Equal(held, lanes) {
+	if held, err := acquireLanes(context.Background(), b.store, lanes, "me", token, time.Minute); err != nil || !slices.Equal(held, lanes) {
 		t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
 	}
 	return msgs, token
@@ -58,7 +59,7 @@ func (b *bundle) leasedLanes(t *testing.T, lanes []int, n int) ([]relayer.Messag
 
 // pinned returns a connection of db with an open transaction, and the store
 // bound to it: a worker's session, whose batches BEGIN and COMMIT on it.
-func (b *bundle) pinned(t *testing.T, db *sql.DB) (*sql.Conn, *store.Store) {
+func (b *bundle) pinned(t *testing.T, db *sql.DB) (*sql.Conn, *workerstore.Store) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
@@ -91,7 +92,7 @@ func TestLockAndReadLanesReadsAfterTheLock(t *testing.T) {
 		ctx := context.Background()
 		lanes := []int{1, 2}
 		msgs, token := b.leasedLanes(t, lanes, 6)
-		cursors := []store.LaneCursor{store.NewLaneCursor(1), store.NewLaneCursor(2)}
+		cursors := []workerstore.LaneCursor{workerstore.NewLaneCursor(1), workerstore.NewLaneCursor(2)}
 
 		// The previous holder's batch: it holds the lanes' locks and
 		// delivers the first row of lane 1 (msgs[0]).
@@ -133,7 +134,7 @@ func TestLockAndReadLanesReadsAfterTheLock(t *testing.T) {
 
 		// One row more than the lanes hold: nothing is committed.
 		err := st.CommitLaneDeletes(ctx, append(ids(r.rows), uuid.New()), token, true)
-		if !errors.Is(err, store.ErrLaneRowsGone) {
+		if !errors.Is(err, workerstore.ErrLaneRowsGone) {
 			t.Fatalf("CommitLaneDeletes with a row gone = %v, want ErrLaneRowsGone", err)
 		}
 		mustExecOn(t, conn, "ROLLBACK")
@@ -172,9 +173,9 @@ func TestLaneReadsComeInLaneAndIDOrder(t *testing.T) {
 		ctx := context.Background()
 		msgs, token := b.leasedLanes(t, []int{1, 3}, 6)
 		want := sortedByLane(msgs)
-		for _, from := range [][]store.LaneCursor{
-			{store.NewLaneCursor(1), store.NewLaneCursor(3)},
-			{store.NewLaneCursor(3), store.NewLaneCursor(1)},
+		for _, from := range [][]workerstore.LaneCursor{
+			{workerstore.NewLaneCursor(1), workerstore.NewLaneCursor(3)},
+			{workerstore.NewLaneCursor(3), workerstore.NewLaneCursor(1)},
 		} {
 			rows, reads, err := b.store.ReadLanes(ctx, nil, from, 10)
 			if err != nil || !slices.Equal(ids(rows), want) || len(reads) != 2 || reads[0].Lane != 1 || reads[1].Lane != 3 {
@@ -200,12 +201,12 @@ func TestPipelinedLaneStatementsTakeOneRoundTripEach(t *testing.T) {
 	lanes := []int{0, 3}
 	keys := keysOnLanes(t, lanes...)
 	token := uuid.New()
-	if _, err := b.store.AcquireLaneLeases(ctx, lanes, "me", token, time.Minute); err != nil {
+	if _, err := acquireLanes(ctx, b.store, lanes, "me", token, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	db, writes := testdb.OpenCounting(t)
 	conn, st := b.pinned(t, db)
-	cursors := []store.LaneCursor{store.NewLaneCursor(0), store.NewLaneCursor(3)}
+	cursors := []workerstore.LaneCursor{workerstore.NewLaneCursor(0), workerstore.NewLaneCursor(3)}
 	for round := range 3 { // the first round prepares the statements
 		b.insert(t, b.ordered(t, keys[0], pipelineLanes), b.ordered(t, keys[1], pipelineLanes))
 		mustExecOn(t, conn, "BEGIN")
@@ -245,7 +246,7 @@ func waitForLockWait(t *testing.T, db *sql.DB, pid int) {
 }
 
 // laneRows reads the lanes of from, from their start, outside any batch.
-func (b *bundle) laneRows(t *testing.T, from []store.LaneCursor) []store.Row {
+func (b *bundle) laneRows(t *testing.T, from []workerstore.LaneCursor) []store.Row {
 	t.Helper()
 	rows, _, err := b.store.ReadLanes(context.Background(), nil, from, 100)
 	if err != nil {
@@ -277,7 +278,7 @@ func TestLockAndReadLanesAndCommitLaneDeletesCheckTheirArguments(t *testing.T) {
 	b := setup(t, "pgx")
 	ctx := context.Background()
 	_, st := b.pinned(t, b.db)
-	cursors := []store.LaneCursor{store.NewLaneCursor(0)}
+	cursors := []workerstore.LaneCursor{workerstore.NewLaneCursor(0)}
 	for name, call := range map[string]func() error{
 		"no token": func() error {
 			_, _, _, err := st.LockAndReadLanes(ctx, []int{0}, uuid.Nil, 0, nil, cursors, 10)
@@ -317,18 +318,18 @@ func TestLockAndReadLanesKeepsEachRowsBytes(t *testing.T) {
 		}
 		b.insert(t, msgs...)
 		token := uuid.New()
-		if _, err := b.store.AcquireLaneLeases(ctx, []int{2}, "me", token, time.Minute); err != nil {
+		if _, err := acquireLanes(ctx, b.store, []int{2}, "me", token, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		conn, st := b.pinned(t, b.db)
 		mustExecOn(t, conn, "BEGIN")
 		defer mustExecOn(t, conn, "ROLLBACK")
-		_, rows, _, err := st.LockAndReadLanes(ctx, []int{2}, token, 0, nil, []store.LaneCursor{store.NewLaneCursor(2)}, 10)
+		_, rows, _, err := st.LockAndReadLanes(ctx, []int{2}, token, 0, nil, []workerstore.LaneCursor{workerstore.NewLaneCursor(2)}, 10)
 		if err != nil || len(rows) != len(msgs) {
 			t.Fatalf("LockAndReadLanes = %d rows, %v", len(rows), err)
 		}
 		// What the connection reads next must not show through them.
-		if _, _, _, err := st.LockAndReadLanes(ctx, []int{2}, token, 0, nil, []store.LaneCursor{store.NewLaneCursor(2)}, 10); err != nil {
+		if _, _, _, err := st.LockAndReadLanes(ctx, []int{2}, token, 0, nil, []workerstore.LaneCursor{workerstore.NewLaneCursor(2)}, 10); err != nil {
 			t.Fatal(err)
 		}
 		var filler string

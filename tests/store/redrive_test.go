@@ -126,8 +126,8 @@ func (b *bundle) park(t *testing.T, m relayer.Message) {
 	ctx := context.Background()
 	now := b.t0.Add(time.Hour)
 	c := store.NewClaim(now, time.Minute)
-	if n, err := b.store.ClaimLaneRows(ctx, []uuid.UUID{m.ID}, c, now); err != nil || n != 1 {
-		t.Fatalf("ClaimLaneRows = %d, %v", n, err)
+	if rows, err := b.store.ClaimBatch(ctx, nil, []uuid.UUID{m.ID}, c, now); err != nil || len(rows) != 1 {
+		t.Fatalf("ClaimBatch = %d rows, %v", len(rows), err)
 	}
 	if n, err := b.store.Park(ctx, []store.Failure{{ID: m.ID, Error: "schema rejected"}}, c.Token, now); err != nil || n != 1 {
 		t.Fatalf("Park = %d, %v", n, err)
@@ -159,7 +159,7 @@ func TestParkedKeysRetryAndSkip(t *testing.T) {
 			t.Errorf("ParkedKeys for another key: %+v", keys)
 		}
 		head := func() []uuid.UUID {
-			rows, err := b.store.ReadLaneHeads(ctx, nil, []int{lane}, 10)
+			rows, err := readHeads(ctx, b.store, nil, []int{lane}, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -350,11 +350,11 @@ func TestSettlingLaneRowsUnderTheirLeases(t *testing.T) {
 		b.insert(t, sent, failed, parked, rest)
 		tx, st := b.begin(t, nil)
 		token, other := uuid.New(), uuid.New()
-		held, err := st.AcquireLaneLeases(ctx, []int{0}, "settle-test", token, time.Minute)
+		held, err := acquireLanes(ctx, st, []int{0}, "settle-test", token, time.Minute)
 		if err != nil || !slices.Equal(held, []int{0}) {
 			t.Fatalf("AcquireLaneLeases = %v, %v", held, err)
 		}
-		heads, err := st.ReadLaneHeads(ctx, nil, held, 10)
+		heads, err := readHeads(ctx, st, nil, held, 10)
 		if err != nil || len(heads) != 4 {
 			t.Fatalf("ReadLaneHeads = %d rows, %v", len(heads), err)
 		}

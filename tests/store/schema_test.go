@@ -10,6 +10,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -104,7 +105,7 @@ func TestSchemaSQL(t *testing.T) {
 		if len(applied) != 0 {
 			t.Errorf("Migrate after SchemaSQL applied %v, want nothing", applied)
 		}
-		s, err := store.New(b.db, opts)
+		s, err := workerstore.New(b.db, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +206,7 @@ func dropsTheOutboxChecks(t *testing.T, b *bundle, prefix string) {
 	}
 	_, err = b.db.ExecContext(ctx, `ALTER TABLE `+outbox+` ADD CONSTRAINT owners CHECK (attempts < 1000000)`)
 	must(t, err)
-	st, err := store.New(b.db, opts)
+	st, err := workerstore.New(b.db, opts)
 	must(t, err)
 	exec := func(ctx context.Context, q string, args ...any) error {
 		_, err := b.db.ExecContext(ctx, q, args...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -18,7 +19,7 @@ import (
 // rows into each of the classes Stats tells apart.
 type statsOutbox struct {
 	db     *sql.DB
-	store  *store.Store
+	store  *workerstore.Store
 	outbox string // qualified, quoted table names
 	dead   string
 	t0     time.Time
@@ -31,7 +32,7 @@ func newStatsOutbox(t *testing.T, driver string) *statsOutbox {
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	s, err := store.New(db, opts)
+	s, err := workerstore.New(db, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -234,7 +235,7 @@ func TestStatsErrors(t *testing.T) {
 		t.Fatalf("Stats on an unbound store: %v, want ErrNilDB", err)
 	}
 
-	missing, err := store.New(o.db, store.Options{Schema: "no_such_schema_for_stats"})
+	missing, err := workerstore.New(o.db, store.Options{Schema: "no_such_schema_for_stats"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 // bundle is one test's outbox: its own schema, migrated, on one driver.
 type bundle struct {
 	db    *sql.DB
-	store *store.Store
+	store *workerstore.Store
 	opts  store.Options
 	t0    time.Time // a fixed instant the test reasons from
 	// heldKeys are the keys a laneRound's settle held (parked, or made wait
@@ -40,7 +41,7 @@ func setup(t *testing.T, driver string) *bundle {
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	s, err := store.New(db, opts)
+	s, err := workerstore.New(db, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -174,7 +175,7 @@ func TestOptionsValidate(t *testing.T) {
 		if !errors.Is(err, store.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Validate(%+v) = %v, want ErrInvalidOptions naming %s", tc.opts, err, tc.field)
 		}
-		if _, err := store.New(&sql.DB{}, tc.opts); !errors.Is(err, store.ErrInvalidOptions) {
+		if _, err := workerstore.New(&sql.DB{}, tc.opts); !errors.Is(err, store.ErrInvalidOptions) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", tc.opts, err)
 		}
 		if _, err := store.SchemaSQL(tc.opts); !errors.Is(err, store.ErrInvalidOptions) {
@@ -186,10 +187,10 @@ func TestOptionsValidate(t *testing.T) {
 func TestNilDB(t *testing.T) {
 	t.Parallel()
 	var db *sql.DB
-	if _, err := store.New(db, store.Options{}); !errors.Is(err, store.ErrNilDB) {
+	if _, err := workerstore.New(db, store.Options{}); !errors.Is(err, store.ErrNilDB) {
 		t.Errorf("New(nil *sql.DB) = %v, want ErrNilDB", err)
 	}
-	if _, err := store.New(nil, store.Options{}); !errors.Is(err, store.ErrNilDB) {
+	if _, err := workerstore.New(nil, store.Options{}); !errors.Is(err, store.ErrNilDB) {
 		t.Errorf("New(nil) = %v, want ErrNilDB", err)
 	}
 	if _, err := store.Migrate(context.Background(), nil, store.Options{}); !errors.Is(err, store.ErrNilDB) {

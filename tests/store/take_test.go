@@ -16,6 +16,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -59,7 +60,7 @@ func (b *bundle) bookkeeping(t *testing.T, id uuid.UUID) (claimed, parked bool) 
 	return claimed, parked
 }
 
-func takenIDs(ts []store.Taken) []uuid.UUID {
+func takenIDs(ts []workerstore.Taken) []uuid.UUID {
 	out := make([]uuid.UUID, len(ts))
 	for i, x := range ts {
 		out[i] = x.ID
@@ -118,15 +119,15 @@ func TestTakeIDsTakesOnlyEligibleUnorderedRows(t *testing.T) {
 		takenSet := sortedIDs(free1, free2, free3, dueNow, expired)
 		attempts := map[uuid.UUID]int{free2.ID: 3, expired.ID: 2}
 		lastErrors := map[uuid.UUID]string{free2.ID: "earlier"}
-		var want []store.Taken
+		var want []workerstore.Taken
 		for _, id := range takenSet {
-			want = append(want, store.Taken{ID: id, Attempts: attempts[id], LastError: lastErrors[id]})
+			want = append(want, workerstore.Taken{ID: id, Attempts: attempts[id], LastError: lastErrors[id]})
 		}
 
 		for _, commit := range []bool{false, true} {
 			tx, st := b.begin(t, nil)
 			// A stale entry in dst must not survive: the result is dst[:0] extended.
-			dst := append(make([]store.Taken, 0, 16), store.Taken{ID: newID(t), Attempts: 99})
+			dst := append(make([]workerstore.Taken, 0, 16), workerstore.Taken{ID: newID(t), Attempts: 99})
 			got, err := st.TakeIDs(ctx, dst, request, now)
 			if err != nil {
 				t.Fatalf("TakeIDs: %v", err)
@@ -250,16 +251,16 @@ func TestTakeNeedsATransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, st := range map[string]*store.Store{"*sql.DB": b.store, "*sql.Conn": onConn} {
-			got, err := st.TakeIDs(ctx, make([]store.Taken, 1), []uuid.UUID{m1.ID, m2.ID}, b.t0)
-			if !errors.Is(err, store.ErrNeedsTransaction) || len(got) != 0 {
+		for name, st := range map[string]*workerstore.Store{"*sql.DB": b.store, "*sql.Conn": onConn} {
+			got, err := st.TakeIDs(ctx, make([]workerstore.Taken, 1), []uuid.UUID{m1.ID, m2.ID}, b.t0)
+			if !errors.Is(err, workerstore.ErrNeedsTransaction) || len(got) != 0 {
 				t.Errorf("%s: TakeIDs = %v, %v; want nothing and ErrNeedsTransaction", name, got, err)
 			}
-			if _, err := st.TakeIDs(ctx, nil, nil, b.t0); !errors.Is(err, store.ErrNeedsTransaction) {
+			if _, err := st.TakeIDs(ctx, nil, nil, b.t0); !errors.Is(err, workerstore.ErrNeedsTransaction) {
 				t.Errorf("%s: TakeIDs of no ids = %v; want ErrNeedsTransaction", name, err)
 			}
 			rows, err := st.TakeNextUnordered(ctx, make([]store.Row, 1), uuid.Nil, 10, b.t0, time.Time{}, nil)
-			if !errors.Is(err, store.ErrNeedsTransaction) || len(rows) != 0 {
+			if !errors.Is(err, workerstore.ErrNeedsTransaction) || len(rows) != 0 {
 				t.Errorf("%s: TakeNextUnordered = %d rows, %v; want nothing and ErrNeedsTransaction", name, len(rows), err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -23,7 +24,7 @@ func TestCheckSchema(t *testing.T) {
 			_, err := b.db.ExecContext(ctx, q, args...)
 			return err
 		}
-		check := func(st *store.Store) (int, error, error, error) {
+		check := func(st *workerstore.Store) (int, error, error, error) {
 			v, err := st.CheckSchema(ctx)
 			return v, err, st.CheckSchemaWith(ctx, exec, false), st.CheckSchemaWith(ctx, exec, true)
 		}
@@ -36,7 +37,7 @@ func TestCheckSchema(t *testing.T) {
 		// No tables at all, then only the first migration (an upgrade
 		// whose migrations were not run), applied as a migration tool would.
 		opts := store.Options{Schema: b.opts.Schema, TablePrefix: "old_"}
-		old, err := store.New(b.db, opts)
+		old, err := workerstore.New(b.db, opts)
 		must(t, err)
 		for _, step := range []int{0, 1} {
 			if step > 0 {
@@ -170,7 +171,7 @@ func TestLaneCountIsRecordedAndChecked(t *testing.T) {
 		}
 		_, err := b.db.ExecContext(ctx, `DELETE FROM "`+b.opts.Schema+`".orders_outbox`)
 		must(t, err)
-		if _, _, err := b.store.AcquireLease(ctx, store.Lease{Name: store.MemberLeaseName("w1"), Owner: "w1", Token: uuid.New()}, time.Minute); err != nil {
+		if _, _, err := b.store.AcquireLease(ctx, workerstore.Lease{Name: workerstore.MemberLeaseName("w1"), Owner: "w1", Token: uuid.New()}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.store.SetLaneCount(ctx, 64); !errors.Is(err, store.ErrNotDrained) || !strings.Contains(err.Error(), "1 live ordered workers") {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -60,11 +61,11 @@ func message(typ, transport, dest, key string) relayer.Message {
 func Seed(t testing.TB, db *sql.DB, opts store.Options) *Fixture {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.New(db, opts)
+	st, err := workerstore.New(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Fixture{DB: db, Opts: opts, Store: st}
+	f := &Fixture{DB: db, Opts: opts, Store: st.Store}
 	now := time.Now()
 	var rows []relayer.Message
 	f.Plain = message("orders.Placed", "nats", "orders.placed", "")
@@ -110,8 +111,8 @@ func Seed(t testing.TB, db *sql.DB, opts store.Options) *Fixture {
 	for _, m := range f.Parked {
 		ids = append(ids, m.ID)
 	}
-	if n, err := st.ClaimLaneRows(ctx, ids[1:], c, now); err != nil || n != int64(len(f.Parked)) {
-		t.Fatalf("consolefixture: claim the heads to park: %d, %v", n, err)
+	if claimed, err := st.ClaimBatch(ctx, nil, ids[1:], c, now); err != nil || len(claimed) != len(f.Parked) {
+		t.Fatalf("consolefixture: claim the heads to park: %d, %v", len(claimed), err)
 	}
 	failures := []store.Failure{
 		{ID: f.Parked[0].ID, Error: "rejected by the ledger: " + XSS},
@@ -162,19 +163,21 @@ func Seed(t testing.TB, db *sql.DB, opts store.Options) *Fixture {
 	// destination.
 	for i, owner := range []string{"billing-7f9c ordered-1", "billing-2b41 ordered-1"} {
 		token := uuid.New()
-		member := store.Lease{Name: store.MemberLeaseName(fmt.Sprintf("instance-%d", i)), Owner: owner, Token: token}
+		member := workerstore.Lease{Name: workerstore.MemberLeaseName(fmt.Sprintf("instance-%d", i)), Owner: owner, Token: token}
 		if _, _, err := st.AcquireLease(ctx, member, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		var lanes []int
+		var owners []string
 		for l := i * relayer.LanesDefault / 2; l < (i+1)*relayer.LanesDefault/2; l++ {
 			lanes = append(lanes, l)
+			owners = append(owners, owner)
 		}
-		if _, err := st.AcquireLaneLeases(ctx, lanes, owner, token, 30*time.Second); err != nil {
+		if _, err := st.AcquireLaneLeasesFor(ctx, lanes, owners, token, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := st.AcquireLease(ctx, store.Lease{Name: "recovery", Owner: "billing-7f9c recovery", Token: uuid.New()}, 30*time.Second); err != nil {
+	if _, _, err := st.AcquireLease(ctx, workerstore.Lease{Name: "recovery", Owner: "billing-7f9c recovery", Token: uuid.New()}, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	pause := store.Pause{Transport: "amqp", Destination: "emails", Since: now.Add(-90 * time.Second), NextProbe: now.Add(8 * time.Second),

@@ -1,21 +1,24 @@
-package store
+package workerstore
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/internal/tables"
+	"github.com/relayer-go/relayer/store"
 )
 
-// retentionQueries holds the statements of the two tables whose rows are kept
-// for a retention period and then deleted: the consumer inbox and the dead
-// letters. Like queries, they are built once per store from validated names.
+// retentionQueries holds the deletes of the two tables whose rows are kept
+// for a retention period: the consumer inbox and the dead letters. Like
+// queries, they are built once per store from validated names.
 type retentionQueries struct {
-	recordInbox string
 	deleteInbox string
 	deleteDead  string
 }
 
-func buildRetentionQueries(n names) *retentionQueries {
+func buildRetentionQueries(n tables.Names) *retentionQueries {
 	// Deletion is bounded: the inner SELECT takes the oldest rows through the
 	// timestamp index, stops at the limit, and locks them, skipping rows someone
 	// else holds, so a large backlog is removed in short statements that never
@@ -33,11 +36,6 @@ WHERE ctid = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))`
 	}
 	return &retentionQueries{
-		// A concurrent insert of the same pair waits on the primary key until the
-		// first inserter's transaction ends, then inserts (it rolled back) or does
-		// nothing (it committed): exactly one transaction ever commits the row.
-		recordInbox: `INSERT INTO ` + n.Inbox + ` (consumer, message_id) VALUES ($1, $2)
-ON CONFLICT (consumer, message_id) DO NOTHING`,
 		deleteInbox: deleteOlder(n.Inbox, "received_at"),
 		deleteDead:  deleteOlder(n.Dead, "dead_at"),
 	}
@@ -53,7 +51,7 @@ func (s *Store) DeleteInboxBefore(ctx context.Context, before time.Time, limit i
 	if err := checkRetentionArgs(before, limit); err != nil {
 		return 0, err
 	}
-	return s.affected(ctx, "delete inbox", s.rq.deleteInbox, pgTime(before), limit)
+	return s.affected(ctx, "delete inbox", s.rq.deleteInbox, storesql.PgTime(before), limit)
 }
 
 // DeleteDeadBefore is [Store.DeleteInboxBefore] for dead letters, by the time
@@ -62,17 +60,17 @@ func (s *Store) DeleteDeadBefore(ctx context.Context, before time.Time, limit in
 	if err := checkRetentionArgs(before, limit); err != nil {
 		return 0, err
 	}
-	return s.affected(ctx, "delete dead", s.rq.deleteDead, pgTime(before), limit)
+	return s.affected(ctx, "delete dead", s.rq.deleteDead, storesql.PgTime(before), limit)
 }
 
 // checkRetentionArgs refuses a zero instant, which pgTime would read as "now"
 // and so delete everything.
 func checkRetentionArgs(before time.Time, limit int) error {
 	if before.IsZero() {
-		return fmt.Errorf("%w: the cutoff instant is zero", ErrInvalidArgument)
+		return fmt.Errorf("%w: the cutoff instant is zero", store.ErrInvalidArgument)
 	}
 	if limit <= 0 {
-		return fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+		return fmt.Errorf("%w: limit must be positive, got %d", store.ErrInvalidArgument, limit)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"context"
@@ -10,7 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/internal/tables"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
 )
 
 // retentionFixture is a migrated outbox on one driver, with helpers that write
@@ -18,21 +21,21 @@ import (
 type retentionFixture struct {
 	db *sql.DB
 	s  *Store
-	n  names
+	n  tables.Names
 }
 
 func newRetentionFixture(t *testing.T, driver, prefix string) *retentionFixture {
 	t.Helper()
 	db := testdb.Open(t, driver)
-	opts := Options{Schema: testdb.NewSchema(t), TablePrefix: prefix}
-	if _, err := Migrate(context.Background(), db, opts); err != nil {
+	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: prefix}
+	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}
 	s, err := New(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &retentionFixture{db: db, s: s, n: newNames(s.opts)}
+	return &retentionFixture{db: db, s: s, n: namesOf(s)}
 }
 
 // eachRetentionDriver runs f per driver in parallel subtests.
@@ -50,13 +53,13 @@ func eachRetentionDriver(t *testing.T, f func(t *testing.T, fx *retentionFixture
 func (fx *retentionFixture) addInbox(t testing.TB, consumer string, at ...time.Time) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, len(at))
-	var stamps arrayLiteral
+	var stamps storesql.ArrayLiteral
 	for i := range at {
 		ids[i] = uuid.New()
-		stamps.time(at[i], false)
+		stamps.Time(at[i], false)
 	}
 	_, err := fx.db.Exec(`INSERT INTO `+fx.n.Inbox+` (consumer, message_id, received_at)
-SELECT $1, id, at FROM unnest($2::uuid[], $3::timestamptz[]) AS r(id, at)`, consumer, uuidArray(ids), stamps.String())
+SELECT $1, id, at FROM unnest($2::uuid[], $3::timestamptz[]) AS r(id, at)`, consumer, storesql.UUIDArray(ids), stamps.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,15 +70,15 @@ SELECT $1, id, at FROM unnest($2::uuid[], $3::timestamptz[]) AS r(id, at)`, cons
 func (fx *retentionFixture) addDead(t testing.TB, at ...time.Time) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, len(at))
-	var stamps arrayLiteral
+	var stamps storesql.ArrayLiteral
 	for i := range at {
 		ids[i] = uuid.New()
-		stamps.time(at[i], false)
+		stamps.Time(at[i], false)
 	}
 	_, err := fx.db.Exec(`INSERT INTO `+fx.n.Dead+` (id, message_type, transport, destination, body, headers,
     created_at, attempts, reason, dead_at)
 SELECT id, 't', 'x', 'd', '\x'::bytea, '\x0100000000000000'::bytea, at, 5, 'retries exhausted', at
-FROM unnest($1::uuid[], $2::timestamptz[]) AS r(id, at)`, uuidArray(ids), stamps.String())
+FROM unnest($1::uuid[], $2::timestamptz[]) AS r(id, at)`, storesql.UUIDArray(ids), stamps.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,22 +213,22 @@ func TestDeleteBeforeSkipsLockedRows(t *testing.T) {
 
 func TestDeleteBeforeRejectsInvalidArguments(t *testing.T) {
 	t.Parallel()
-	s, err := Unbound(Options{})
+	s, err := New(&recorder{}, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	for _, f := range []func(context.Context, time.Time, int) (int64, error){s.DeleteInboxBefore, s.DeleteDeadBefore} {
-		if _, err := f(ctx, time.Time{}, 10); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("zero cutoff = %v, want ErrInvalidArgument", err)
+		if _, err := f(ctx, time.Time{}, 10); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("zero cutoff = %v, want store.ErrInvalidArgument", err)
 		}
 		for _, limit := range []int{0, -1} {
-			if _, err := f(ctx, time.Now(), limit); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "limit") {
-				t.Errorf("limit %d = %v, want ErrInvalidArgument naming the limit", limit, err)
+			if _, err := f(ctx, time.Now(), limit); !errors.Is(err, store.ErrInvalidArgument) || !strings.Contains(err.Error(), "limit") {
+				t.Errorf("limit %d = %v, want store.ErrInvalidArgument naming the limit", limit, err)
 			}
 		}
-		if _, err := f(ctx, time.Now(), 10); !errors.Is(err, ErrNilDB) {
-			t.Errorf("valid call on an unbound store = %v, want ErrNilDB", err)
+		if _, err := f(ctx, time.Now(), 10); !errors.Is(err, errRecorded) {
+			t.Errorf("valid call = %v, want its statement run", err)
 		}
 	}
 }

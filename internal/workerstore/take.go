@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"bytes"
@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/store"
 )
 
 // Taking rows.
@@ -47,7 +50,7 @@ type Taken struct {
 // held by a live claim), unordered, and not locked by another transaction, and
 // returns them (id, attempts, last error) appended to dst[:0] in id order. The store must be bound to a
 // transaction ([Store.With] on a *sql.Tx): the rows are gone only when it
-// commits. Otherwise (a *sql.DB, a *sql.Conn, any other DBTX, or an unbound
+// commits. Otherwise (a *sql.DB, a *sql.Conn, any other store.DBTX, or an unbound
 // store) it returns [ErrNeedsTransaction] and deletes nothing.
 func (s *Store) TakeIDs(ctx context.Context, dst []Taken, ids []uuid.UUID, now time.Time) ([]Taken, error) {
 	dst = dst[:0]
@@ -57,22 +60,22 @@ func (s *Store) TakeIDs(ctx context.Context, dst []Taken, ids []uuid.UUID, now t
 	if len(ids) == 0 {
 		return dst, nil
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.takeIDs, uuidArray(ids), pgTime(now))
+	rows, err := s.db.QueryContext(ctx, s.q.takeIDs, storesql.UUIDArray(ids), storesql.PgTime(now))
 	if err != nil {
-		return dst, wrap(ctx, "take by id", err)
+		return dst, storesql.Wrap(ctx, "take by id", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var t Taken
 		var lastErr sql.NullString
 		if err := rows.Scan(&t.ID, &t.Attempts, &lastErr); err != nil {
-			return dst[:0], wrap(ctx, "take by id", err)
+			return dst[:0], storesql.Wrap(ctx, "take by id", err)
 		}
 		t.LastError = lastErr.String
 		dst = append(dst, t)
 	}
 	if err := rows.Err(); err != nil {
-		return dst[:0], wrap(ctx, "take by id", err)
+		return dst[:0], storesql.Wrap(ctx, "take by id", err)
 	}
 	sortTaken(dst)
 	return dst, nil
@@ -93,20 +96,20 @@ type Endpoint struct {
 // stay in the table untouched: a worker skips destinations it knows to be
 // slow or down instead of taking their rows only to write them back. Like
 // [Store.TakeIDs] it needs a store bound to a transaction.
-func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUID, limit int, now, createdBefore time.Time, skip []Endpoint) ([]Row, error) {
+func (s *Store) TakeNextUnordered(ctx context.Context, dst []store.Row, after uuid.UUID, limit int, now, createdBefore time.Time, skip []Endpoint) ([]store.Row, error) {
 	if err := s.checkTake("take next", limit); err != nil {
 		return dst[:0], err
 	}
-	now = pgTime(now)
+	now = storesql.PgTime(now)
 	if createdBefore.IsZero() {
 		createdBefore = now
 	}
-	var skipT, skipD arrayLiteral
+	var skipT, skipD storesql.ArrayLiteral
 	for _, e := range skip {
-		skipT.text(e.Transport, false)
-		skipD.text(e.Destination, false)
+		skipT.Text(e.Transport, false)
+		skipD.Text(e.Destination, false)
 	}
-	return s.takeRows(ctx, "take next", dst, s.q.takeNext, after, limit, now, pgTime(createdBefore), skipT.String(), skipD.String())
+	return s.takeRows(ctx, "take next", dst, s.q.takeNext, after, limit, now, storesql.PgTime(createdBefore), skipT.String(), skipD.String())
 }
 
 // TakeNextUnorderedTo deletes, in one statement, up to limit eligible
@@ -114,12 +117,12 @@ func (s *Store) TakeNextUnordered(ctx context.Context, dst []Row, after uuid.UUI
 // by other transactions, and returns them in id order appended to dst[:0].
 // It is how a worker takes the row it probes a paused destination with. Like
 // [Store.TakeIDs] it needs a store bound to a transaction.
-func (s *Store) TakeNextUnorderedTo(ctx context.Context, dst []Row, e Endpoint, limit int, now time.Time) ([]Row, error) {
+func (s *Store) TakeNextUnorderedTo(ctx context.Context, dst []store.Row, e Endpoint, limit int, now time.Time) ([]store.Row, error) {
 	const op = "take next to endpoint"
 	if err := s.checkTake(op, limit); err != nil {
 		return dst[:0], err
 	}
-	return s.takeRows(ctx, op, dst, s.q.takeNextTo, e.Transport, e.Destination, limit, pgTime(now))
+	return s.takeRows(ctx, op, dst, s.q.takeNextTo, e.Transport, e.Destination, limit, storesql.PgTime(now))
 }
 
 // checkTake refuses a take of op on a store not bound to a transaction, or
@@ -129,23 +132,33 @@ func (s *Store) checkTake(op string, limit int) error {
 		return fmt.Errorf("%w: %s", ErrNeedsTransaction, op)
 	}
 	if limit <= 0 {
-		return fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+		return fmt.Errorf("%w: limit must be positive, got %d", store.ErrInvalidArgument, limit)
 	}
 	return nil
 }
 
 // takeRows runs a take's query and returns the rows it deleted, corrupt ones
 // marked, appended to dst[:0] in id order.
-func (s *Store) takeRows(ctx context.Context, op string, dst []Row, query string, args ...any) ([]Row, error) {
+func (s *Store) takeRows(ctx context.Context, op string, dst []store.Row, query string, args ...any) ([]store.Row, error) {
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return dst[:0], wrap(ctx, op, err)
+		return dst[:0], storesql.Wrap(ctx, op, err)
 	}
-	dst, err = s.scanRowsKeepingCorrupt(ctx, op, rows, dst[:0], true)
-	if err != nil {
-		return dst, err
+	defer rows.Close()
+	dst = dst[:0]
+	sc := storesql.Scratch{FreshBytes: s.freshBytes}
+	for rows.Next() {
+		dst = append(dst, store.Row{})
+		if err := scanKeepingCorrupt(&sc, rows, &dst[len(dst)-1]); err != nil {
+			return dst[:0], storesql.Wrap(ctx, op, err)
+		}
 	}
-	sortByID(dst)
+	if err := rows.Err(); err != nil {
+		// An interrupted read must never look like a short backlog.
+		return dst[:0], storesql.Wrap(ctx, op, err)
+	}
+	// RETURNING follows no order, and callers send in id order.
+	slices.SortFunc(dst, func(a, b store.Row) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	return dst, nil
 }
 
@@ -161,57 +174,36 @@ func (s *Store) takeRows(ctx context.Context, op string, dst []Row, query string
 // table's own constraints still apply; a row that breaks one (an id still in
 // the table, an ordered row without a key) fails the statement, which writes
 // nothing.
-func (s *Store) Restore(ctx context.Context, rows []Row) error {
+func (s *Store) Restore(ctx context.Context, rows []store.Row) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	args, err := writeBackArgs(rows, func(i int, a *arrayLiteral) { a.time(rows[i].RetryAt, rows[i].RetryAt.IsZero()) })
+	args, err := writeBackArgs(rows, func(i int, a *storesql.ArrayLiteral) { a.Time(rows[i].RetryAt, rows[i].RetryAt.IsZero()) })
 	if err != nil {
 		return err
 	}
 	_, err = s.db.ExecContext(ctx, s.q.restore, args...)
-	return wrap(ctx, "restore", err)
+	return storesql.Wrap(ctx, "restore", err)
 }
 
 // writeBackArgs returns the parameters of a statement that writes taken rows
 // back as they are (Restore, Bury): the stored columns, with the stored header
 // bytes of a corrupt row; attempts; last error; and one more column, whose
 // element i last appends.
-func writeBackArgs(rows []Row, last func(i int, a *arrayLiteral)) ([]any, error) {
-	var cols columnArrays
-	var attempts, errs, extra arrayLiteral
+func writeBackArgs(rows []store.Row, last func(i int, a *storesql.ArrayLiteral)) ([]any, error) {
+	var cols storesql.Columns
+	var attempts, errs, extra storesql.ArrayLiteral
 	for i := range rows {
 		r := &rows[i]
-		if err := cols.addRaw(&r.Message, r.CreatedAt, r.rawHeaders); err != nil {
-			return nil, fmt.Errorf("%w: row %d (id %s): headers: %w", ErrInvalidMessage, i, r.ID, err)
+		if err := cols.AddRaw(&r.Message, r.CreatedAt, storedHeaders(r)); err != nil {
+			return nil, fmt.Errorf("%w: row %d (id %s): headers: %w", store.ErrInvalidMessage, i, r.ID, err)
 		}
-		attempts.int(r.Attempts, false)
-		errs.text(cleanText(r.LastError), r.LastError == "")
+		attempts.Int(r.Attempts, false)
+		errs.Text(storesql.CleanText(r.LastError), r.LastError == "")
 		last(i, &extra)
 	}
-	return append(cols.args(), attempts.String(), errs.String(), extra.String()), nil
+	return append(cols.Args(), attempts.String(), errs.String(), extra.String()), nil
 }
-
-// Reasons a message leaves delivery for the dead letters.
-const (
-	// ReasonPermanent: the transport refused it for good
-	// (relayer.ErrPermanent).
-	ReasonPermanent = "permanent"
-	// ReasonExhausted: it failed as many times as its retry policy allows.
-	ReasonExhausted = "exhausted"
-	// ReasonCorrupt: its stored headers do not decode, or it is ordered and
-	// has no key, so it cannot be sent as it is; its bytes are kept
-	// unchanged.
-	ReasonCorrupt = "corrupt"
-	// ReasonSkipped: an operator skipped it, the parked head of its key, to
-	// release the key's later messages ([Store.SkipParkedHead]).
-	ReasonSkipped = "skipped"
-	// ReasonOverLimit: it failed, and its ordering key, transport name or
-	// destination is longer than the outbox can index (see [OverLimit]), so
-	// that its failure could not be recorded nor the row parked: written
-	// before the limits were checked at publish, or by hand.
-	ReasonOverLimit = "over_limit"
-)
 
 // Bury writes rows to the dead letters, with reasons[i] the reason of
 // rows[i], keeping their ids, content, attempts and last error; they are
@@ -219,19 +211,19 @@ const (
 // from the outbox (in the same transaction, so that a row is in exactly one
 // of the two tables). A dead letter with the same id is replaced. Like
 // [Store.Restore] it writes stored header bytes back as they are.
-func (s *Store) Bury(ctx context.Context, rows []Row, reasons []string) error {
+func (s *Store) Bury(ctx context.Context, rows []store.Row, reasons []string) error {
 	if len(rows) != len(reasons) {
-		return fmt.Errorf("%w: %d rows and %d reasons", ErrInvalidArgument, len(rows), len(reasons))
+		return fmt.Errorf("%w: %d rows and %d reasons", store.ErrInvalidArgument, len(rows), len(reasons))
 	}
 	if len(rows) == 0 {
 		return nil
 	}
-	args, err := writeBackArgs(rows, func(i int, a *arrayLiteral) { a.text(cleanText(reasons[i]), false) })
+	args, err := writeBackArgs(rows, func(i int, a *storesql.ArrayLiteral) { a.Text(storesql.CleanText(reasons[i]), false) })
 	if err != nil {
 		return err
 	}
 	_, err = s.db.ExecContext(ctx, s.q.bury, args...)
-	return wrap(ctx, "bury", err)
+	return storesql.Wrap(ctx, "bury", err)
 }
 
 func sortTaken(ts []Taken) {

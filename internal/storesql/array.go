@@ -1,4 +1,4 @@
-package store
+package storesql
 
 import (
 	"database/sql/driver"
@@ -10,7 +10,7 @@ import (
 )
 
 // Arrays travel as PostgreSQL array literals in text form. Both database/sql
-// drivers the store supports (pgx's stdlib and lib/pq) pass a string through,
+// drivers the stores support (pgx's stdlib and lib/pq) pass a string through,
 // while neither accepts the other's native array wrappers; one text form keeps
 // the store driver-agnostic. The hot statements declare the parameter as text
 // and cast it in SQL ($1::text::uuid[]): typed as uuid[], pgx would parse the
@@ -20,11 +20,11 @@ import (
 // uuid.UUID through its driver.Valuer, whose text it first tries to encode
 // in binary, failing with a formatted error, and then parses back.
 
-// uuidArray is a uuid[] parameter.
-type uuidArray []uuid.UUID
+// UUIDArray is a uuid[] parameter, sent as an array literal.
+type UUIDArray []uuid.UUID
 
 // Value implements driver.Valuer.
-func (a uuidArray) Value() (driver.Value, error) {
+func (a UUIDArray) Value() (driver.Value, error) {
 	b := make([]byte, 0, 2+len(a)*37)
 	b = append(b, '{')
 	for i, id := range a {
@@ -51,13 +51,14 @@ func appendUUID(b []byte, id uuid.UUID) []byte {
 	return append(b, buf[:]...)
 }
 
-// arrayLiteral builds a one-dimensional array literal element by element. Every
+// ArrayLiteral builds a one-dimensional array literal element by element. Every
 // non-NULL element is double-quoted, so no element content can end it early.
-type arrayLiteral struct {
+// The zero value is an empty array.
+type ArrayLiteral struct {
 	b []byte
 }
 
-func (a *arrayLiteral) next() {
+func (a *ArrayLiteral) next() {
 	if len(a.b) == 0 {
 		a.b = append(a.b, '{')
 	} else {
@@ -65,12 +66,13 @@ func (a *arrayLiteral) next() {
 	}
 }
 
-func (a *arrayLiteral) null() {
+func (a *ArrayLiteral) null() {
 	a.next()
 	a.b = append(a.b, "NULL"...)
 }
 
-func (a *arrayLiteral) text(s string, null bool) {
+// Text appends s, or NULL when null is set.
+func (a *ArrayLiteral) Text(s string, null bool) {
 	if null {
 		a.null()
 		return
@@ -86,21 +88,23 @@ func (a *arrayLiteral) text(s string, null bool) {
 	a.b = append(a.b, '"')
 }
 
-// bytea writes b in bytea's hex input form; the backslash of \x is escaped once
-// for the array literal.
-func (a *arrayLiteral) bytea(b []byte) {
+// Bytea appends b in bytea's hex input form; the backslash of \x is escaped
+// once for the array literal.
+func (a *ArrayLiteral) Bytea(b []byte) {
 	a.next()
 	a.b = append(a.b, `"\\x`...)
 	a.b = hex.AppendEncode(a.b, b)
 	a.b = append(a.b, '"')
 }
 
-func (a *arrayLiteral) uuid(id uuid.UUID) {
+// UUID appends id.
+func (a *ArrayLiteral) UUID(id uuid.UUID) {
 	a.next()
 	a.b = appendUUID(a.b, id)
 }
 
-func (a *arrayLiteral) int(n int, null bool) {
+// Int appends n, or NULL when null is set.
+func (a *ArrayLiteral) Int(n int, null bool) {
 	if null {
 		a.null()
 		return
@@ -109,20 +113,36 @@ func (a *arrayLiteral) int(n int, null bool) {
 	a.b = strconv.AppendInt(a.b, int64(n), 10)
 }
 
-func (a *arrayLiteral) time(t time.Time, null bool) {
+// Time appends t as a timestamptz (see PgTime), or NULL when null is set.
+func (a *ArrayLiteral) Time(t time.Time, null bool) {
 	if null {
 		a.null()
 		return
 	}
 	a.next()
 	a.b = append(a.b, '"')
-	a.b = pgTime(t).AppendFormat(a.b, "2006-01-02 15:04:05.999999Z07:00")
+	a.b = PgTime(t).AppendFormat(a.b, "2006-01-02 15:04:05.999999Z07:00")
 	a.b = append(a.b, '"')
 }
 
-func (a *arrayLiteral) String() string {
+// String returns the literal.
+func (a *ArrayLiteral) String() string {
 	if len(a.b) == 0 {
 		return "{}"
 	}
 	return string(append(a.b, '}'))
+}
+
+// IntArray returns ints as a PostgreSQL array literal, which every driver
+// passes as text.
+func IntArray(ints []int) string {
+	b := make([]byte, 0, 2+4*len(ints))
+	b = append(b, '{')
+	for i, n := range ints {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(n), 10)
+	}
+	return string(append(b, '}'))
 }

@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/store"
 )
 
 // Worker sessions.
@@ -37,10 +40,10 @@ const (
 // [UntuneWorkerConn] before closing the connection, which returns it to the pool.
 func TuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 	if conn == nil {
-		return ErrNilDB
+		return store.ErrNilDB
 	}
 	if _, err := conn.ExecContext(ctx, tuneSQL); err != nil {
-		return wrap(ctx, "tune worker connection", err)
+		return storesql.Wrap(ctx, "tune worker connection", err)
 	}
 	return nil
 }
@@ -50,11 +53,11 @@ func TuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 // It also resets what [TuneTakingConn] sets.
 func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 	if conn == nil {
-		return ErrNilDB
+		return store.ErrNilDB
 	}
 	for _, setting := range []string{"plan_cache_mode", "synchronous_commit", "jit", "idle_in_transaction_session_timeout", "enable_seqscan", "random_page_cost"} {
 		if _, err := conn.ExecContext(ctx, "RESET "+setting); err != nil {
-			return wrap(ctx, fmt.Sprintf("reset %s", setting), err)
+			return storesql.Wrap(ctx, fmt.Sprintf("reset %s", setting), err)
 		}
 	}
 	return nil
@@ -85,10 +88,10 @@ func UntuneWorkerConn(ctx context.Context, conn *sql.Conn) error {
 //     Run nothing else on such a session.
 func TuneTakingConn(ctx context.Context, conn *sql.Conn, idleTx time.Duration, generic bool) error {
 	if conn == nil {
-		return ErrNilDB
+		return store.ErrNilDB
 	}
 	if idleTx < time.Millisecond {
-		return fmt.Errorf("%w: idle transaction timeout %s is under 1ms", ErrInvalidArgument, idleTx)
+		return fmt.Errorf("%w: idle transaction timeout %s is under 1ms", store.ErrInvalidArgument, idleTx)
 	}
 	ms := strconv.FormatInt(idleTx.Milliseconds(), 10)
 	q := `SELECT set_config('idle_in_transaction_session_timeout', $1, false)`
@@ -97,7 +100,7 @@ func TuneTakingConn(ctx context.Context, conn *sql.Conn, idleTx time.Duration, g
     set_config('random_page_cost', '1.1', false)`
 	}
 	if _, err := conn.ExecContext(ctx, q, ms); err != nil {
-		return wrap(ctx, "tune taking connection", err)
+		return storesql.Wrap(ctx, "tune taking connection", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/store"
 )
 
 // Pipelined statements. An ordered batch runs four statements: it locks its
@@ -61,7 +64,7 @@ func (s *Store) pipelined(f func(*pgx.Conn) error) (ran bool, err error) {
 // after the lock and sees what the lanes' previous holders committed. The
 // read covers every lane of from, held or not: a caller that holds fewer
 // lanes than it asked for must not act on the rows of the others.
-func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UUID, min time.Duration, dst []Row, from []LaneCursor, limit int) (held []int, rows []Row, reads []LaneRead, err error) {
+func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UUID, min time.Duration, dst []store.Row, from []LaneCursor, limit int) (held []int, rows []store.Row, reads []LaneRead, err error) {
 	if err := validLaneLock(token, min); err != nil {
 		return nil, dst[:0], nil, err
 	}
@@ -82,37 +85,37 @@ func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UU
 		defer res.Close()
 		locked, err := res.Query()
 		if err != nil {
-			return wrap(ctx, "lock lane leases", err)
+			return storesql.Wrap(ctx, "lock lane leases", err)
 		}
 		held, err = scanLanes(locked)
 		locked.Close()
 		if err != nil {
-			return wrap(ctx, "lock lane leases", err)
+			return storesql.Wrap(ctx, "lock lane leases", err)
 		}
 		read, err := res.Query()
 		if err != nil {
-			return wrap(ctx, "read lanes", err)
+			return storesql.Wrap(ctx, "read lanes", err)
 		}
 		rows, reads, err = s.scanLaneReads(read, true, dst, limit)
 		read.Close()
 		unordered := errors.Is(err, errLaneReadUnordered)
 		if err != nil && !unordered {
-			return wrap(ctx, "read lanes", err)
+			return storesql.Wrap(ctx, "read lanes", err)
 		}
 		if err := res.Close(); err != nil || !unordered {
-			return wrap(ctx, "read lanes", err)
+			return storesql.Wrap(ctx, "read lanes", err)
 		}
 		// Still under the locks: read again, sorted.
 		sorted, err := c.Query(ctx, s.q.laneHeadsSorted, args...)
 		if err != nil {
-			return wrap(ctx, "read lanes", err)
+			return storesql.Wrap(ctx, "read lanes", err)
 		}
 		defer sorted.Close()
 		if rows, reads, err = s.scanLaneReads(sorted, true, dst, limit); err != nil {
-			return wrap(ctx, "read lanes", err)
+			return storesql.Wrap(ctx, "read lanes", err)
 		}
 		sorted.Close()
-		return wrap(ctx, "read lanes", sorted.Err())
+		return storesql.Wrap(ctx, "read lanes", sorted.Err())
 	})
 	if ran || err != nil {
 		if err != nil {
@@ -138,16 +141,16 @@ func (s *Store) LockAndReadLanes(ctx context.Context, lanes []int, token uuid.UU
 // and on a *sql.DB it could run on another connection.
 func (s *Store) CommitLaneDeletes(ctx context.Context, ids []uuid.UUID, token uuid.UUID, chain bool) error {
 	if len(ids) == 0 {
-		return fmt.Errorf("%w: no rows to delete", ErrInvalidArgument)
+		return fmt.Errorf("%w: no rows to delete", store.ErrInvalidArgument)
 	}
 	if _, ok := s.db.(*sql.Conn); !ok {
-		return fmt.Errorf("%w: CommitLaneDeletes needs a store bound to a *sql.Conn, got %T", ErrInvalidArgument, s.db)
+		return fmt.Errorf("%w: CommitLaneDeletes needs a store bound to a *sql.Conn, got %T", store.ErrInvalidArgument, s.db)
 	}
 	commit := "COMMIT"
 	if chain {
 		commit += " AND CHAIN"
 	}
-	args := []any{uuidArray(ids), token.String(), len(ids)}
+	args := []any{storesql.UUIDArray(ids), token.String(), len(ids)}
 	ran, err := s.pipelined(func(c *pgx.Conn) error {
 		b := &pgx.Batch{}
 		b.Queue(s.q.laneDeleteAll, args...)
@@ -162,7 +165,7 @@ func (s *Store) CommitLaneDeletes(ctx context.Context, ids []uuid.UUID, token uu
 	if err != nil && strings.Contains(err.Error(), laneRowsGoneMark) {
 		err = fmt.Errorf("%w (%w)", ErrLaneRowsGone, err)
 	}
-	return wrap(ctx, "delete lane rows and commit", err)
+	return storesql.Wrap(ctx, "delete lane rows and commit", err)
 }
 
 // scanLanes reads a result of lane numbers.

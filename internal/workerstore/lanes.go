@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"context"
@@ -7,55 +7,23 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/store"
 )
 
 // Ordered lanes: the statements an ordered dispatcher runs. Lane and member
 // leases live in the leases table under the names "lane:<n>" and
-// "member:<instance>".
-
-// The names of the singleton workers' leases, which let one recovery and
-// one cleanup instance per outbox work at a time.
-const (
-	RecoveryLeaseName = "recovery"
-	CleanupLeaseName  = "cleanup"
-)
-
-// The prefixes of lane and member lease names; the statements that build or
-// match such names in SQL use them too.
-const (
-	laneLeasePrefix   = "lane:"
-	memberLeasePrefix = "member:"
-)
+// "member:<instance>" (see store.LeaseRow).
 
 // LaneLeaseName returns the lease name of a lane.
-func LaneLeaseName(lane int) string { return laneLeasePrefix + strconv.Itoa(lane) }
+func LaneLeaseName(lane int) string { return storesql.LaneLeasePrefix + strconv.Itoa(lane) }
 
 // MemberLeaseName returns the lease name of a worker instance.
-func MemberLeaseName(instance string) string { return memberLeasePrefix + instance }
-
-// Lane returns the lane whose lease l is, or ok false when l is not a lane's
-// lease (see [LaneLeaseName]).
-func (l LeaseRow) Lane() (lane int, ok bool) {
-	rest, ok := strings.CutPrefix(l.Name, laneLeasePrefix)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n < 0 || strconv.Itoa(n) != rest {
-		return 0, false // not a name LaneLeaseName writes
-	}
-	return n, true
-}
-
-// Member returns the worker instance whose membership lease l is, or ok false
-// when l is not a membership lease (see [MemberLeaseName]).
-func (l LeaseRow) Member() (instance string, ok bool) {
-	return strings.CutPrefix(l.Name, memberLeasePrefix)
-}
+func MemberLeaseName(instance string) string { return storesql.MemberLeasePrefix + instance }
 
 // ProbeLanes returns, in one read-only statement, those lanes of from whose
 // head (first row that is not parked and whose key has no parked row nor one
@@ -70,76 +38,55 @@ func (s *Store) ProbeLanes(ctx context.Context, from []LaneCursor, token uuid.UU
 	if len(from) == 0 {
 		return nil, nil
 	}
-	return queryRows(ctx, s.db, "probe lanes", s.q.laneProbe, append(cursorArgs(from), token.String()), func(rows *sql.Rows, l *int) error {
+	return storesql.QueryRows(ctx, s.db, "probe lanes", s.q.laneProbe, append(cursorArgs(from), token.String()), func(rows *sql.Rows, l *int) error {
 		return rows.Scan(l)
 	})
 }
 
-// ReadLaneHeads appends to dst[:0], in one statement, the first limit rows
-// of each of lanes, read from the lane's start: [Store.ReadLanes] with new
-// cursors.
-func (s *Store) ReadLaneHeads(ctx context.Context, dst []Row, lanes []int, limit int) ([]Row, error) {
-	from := make([]LaneCursor, len(lanes))
-	for i, l := range lanes {
-		from[i] = NewLaneCursor(l)
-	}
-	rows, _, err := s.ReadLanes(ctx, dst, from, limit)
-	return rows, err
-}
-
-// AcquireLaneLeases is [Store.AcquireLease] for the leases of several lanes
-// (see [LaneLeaseName]) in one statement: it takes each for d when it is
-// free or expired, or renews it when token holds it, and returns the lanes
-// token holds now, in ascending order. Inside a transaction the lease rows
-// stay locked until it ends; they are locked in lane order, so that callers
-// whose lanes overlap never deadlock.
-func (s *Store) AcquireLaneLeases(ctx context.Context, lanes []int, owner string, token uuid.UUID, d time.Duration) ([]int, error) {
-	owners := make([]string, len(lanes))
-	for i := range owners {
-		owners[i] = owner
-	}
-	return s.AcquireLaneLeasesFor(ctx, lanes, owners, token, d)
-}
-
-// AcquireLaneLeasesFor is [Store.AcquireLaneLeases] with an owner name per
-// lane: owners[i] is recorded as the owner of lanes[i]. One token may hold
-// lanes on behalf of several named workers, as a Runner's ordered workers
-// share theirs; a lease renewed under another name keeps its acquired_at.
+// AcquireLaneLeasesFor is [Store.AcquireLease] for the leases of several
+// lanes (see [LaneLeaseName]) in one statement, with an owner name per lane:
+// owners[i] is recorded as the owner of lanes[i]. It takes each for d when
+// it is free or expired, or renews it when token holds it, and returns the
+// lanes token holds now, in ascending order. One token may hold lanes on
+// behalf of several named workers, as a Runner's ordered workers share
+// theirs; a lease renewed under another name keeps its acquired_at. Inside
+// a transaction the lease rows stay locked until it ends; they are locked in
+// lane order, so that callers whose lanes overlap never deadlock.
 func (s *Store) AcquireLaneLeasesFor(ctx context.Context, lanes []int, owners []string, token uuid.UUID, d time.Duration) ([]int, error) {
 	if token == uuid.Nil {
-		return nil, fmt.Errorf("%w: a lease needs a token", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: a lease needs a token", store.ErrInvalidArgument)
 	}
 	if d < time.Millisecond {
-		return nil, fmt.Errorf("%w: lease duration %s is under 1ms", ErrInvalidArgument, d)
+		return nil, fmt.Errorf("%w: lease duration %s is under 1ms", store.ErrInvalidArgument, d)
 	}
 	if len(owners) != len(lanes) {
-		return nil, fmt.Errorf("%w: %d owners for %d lanes", ErrInvalidArgument, len(owners), len(lanes))
+		return nil, fmt.Errorf("%w: %d owners for %d lanes", store.ErrInvalidArgument, len(owners), len(lanes))
 	}
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	var names arrayLiteral
+	var names storesql.ArrayLiteral
 	for _, o := range owners {
-		names.text(cleanText(o), false)
+		names.Text(storesql.CleanText(o), false)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.laneLeases, intArray(lanes), names.String(), token.String(), d.Microseconds())
+	rows, err := s.db.QueryContext(ctx, s.q.laneLeases, storesql.IntArray(lanes), names.String(), token.String(), d.Microseconds())
 	if err != nil {
-		return nil, wrap(ctx, "acquire lane leases", err)
+		return nil, storesql.Wrap(ctx, "acquire lane leases", err)
 	}
 	defer rows.Close()
 	held := make([]int, 0, len(lanes))
 	for rows.Next() {
 		var lane int
 		if err := rows.Scan(&lane); err != nil {
-			return nil, wrap(ctx, "acquire lane leases", err)
+			return nil, storesql.Wrap(ctx, "acquire lane leases", err)
 		}
 		held = append(held, lane)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrap(ctx, "acquire lane leases", err)
+		return nil, storesql.Wrap(ctx, "acquire lane leases", err)
 	}
 	slices.Sort(held)
-	return held, wrap(ctx, "acquire lane leases", rows.Close())
+	return held, storesql.Wrap(ctx, "acquire lane leases", rows.Close())
 }
 
 // LockLaneLeases locks, in one statement, the leases of those of lanes that
@@ -158,7 +105,7 @@ func (s *Store) LockLaneLeases(ctx context.Context, lanes []int, token uuid.UUID
 	if len(lanes) == 0 {
 		return nil, nil
 	}
-	return queryRows(ctx, s.db, "lock lane leases", s.q.laneLocks, s.laneLockArgs(lanes, token, min), func(rows *sql.Rows, l *int) error {
+	return storesql.QueryRows(ctx, s.db, "lock lane leases", s.q.laneLocks, s.laneLockArgs(lanes, token, min), func(rows *sql.Rows, l *int) error {
 		return rows.Scan(l)
 	})
 }
@@ -166,36 +113,22 @@ func (s *Store) LockLaneLeases(ctx context.Context, lanes []int, token uuid.UUID
 // validLaneLock checks the arguments of a lock of lane leases.
 func validLaneLock(token uuid.UUID, min time.Duration) error {
 	if token == uuid.Nil {
-		return fmt.Errorf("%w: a lease needs a token", ErrInvalidArgument)
+		return fmt.Errorf("%w: a lease needs a token", store.ErrInvalidArgument)
 	}
 	if min < 0 {
-		return fmt.Errorf("%w: negative time left %s", ErrInvalidArgument, min)
+		return fmt.Errorf("%w: negative time left %s", store.ErrInvalidArgument, min)
 	}
 	return nil
 }
 
 // laneLockArgs are the parameters of laneLocks.
 func (s *Store) laneLockArgs(lanes []int, token uuid.UUID, min time.Duration) []any {
-	return []any{intArray(lanes), token.String(), min.Microseconds()}
-}
-
-// ClaimLaneRows claims rows by id (ids read from lanes under their locks) in
-// one statement, those that are eligible at now, and returns how many it
-// claimed.
-func (s *Store) ClaimLaneRows(ctx context.Context, ids []uuid.UUID, c Claim, now time.Time) (int64, error) {
-	now = pgTime(now)
-	if err := c.validate(now); err != nil {
-		return 0, err
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	return s.affected(ctx, "claim lane rows", s.q.laneClaim, uuidArray(ids), c.Token, pgTime(c.Until), now)
+	return []any{storesql.IntArray(lanes), token.String(), min.Microseconds()}
 }
 
 // DeleteLaneRows deletes rows by id that the caller read from lanes whose
 // leases it holds with token in the same transaction, and returns how many
-// it deleted. [Store.AcquireLaneLeases] keeps the lease rows locked until
+// it deleted. [Store.LockLaneLeases] keeps the lease rows locked until
 // the transaction ends, so no other worker sends or changes the rows
 // meanwhile and they need no claim: the ordered worker settles its batches
 // this way, writing each delivered row once (its delete) instead of twice.
@@ -204,67 +137,58 @@ func (s *Store) DeleteLaneRows(ctx context.Context, ids []uuid.UUID, token uuid.
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return s.affected(ctx, "delete lane rows", s.q.laneDelete, uuidArray(ids), token.String())
+	return s.affected(ctx, "delete lane rows", s.q.laneDelete, storesql.UUIDArray(ids), token.String())
 }
 
 // FailLaneRows is [Store.FailBatch] for rows read under their lanes' leases,
 // held with token in the same transaction, as for [Store.DeleteLaneRows]: it
 // records each failure (attempts, last error, retry time) and returns how
 // many rows it changed.
-func (s *Store) FailLaneRows(ctx context.Context, failures []Failure, token uuid.UUID) (int64, error) {
+func (s *Store) FailLaneRows(ctx context.Context, failures []store.Failure, token uuid.UUID) (int64, error) {
 	if len(failures) == 0 {
 		return 0, nil
 	}
 	ids, texts, retryAt := failureArrays(failures)
-	return s.affected(ctx, "fail lane rows", s.q.laneFail, uuidArray(ids), texts, retryAt, token.String())
+	return s.affected(ctx, "fail lane rows", s.q.laneFail, storesql.UUIDArray(ids), texts, retryAt, token.String())
 }
 
 // ParkLaneRows is [Store.Park] for rows read under their lanes' leases,
 // held with token in the same transaction, as for [Store.DeleteLaneRows]:
 // each row is parked with its key, and it returns how many rows it changed.
-func (s *Store) ParkLaneRows(ctx context.Context, failures []Failure, token uuid.UUID) (int64, error) {
+func (s *Store) ParkLaneRows(ctx context.Context, failures []store.Failure, token uuid.UUID) (int64, error) {
 	if len(failures) == 0 {
 		return 0, nil
 	}
 	ids, texts, _ := failureArrays(failures)
-	return s.affected(ctx, "park lane rows", s.q.lanePark, uuidArray(ids), texts, token.String())
+	return s.affected(ctx, "park lane rows", s.q.lanePark, storesql.UUIDArray(ids), texts, token.String())
 }
 
 // DeferLaneRows makes scheduled ordered rows, read under their lanes'
 // leases held with token in the same transaction (as for
 // [Store.DeleteLaneRows]), hold their keys until their delivery time, as a
 // row waiting for its retry holds its key: each row's retry time is set to
-// its Failure's RetryAt (its delivery time), its attempts and last error
+// its store.Failure's RetryAt (its delivery time), its attempts and last error
 // are left as they were. The lane's other keys go on meanwhile. It returns
 // how many rows it changed; a zero RetryAt is refused, since it would hold
 // nothing.
-func (s *Store) DeferLaneRows(ctx context.Context, rows []Failure, token uuid.UUID) (int64, error) {
+func (s *Store) DeferLaneRows(ctx context.Context, rows []store.Failure, token uuid.UUID) (int64, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
 	for _, f := range rows {
 		if f.RetryAt.IsZero() {
-			return 0, fmt.Errorf("%w: deferring row %s needs a time", ErrInvalidArgument, f.ID)
+			return 0, fmt.Errorf("%w: deferring row %s needs a time", store.ErrInvalidArgument, f.ID)
 		}
 	}
 	ids, _, until := failureArrays(rows)
-	return s.affected(ctx, "defer lane rows", s.q.laneDefer, uuidArray(ids), until, token.String())
+	return s.affected(ctx, "defer lane rows", s.q.laneDefer, storesql.UUIDArray(ids), until, token.String())
 }
 
 // ReleaseLeases deletes every lease held by token: a worker's membership and
 // lanes, on graceful stop.
 func (s *Store) ReleaseLeases(ctx context.Context, token uuid.UUID) error {
 	_, err := s.db.ExecContext(ctx, s.q.releaseOwner, token)
-	return wrap(ctx, "release leases", err)
-}
-
-// Members returns the live members' lease names in sorted order, writing
-// nothing: what a worker reads between heartbeats to see members join and
-// leave.
-func (s *Store) Members(ctx context.Context) ([]string, error) {
-	return queryRows(ctx, s.db, "live members", s.q.liveMembers, nil, func(rows *sql.Rows, name *string) error {
-		return rows.Scan(name)
-	})
+	return storesql.Wrap(ctx, "release leases", err)
 }
 
 // Heartbeat renews a worker's membership lease for d, removes expired member
@@ -278,9 +202,9 @@ func (s *Store) Heartbeat(ctx context.Context, member Lease, d time.Duration) ([
 		return nil, fmt.Errorf("store: heartbeat: membership %q is held by another token", member.Name)
 	}
 	if _, err := s.db.ExecContext(ctx, s.q.pruneMembers); err != nil {
-		return nil, wrap(ctx, "prune members", err)
+		return nil, storesql.Wrap(ctx, "prune members", err)
 	}
-	return s.Members(ctx)
+	return s.Store.Members(ctx)
 }
 
 // RowsBeyondLanes counts, up to 10,000, the pending rows whose lane is lanes
@@ -288,7 +212,7 @@ func (s *Store) Heartbeat(ctx context.Context, member Lease, d time.Duration) ([
 // scans, because their writer hashed keys into more lanes or another program
 // wrote them.
 func (s *Store) RowsBeyondLanes(ctx context.Context, lanes int) (int64, error) {
-	return s.count(ctx, "rows beyond lanes", s.q.beyondLanes, lanes)
+	return storesql.Count(ctx, s.db, "rows beyond lanes", s.q.beyondLanes, lanes)
 }
 
 // ServerTime returns the database server's current time (clock_timestamp()).
@@ -297,30 +221,21 @@ func (s *Store) RowsBeyondLanes(ctx context.Context, lanes int) (int64, error) {
 func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.serverTime)
 	if err != nil {
-		return time.Time{}, wrap(ctx, "server time", err)
+		return time.Time{}, storesql.Wrap(ctx, "server time", err)
 	}
 	defer rows.Close()
 	var t time.Time
 	if !rows.Next() {
-		return time.Time{}, wrap(ctx, "server time", errors.Join(rows.Err(), sql.ErrNoRows))
+		return time.Time{}, storesql.Wrap(ctx, "server time", errors.Join(rows.Err(), sql.ErrNoRows))
 	}
 	if err := rows.Scan(&t); err != nil {
-		return time.Time{}, wrap(ctx, "server time", err)
+		return time.Time{}, storesql.Wrap(ctx, "server time", err)
 	}
-	return t, wrap(ctx, "server time", rows.Close())
+	return t, storesql.Wrap(ctx, "server time", rows.Close())
 }
 
-// intArray returns ints as a PostgreSQL array literal, which every driver
-// passes as text.
-func intArray(ints []int) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, n := range ints {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(n))
-	}
-	b.WriteByte('}')
-	return b.String()
+// failureArrays returns the failures' ids, and their errors and retry times
+// as array literals.
+func failureArrays(f []store.Failure) (ids []uuid.UUID, texts, retryAt string) {
+	return storesql.FailureArrays(len(f), func(i int) (uuid.UUID, string, time.Time) { return f[i].ID, f[i].Error, f[i].RetryAt })
 }

@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"bytes"
@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/store"
 )
 
 // Lane cursors. Delivered rows leave dead entries in the lane index until
@@ -99,7 +102,7 @@ type LaneRead struct {
 // whose rows that transaction parked or made wait for a retry time (so
 // that the cursor's digest of the held keys is the one the transaction
 // left). A read that returned no rows leaves the cursor as it was.
-func (c LaneCursor) Advance(r LaneRead, rows []Row, gone int, retryAt time.Time, held ...string) LaneCursor {
+func (c LaneCursor) Advance(r LaneRead, rows []store.Row, gone int, retryAt time.Time, held ...string) LaneCursor {
 	if len(rows) == 0 || r.Lane != c.Lane {
 		return c
 	}
@@ -176,12 +179,12 @@ func before(id uuid.UUID) uuid.UUID {
 // parked and whose key has no parked row nor one waiting for its retry,
 // whether due and unclaimed or not. The caller sends only the prefix before
 // the first row it may not send yet, so that no row overtakes its head. A
-// row whose stored headers do not decode is returned with [Row.Corrupt] set
+// row whose stored headers do not decode is returned with [store.Row.Corrupt] set
 // rather than failing the read: one bad row must not stop its lane's other
 // keys. It returns, for each lane that had rows, what the read learned, to
 // advance its cursor with. The caller must hold the lanes' leases in the
 // same transaction.
-func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, limit int) ([]Row, []LaneRead, error) {
+func (s *Store) ReadLanes(ctx context.Context, dst []store.Row, from []LaneCursor, limit int) ([]store.Row, []LaneRead, error) {
 	if toRead, err := validLaneRead(from, limit); !toRead || err != nil {
 		return dst[:0], nil, err
 	}
@@ -191,13 +194,13 @@ func (s *Store) ReadLanes(ctx context.Context, dst []Row, from []LaneCursor, lim
 		dst, reads, err = s.readLanes(ctx, s.q.laneHeadsSorted, args, dst, limit)
 	}
 	if err != nil {
-		return dst[:0], nil, wrap(ctx, "read lanes", err)
+		return dst[:0], nil, storesql.Wrap(ctx, "read lanes", err)
 	}
 	return dst, reads, nil
 }
 
 // readLanes runs the lane read query with args and scans its rows.
-func (s *Store) readLanes(ctx context.Context, query string, args []any, dst []Row, limit int) ([]Row, []LaneRead, error) {
+func (s *Store) readLanes(ctx context.Context, query string, args []any, dst []store.Row, limit int) ([]store.Row, []LaneRead, error) {
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return dst, nil, err
@@ -225,7 +228,7 @@ func (s *Store) laneHeadsFor(from []LaneCursor) string {
 // lane to read.
 func validLaneRead(from []LaneCursor, limit int) (bool, error) {
 	if limit <= 0 {
-		return false, fmt.Errorf("%w: limit must be positive, got %d", ErrInvalidArgument, limit)
+		return false, fmt.Errorf("%w: limit must be positive, got %d", store.ErrInvalidArgument, limit)
 	}
 	return len(from) > 0, nil
 }
@@ -233,7 +236,7 @@ func validLaneRead(from []LaneCursor, limit int) (bool, error) {
 // laneRows is the result of a lane read: *sql.Rows, or pgx's rows where the
 // read was pipelined (see pipelined).
 type laneRows interface {
-	rowScanner
+	storesql.Scanner
 	Next() bool
 	Err() error
 }
@@ -244,19 +247,19 @@ type laneRows interface {
 var errLaneReadUnordered = errors.New("lane read out of order")
 
 // inLaneOrder reports whether b may follow a in a lane read's rows.
-func inLaneOrder(a, b *Row) bool {
+func inLaneOrder(a, b *store.Row) bool {
 	return a.Lane < b.Lane || a.Lane == b.Lane && bytes.Compare(a.ID[:], b.ID[:]) < 0
 }
 
 // scanLaneReads appends the rows of a lane read (laneHeads) to dst[:0] and
 // returns them with what the read learned about each lane, or
 // errLaneReadUnordered. lent is set for pgx's own rows (see
-// rowScratch.lent).
-func (s *Store) scanLaneReads(rows laneRows, lent bool, dst []Row, limit int) ([]Row, []LaneRead, error) {
+// storesql.Scratch.Lent).
+func (s *Store) scanLaneReads(rows laneRows, lent bool, dst []store.Row, limit int) ([]store.Row, []LaneRead, error) {
 	dst = dst[:0]
 	var (
 		reads     []LaneRead
-		sc        = rowScratch{freshBytes: s.freshBytes && !lent, lent: lent}
+		sc        = storesql.Scratch{FreshBytes: s.freshBytes && !lent, Lent: lent}
 		snap      sql.RawBytes
 		acquired  sql.NullTime
 		nextRetry sql.NullTime
@@ -265,9 +268,9 @@ func (s *Store) scanLaneReads(rows laneRows, lent bool, dst []Row, limit int) ([
 		err       error
 	)
 	for rows.Next() {
-		dst = append(dst, Row{})
+		dst = append(dst, store.Row{})
 		r := &dst[len(dst)-1]
-		if err := sc.scanKeepingCorrupt(rows, r, &snap, &acquired, &nextRetry, &life, &held); err != nil {
+		if err := scanKeepingCorrupt(&sc, rows, r, &snap, &acquired, &nextRetry, &life, &held); err != nil {
 			return dst, nil, err
 		}
 		if n := len(dst); n > 1 && !inLaneOrder(&dst[n-2], r) {
@@ -304,18 +307,18 @@ func (s *Store) scanLaneReads(rows laneRows, lent bool, dst []Row, limit int) ([
 // cursorArgs returns the parameters $1 to $10 of a read from the cursors
 // from (see laneCursorArgs).
 func cursorArgs(from []LaneCursor) []any {
-	var lanes, after, xmax, xip, retry, since, server, lowest, probes, held arrayLiteral
+	var lanes, after, xmax, xip, retry, since, server, lowest, probes, held storesql.ArrayLiteral
 	for _, c := range from {
-		lanes.int(c.Lane, false)
-		after.uuid(c.after)
-		xmax.text(c.xmax, c.xmax == "")
-		xip.text(c.xip, c.xip == "")
-		retry.time(c.retry, c.retry.IsZero())
-		since.time(c.since, c.since.IsZero())
-		server.text(c.server, c.server == "")
-		lowest.text(c.lowest, c.lowest == "")
-		probes.text(c.probes, c.probes == "")
-		held.text(c.held, c.held == "")
+		lanes.Int(c.Lane, false)
+		after.UUID(c.after)
+		xmax.Text(c.xmax, c.xmax == "")
+		xip.Text(c.xip, c.xip == "")
+		retry.Time(c.retry, c.retry.IsZero())
+		since.Time(c.since, c.since.IsZero())
+		server.Text(c.server, c.server == "")
+		lowest.Text(c.lowest, c.lowest == "")
+		probes.Text(c.probes, c.probes == "")
+		held.Text(c.held, c.held == "")
 	}
 	return []any{lanes.String(), after.String(), xmax.String(), xip.String(),
 		retry.String(), since.String(), server.String(), lowest.String(), probes.String(), held.String()}

@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/store"
 )
 
 // Lease is a named, time-limited ownership recorded in the leases table, such
@@ -22,37 +25,27 @@ type Lease struct {
 // until when (database clock).
 func (s *Store) AcquireLease(ctx context.Context, l Lease, d time.Duration) (held bool, until time.Time, err error) {
 	if l.Name == "" || l.Token == uuid.Nil {
-		return false, time.Time{}, fmt.Errorf("%w: a lease needs a name and a token", ErrInvalidArgument)
+		return false, time.Time{}, fmt.Errorf("%w: a lease needs a name and a token", store.ErrInvalidArgument)
 	}
 	if d < time.Millisecond {
-		return false, time.Time{}, fmt.Errorf("%w: lease duration %s is under 1ms", ErrInvalidArgument, d)
+		return false, time.Time{}, fmt.Errorf("%w: lease duration %s is under 1ms", store.ErrInvalidArgument, d)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.acquireLease, l.Name, cleanText(l.Owner), l.Token, d.Microseconds())
+	rows, err := s.db.QueryContext(ctx, s.q.acquireLease, l.Name, storesql.CleanText(l.Owner), l.Token, d.Microseconds())
 	if err != nil {
-		return false, time.Time{}, wrap(ctx, "acquire lease", err)
+		return false, time.Time{}, storesql.Wrap(ctx, "acquire lease", err)
 	}
 	defer rows.Close()
 	if !rows.Next() {
-		return false, time.Time{}, wrap(ctx, "acquire lease", rows.Err())
+		return false, time.Time{}, storesql.Wrap(ctx, "acquire lease", rows.Err())
 	}
 	if err := rows.Scan(&until); err != nil {
-		return false, time.Time{}, wrap(ctx, "acquire lease", err)
+		return false, time.Time{}, storesql.Wrap(ctx, "acquire lease", err)
 	}
-	return true, until.UTC(), wrap(ctx, "acquire lease", rows.Close())
+	return true, until.UTC(), storesql.Wrap(ctx, "acquire lease", rows.Close())
 }
 
 // ReleaseLease gives the lease up if l.Token holds it.
 func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 	_, err := s.db.ExecContext(ctx, s.q.releaseLease, l.Name, l.Token)
-	return wrap(ctx, "release lease", err)
-}
-
-// ReleaseBatch gives up token's live claims on ids without recording an
-// attempt, so that the rows are eligible again at once. It returns how many
-// claims it released.
-func (s *Store) ReleaseBatch(ctx context.Context, ids []uuid.UUID, token uuid.UUID, now time.Time) (int64, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	return s.affected(ctx, "release batch", s.q.releaseBatch, uuidArray(ids), token, pgTime(now))
+	return storesql.Wrap(ctx, "release lease", err)
 }

@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/store"
 )
 
 // TestLaneCursorOfAnotherServerLifeReadsFromTheStart checks that a cursor
@@ -30,7 +31,7 @@ func TestLaneCursorOfAnotherServerLifeReadsFromTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := uuid.New()
-	read := func(from LaneCursor) ([]Row, []LaneRead) {
+	read := func(from LaneCursor) ([]store.Row, []LaneRead) {
 		t.Helper()
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -38,7 +39,7 @@ func TestLaneCursorOfAnotherServerLifeReadsFromTheStart(t *testing.T) {
 		}
 		defer func() { _ = tx.Rollback() }()
 		st, _ := s.With(tx)
-		if _, err := st.AcquireLaneLeases(ctx, []int{0}, "t", token, time.Minute); err != nil {
+		if _, err := st.AcquireLaneLeasesFor(ctx, []int{0}, []string{"t"}, token, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		rows, reads, err := st.ReadLanes(ctx, nil, []LaneCursor{from}, 10)

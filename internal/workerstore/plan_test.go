@@ -1,4 +1,4 @@
-package store
+package workerstore
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/tables"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
 )
 
 // TestWorkerSessionsAvoidFrozenPlans starts from an empty, analyzed outbox,
@@ -28,6 +30,7 @@ func TestWorkerSessionsAvoidFrozenPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, s := emptyAnalyzedOutbox(t)
+	stable := stableStatements(t, s)
 	tuned := pinnedConn(t, db)
 	if err := TuneWorkerConn(ctx, tuned); err != nil {
 		t.Fatal(err)
@@ -41,17 +44,17 @@ func TestWorkerSessionsAvoidFrozenPlans(t *testing.T) {
 		text = `'{a,b}'`
 	)
 	statements := []struct{ name, sql, args string }{
-		{"readLane", s.q.readLane, "3, " + id + ", " + now + ", 100"},
-		{"readUnordered", s.q.readUnordered, id + ", " + now + ", 100"},
-		{"claim", s.q.claim, id + ", " + id + ", " + now + ", " + now},
-		{"claimBatch", s.q.claimBatch, ids + ", " + id + ", " + now + ", " + now},
-		{"renew", s.q.renew, id + ", " + id + ", " + now + ", " + now},
-		{"complete", s.q.complete, id + ", " + id + ", " + now},
-		{"completeBatch", s.q.completeBatch, ids + ", " + id + ", " + now},
-		{"fail", s.q.fail, id + ", " + id + ", 'e', " + now},
-		{"failBatch", s.q.failBatch, ids + ", " + text + ", " + id + ", " + now + ", '{NULL,NULL}'"},
-		{"park", s.q.park, ids + ", " + text + ", " + id + ", " + now},
-		{"releaseBatch", s.q.releaseBatch, ids + ", " + id + ", " + now},
+		{"readLane", stable["readLane"], "3, " + id + ", " + now + ", 100"},
+		{"readUnordered", stable["readUnordered"], id + ", " + now + ", 100"},
+		{"claim", stable["claim"], id + ", " + id + ", " + now + ", " + now},
+		{"claimBatch", stable["claimBatch"], ids + ", " + id + ", " + now + ", " + now},
+		{"renew", stable["renew"], id + ", " + id + ", " + now + ", " + now},
+		{"complete", stable["complete"], id + ", " + id + ", " + now},
+		{"completeBatch", stable["completeBatch"], ids + ", " + id + ", " + now},
+		{"fail", stable["fail"], id + ", " + id + ", 'e', " + now},
+		{"failBatch", stable["failBatch"], ids + ", " + text + ", " + id + ", " + now + ", '{NULL,NULL}'"},
+		{"park", stable["park"], ids + ", " + text + ", " + id + ", " + now},
+		{"releaseBatch", stable["releaseBatch"], ids + ", " + id + ", " + now},
 	}
 	for _, conn := range []*sql.Conn{tuned, plain} {
 		for _, st := range statements {
@@ -114,15 +117,15 @@ func emptyAnalyzedOutbox(t *testing.T) (*sql.DB, *Store) {
 	t.Helper()
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
-	opts := Options{Schema: testdb.NewSchema(t), TablePrefix: "plan_"}
-	if _, err := Migrate(ctx, db, opts); err != nil {
+	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "plan_"}
+	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		t.Fatal(err)
 	}
 	s, err := New(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `ANALYZE `+newNames(s.opts).Outbox); err != nil {
+	if _, err := db.ExecContext(ctx, `ANALYZE `+namesOf(s).Outbox); err != nil {
 		t.Fatal(err)
 	}
 	return db, s
@@ -242,8 +245,8 @@ func TestTakingSessionsPlanWithIndexes(t *testing.T) {
 		t.Errorf("after UntuneWorkerConn: plan_cache_mode %s, enable_seqscan %s, idle_in_transaction_session_timeout %s, jit %s, random_page_cost %s; want the defaults",
 			mode, seq, idle, jit, pageCost)
 	}
-	if err := TuneTakingConn(ctx, taking, time.Microsecond, true); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("TuneTakingConn with a 1µs timeout = %v, want ErrInvalidArgument", err)
+	if err := TuneTakingConn(ctx, taking, time.Microsecond, true); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("TuneTakingConn with a 1µs timeout = %v, want store.ErrInvalidArgument", err)
 	}
 }
 
@@ -261,9 +264,9 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 		ids   = `'{0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000001}'`
 		texts = `'{a,b}'`
 	)
-	pkey := s.opts.TablePrefix + "outbox_pkey"
-	laneIdx := s.opts.TablePrefix + "outbox_lane_pending_idx"
-	xactIdx := s.opts.TablePrefix + "outbox_lane_xact_idx"
+	pkey := s.Options().TablePrefix + "outbox_pkey"
+	laneIdx := s.Options().TablePrefix + "outbox_lane_pending_idx"
+	xactIdx := s.Options().TablePrefix + "outbox_lane_xact_idx"
 	// value is what a plan made for the arguments, not generically, shows.
 	statements := []struct{ name, sql, args, index, value string }{
 		{"laneProbe", s.q.laneProbe, probeArgs(laneRead4, token), laneIdx, "{0,1,2,3}"},
@@ -349,7 +352,8 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db, s := emptyAnalyzedOutbox(t)
-			outbox := newNames(s.opts).Outbox
+			stable := stableStatements(t, s)
+			outbox := namesOf(s).Outbox
 			exec(t, pinnedConn(t, db), `ALTER TABLE `+outbox+` SET (autovacuum_enabled = false)`)
 			if stats == "unordered only" {
 				insertPlanRows(t, s, 20000, false)
@@ -374,30 +378,29 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				now  = `'2030-01-01T00:00:00Z'`
 				text = `'{a,b}'`
 			)
-			pkey := s.opts.TablePrefix + "outbox_pkey"
-			laneIdx := s.opts.TablePrefix + "outbox_lane_pending_idx"
+			pkey := s.Options().TablePrefix + "outbox_pkey"
+			laneIdx := s.Options().TablePrefix + "outbox_lane_pending_idx"
 			statements := []struct{ name, sql, args, index string }{
-				{"laneClaim", s.q.laneClaim, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
-				{"completeBatch", s.q.completeBatch, ids.String() + ", " + id + ", " + now, pkey},
+				{"completeBatch", stable["completeBatch"], ids.String() + ", " + id + ", " + now, pkey},
 				{"laneDelete", s.q.laneDelete, ids.String() + ", " + id, pkey},
 				{"laneFail", s.q.laneFail, ids.String() + ", " + text + ", '{NULL,NULL}', " + id, pkey},
 				{"lanePark", s.q.lanePark, ids.String() + ", " + text + ", " + id, pkey},
-				{"releaseBatch", s.q.releaseBatch, ids.String() + ", " + id + ", " + now, pkey},
-				{"fail", s.q.fail, id + ", " + id + ", 'e', " + now, pkey},
-				{"claimBatch", s.q.claimBatch, ids.String() + ", " + id + ", " + now + ", " + now, pkey},
+				{"releaseBatch", stable["releaseBatch"], ids.String() + ", " + id + ", " + now, pkey},
+				{"fail", stable["fail"], id + ", " + id + ", 'e', " + now, pkey},
+				{"claimBatch", stable["claimBatch"], ids.String() + ", " + id + ", " + now + ", " + now, pkey},
 				{"takeIDs", s.q.takeIDs, ids.String() + ", " + now, pkey},
 				{"laneHeads", s.q.laneHeads, laneRead1, laneIdx},
-				{"laneHeadsXact", s.q.laneHeads, laneRead1, s.opts.TablePrefix + "outbox_lane_xact_idx"},
+				{"laneHeadsXact", s.q.laneHeads, laneRead1, s.Options().TablePrefix + "outbox_lane_xact_idx"},
 				{"laneHeadsUnprobed", s.q.laneHeadsUnprobed, laneRead1, laneIdx},
-				{"laneHeadsUnprobedXact", s.q.laneHeadsUnprobed, laneRead1, s.opts.TablePrefix + "outbox_lane_xact_idx"},
-				{"readLane", s.q.readLane, "3, " + id + ", " + now + ", 100", laneIdx},
+				{"laneHeadsUnprobedXact", s.q.laneHeadsUnprobed, laneRead1, s.Options().TablePrefix + "outbox_lane_xact_idx"},
+				{"readLane", stable["readLane"], "3, " + id + ", " + now + ", 100", laneIdx},
 				{"laneProbe", s.q.laneProbe, probeArgs(laneRead1, id), laneIdx},
-				{"laneProbeXact", s.q.laneProbe, probeArgs(laneRead1, id), s.opts.TablePrefix + "outbox_lane_xact_idx"},
+				{"laneProbeXact", s.q.laneProbe, probeArgs(laneRead1, id), s.Options().TablePrefix + "outbox_lane_xact_idx"},
 			}
 			for _, st := range statements {
 				exec(t, worker, `PREPARE `+st.name+` AS `+st.sql)
 				plan := longArray.ReplaceAllString(explain(t, worker, st.name, st.args), "'{…}'")
-				if strings.Contains(plan, "Seq Scan on "+s.opts.TablePrefix+"outbox") {
+				if strings.Contains(plan, "Seq Scan on "+s.Options().TablePrefix+"outbox") {
 					t.Errorf("%s scans the outbox:\n%s", st.name, plan)
 				}
 				if !strings.Contains(plan, st.index) {
@@ -466,7 +469,7 @@ func TestOrderedReadsFollowTheLaneIndexOnABacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, s := emptyAnalyzedOutbox(t)
-	outbox := newNames(s.opts).Outbox
+	outbox := namesOf(s).Outbox
 	exec(t, pinnedConn(t, db), `ALTER TABLE `+outbox+` SET (autovacuum_enabled = false)`)
 	insertPlanRows(t, s, 40000, true)
 	exec(t, pinnedConn(t, db), `ANALYZE `+outbox)
@@ -484,8 +487,8 @@ func TestOrderedReadsFollowTheLaneIndexOnABacklog(t *testing.T) {
 	// Whatever a plan's estimate, JIT would compile it.
 	exec(t, conn, `SET jit_above_cost = 0`)
 	token := `'0190a000-0000-7000-8000-00000000000f'`
-	pkey := s.opts.TablePrefix + "outbox_pkey"
-	laneIdx := s.opts.TablePrefix + "outbox_lane_pending_idx"
+	pkey := s.Options().TablePrefix + "outbox_pkey"
+	laneIdx := s.Options().TablePrefix + "outbox_lane_pending_idx"
 	for _, st := range []struct{ name, sql, args string }{
 		{"laneHeads", s.q.laneHeads, laneRead4},
 		{"laneProbe", s.q.laneProbe, probeArgs(laneRead4, token)},
@@ -502,4 +505,74 @@ func TestOrderedReadsFollowTheLaneIndexOnABacklog(t *testing.T) {
 			t.Errorf("%s on a worker session is compiled by JIT:\n%s", st.name, plan)
 		}
 	}
+}
+
+// namesOf returns the names of s's tables.
+func namesOf(s *Store) tables.Names {
+	return tables.Of(s.Options().Schema, s.Options().TablePrefix)
+}
+
+// recorder is a database handle that records the statement it is given
+// and runs nothing.
+type recorder struct{ query string }
+
+var errRecorded = errors.New("recorded, not run")
+
+func (r *recorder) ExecContext(_ context.Context, query string, _ ...any) (sql.Result, error) {
+	r.query = query
+	return nil, errRecorded
+}
+
+func (r *recorder) QueryContext(_ context.Context, query string, _ ...any) (*sql.Rows, error) {
+	r.query = query
+	return nil, errRecorded
+}
+
+// stableStatements returns the statements of package store's claim
+// protocol that these plan tests check beside the workers' own, by name,
+// as s's store runs them: each method is called on a handle that records
+// its statement.
+func stableStatements(t *testing.T, s *Store) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	id := uuid.New()
+	ids := []uuid.UUID{id}
+	c := store.NewClaim(now, time.Minute)
+	failures := []store.Failure{{ID: id, Error: "e"}}
+	calls := map[string]func(st *store.Store) error{
+		"readLane": func(st *store.Store) error {
+			_, err := st.ReadLane(ctx, nil, 3, store.ReadOptions{Limit: 1})
+			return err
+		},
+		"readUnordered": func(st *store.Store) error {
+			_, err := st.ReadUnordered(ctx, nil, store.ReadOptions{Limit: 1})
+			return err
+		},
+		"claim": func(st *store.Store) error { _, err := st.Claim(ctx, id, c, now); return err },
+		"claimBatch": func(st *store.Store) error {
+			_, err := st.ClaimBatch(ctx, nil, ids, c, now)
+			return err
+		},
+		"renew":         func(st *store.Store) error { _, err := st.Renew(ctx, id, c.Token, c.Until, now); return err },
+		"complete":      func(st *store.Store) error { _, err := st.Complete(ctx, id, c.Token, now); return err },
+		"completeBatch": func(st *store.Store) error { _, err := st.CompleteBatch(ctx, ids, c.Token, now); return err },
+		"fail":          func(st *store.Store) error { _, err := st.Fail(ctx, id, c.Token, "e", now); return err },
+		"failBatch":     func(st *store.Store) error { _, err := st.FailBatch(ctx, failures, c.Token, now); return err },
+		"park":          func(st *store.Store) error { _, err := st.Park(ctx, failures, c.Token, now); return err },
+		"releaseBatch":  func(st *store.Store) error { _, err := st.ReleaseBatch(ctx, ids, c.Token, now); return err },
+	}
+	out := make(map[string]string, len(calls))
+	for name, call := range calls {
+		rec := &recorder{}
+		st, err := s.Store.With(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := call(st); !errors.Is(err, errRecorded) || rec.query == "" {
+			t.Fatalf("%s ran no statement: %v", name, err)
+		}
+		out[name] = rec.query
+	}
+	return out
 }
