@@ -81,7 +81,7 @@ func TestNewIDIsVersion7AndIncreasing(t *testing.T) {
 	}
 }
 
-type OrderPlaced struct{ ID int }
+type OrderCreated struct{ ID int }
 
 type named struct{}
 
@@ -97,14 +97,14 @@ func TestTypeNames(t *testing.T) {
 	for _, c := range []struct {
 		got, want string
 	}{
-		{relayer.TypeOf(OrderPlaced{}), "relayer_test.OrderPlaced"},
-		{relayer.TypeOf(&OrderPlaced{}), "relayer_test.OrderPlaced"},
+		{relayer.TypeOf(OrderCreated{}), "relayer_test.OrderCreated"},
+		{relayer.TypeOf(&OrderCreated{}), "relayer_test.OrderCreated"},
 		{relayer.TypeOf(named{}), "orders.v1.Named"},
 		{relayer.TypeOf(nilNamed), "orders.v1.Named"},
 		{relayer.TypeOf(&pointerNamed{}), "orders.v1.PointerNamed"},
 		{relayer.TypeOf(pointerNamed{}), "orders.v1.PointerNamed"},
 		{relayer.TypeOf(nil), ""},
-		{relayer.TypeName[OrderPlaced](), "relayer_test.OrderPlaced"},
+		{relayer.TypeName[OrderCreated](), "relayer_test.OrderCreated"},
 		{relayer.TypeName[*named](), "orders.v1.Named"},
 		{relayer.TypeName[pointerNamed](), "orders.v1.PointerNamed"},
 		{relayer.TypeName[error](), ""},
@@ -121,7 +121,7 @@ func TestRoutes(t *testing.T) {
 	if _, err := r.Lookup("x"); !errors.Is(err, relayer.ErrNoRoute) {
 		t.Errorf("Lookup on the zero Routes = %v, want ErrNoRoute", err)
 	}
-	if err := relayer.AddType[OrderPlaced](&r, relayer.Route{Transport: "nats", Destination: "orders", Ordered: true}); err != nil {
+	if err := relayer.AddType[OrderCreated](&r, relayer.Route{Transport: "nats", Destination: "orders", Ordered: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -132,13 +132,13 @@ func TestRoutes(t *testing.T) {
 		{"", relayer.Route{Transport: "t", Destination: "d"}, "message type"},
 		{"a", relayer.Route{Destination: "d"}, "Transport"},
 		{"a", relayer.Route{Transport: "t"}, "Destination"},
-		{relayer.TypeName[OrderPlaced](), relayer.Route{Transport: "t", Destination: "d"}, "already"},
+		{relayer.TypeName[OrderCreated](), relayer.Route{Transport: "t", Destination: "d"}, "already"},
 	} {
 		if err := r.Add(c.typ, c.route); !errors.Is(err, relayer.ErrInvalidRoute) || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("Add(%q, %+v) = %v, want ErrInvalidRoute naming %s", c.typ, c.route, err, c.field)
 		}
 	}
-	got, err := r.Lookup("relayer_test.OrderPlaced")
+	got, err := r.Lookup("relayer_test.OrderCreated")
 	if err != nil || got != (relayer.Route{Transport: "nats", Destination: "orders", Ordered: true}) {
 		t.Errorf("Lookup = %+v, %v", got, err)
 	}
@@ -151,7 +151,7 @@ func TestRoutes(t *testing.T) {
 	for typ := range r.All() {
 		types = append(types, typ)
 	}
-	if strings.Join(types, ",") != "other,relayer_test.OrderPlaced" {
+	if strings.Join(types, ",") != "other,relayer_test.OrderCreated" {
 		t.Errorf("All = %v, want sorted types", types)
 	}
 }
@@ -175,11 +175,11 @@ func TestBatchError(t *testing.T) {
 func TestJSONSerializer(t *testing.T) {
 	t.Parallel()
 	var s relayer.Serializer = relayer.JSON{}
-	b, err := s.Marshal(OrderPlaced{ID: 7})
+	b, err := s.Marshal(OrderCreated{ID: 7})
 	if err != nil || string(b) != `{"ID":7}` {
 		t.Fatalf("Marshal = %s, %v", b, err)
 	}
-	var out OrderPlaced
+	var out OrderCreated
 	if err := s.Unmarshal(b, &out); err != nil || out.ID != 7 || s.ContentType() != "application/json" {
 		t.Errorf("Unmarshal = %+v, %v", out, err)
 	}

@@ -14,7 +14,7 @@ func TestRoutesListGoNamedTypes(t *testing.T) {
 	var r relayer.Routes
 	route := relayer.Route{Transport: "nats", Destination: "d"}
 	for _, err := range []error{
-		relayer.AddType[OrderPlaced](&r, route),
+		relayer.AddType[OrderCreated](&r, route),
 		relayer.AddType[named](&r, route),
 		relayer.AddType[*pointerNamed](&r, route),
 		r.Add("billing.InvoiceSent", route),
@@ -23,7 +23,7 @@ func TestRoutesListGoNamedTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := []string{"relayer_test.OrderPlaced"}
+	want := []string{"relayer_test.OrderCreated"}
 	if got := r.GoNamed(); !slices.Equal(got, want) {
 		t.Errorf("GoNamed = %v, want %v", got, want)
 	}

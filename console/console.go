@@ -170,7 +170,9 @@ type Console struct {
 
 // New returns a console for the outbox named by outbox (schema and table
 // prefix), reading and redriving through db. It validates everything and
-// does not touch the database.
+// does not touch the database. A console needs only where the tables are,
+// not an outbox's routes: for a [relayer.Outbox], pass
+// store.OptionsOf(outbox).
 func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if db == nil {
 		return nil, fmt.Errorf("console: New: %w", store.ErrNilDB)

@@ -87,7 +87,8 @@ func (r Report) Healthy() bool { return r.Status == StatusOK }
 // and judges it against opts. It is unhealthy when the backlog or the age of
 // its oldest row is past a threshold, when the query fails (the reason holds
 // the error text), and when opts are invalid (nothing is queried). ctx bounds
-// the query; a deadline that ends it makes the report unhealthy.
+// the query; a deadline that ends it makes the report unhealthy. For a
+// relayer.Outbox, st is store.New(db, store.OptionsOf(outbox)).
 func Check(ctx context.Context, st *store.Store, opts Options) Report {
 	if err := opts.Validate(); err != nil {
 		return unhealthy(err.Error())

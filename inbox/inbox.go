@@ -21,7 +21,8 @@ type Inbox struct {
 
 // New returns an inbox whose records live in the <prefix>inbox table that
 // [store.Migrate] creates for opts. It validates opts and does not touch the
-// database.
+// database. A consumer needs only where the tables are, not the producer's
+// routes: for a [relayer.Outbox], pass store.OptionsOf(outbox).
 func New(opts store.Options) (*Inbox, error) {
 	st, err := store.Unbound(opts)
 	if err != nil {

@@ -54,10 +54,11 @@ const (
 	MetricPaused = "relayer.destination.paused"
 )
 
-// ObserveStore registers gauges of the outbox st reads, observed with three
-// statements per collection ([store.Store.Stats], [store.Store.DeadByReason]
-// and [store.Store.Pauses]), each data point carrying relayer.outbox = name
-// (default: "<schema>.<prefix>outbox"):
+// ObserveStore registers gauges of the outbox st reads (for a
+// relayer.Outbox, st is store.New(db, store.OptionsOf(outbox))), observed
+// with three statements per collection ([store.Store.Stats],
+// [store.Store.DeadByReason] and [store.Store.Pauses]), each data point
+// carrying relayer.outbox = name (default: "<schema>.<prefix>outbox"):
 //
 //   - relayer.outbox.backlog: rows deliverable now (Stats.Eligible);
 //   - relayer.outbox.oldest_age: seconds the longest-waiting deliverable row
