@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -47,10 +46,9 @@ type setAside struct {
 	mu sync.Mutex
 	m  map[endpoint]*asideState
 	// token identifies the set's published pauses; dirty wakes the
-	// publisher; publishing is set while one runs.
-	token      uuid.UUID
-	dirty      chan struct{}
-	publishing atomic.Bool
+	// publisher.
+	token uuid.UUID
+	dirty chan struct{}
 }
 
 type asideState struct {
@@ -163,25 +161,20 @@ func (a *setAside) changed() {
 
 // publish writes the pauses to the outbox's pauses table under the set's
 // token whenever they change, and at least every third of
-// store.PauseStaleAfter while any lasts, until ctx ends or quit closes; then
-// it deletes them. Of the workers sharing the set, only the first to call it
-// publishes; the others return at once.
-func (a *setAside) publish(ctx context.Context, quit <-chan struct{}, st *workerstore.Store, owner string, logger *slog.Logger) {
-	if !a.publishing.CompareAndSwap(false, true) {
-		return
-	}
-	defer a.publishing.Store(false)
+// store.PauseStaleAfter while any lasts, until ctx ends; then it deletes
+// them. The core of the workers sharing the set runs one (see
+// outboxCore.serve).
+func (a *setAside) publish(ctx context.Context, st *workerstore.Store, owner string, logger *slog.Logger) {
 	tick := time.NewTicker(store.PauseStaleAfter / 3)
 	defer tick.Stop()
 	published := false
 	for {
 		select {
 		case <-ctx.Done():
-		case <-quit:
 		case <-a.dirty:
 		case <-tick.C:
 		}
-		if ctx.Err() != nil || isClosed(quit) {
+		if ctx.Err() != nil {
 			break
 		}
 		pauses := a.paused()

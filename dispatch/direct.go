@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
-	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -82,12 +80,10 @@ func (o DirectOptions) Validate() error { return checkOptions(o.options()) }
 // documentation (Direct dispatch) describes its protocol. It runs
 // Workers goroutines, each on one connection pinned from db.
 type directWorker struct {
-	db      *sql.DB
+	*outboxCore
 	opts    DirectOptions
-	store   *workerstore.Store
 	senders []*sender
 	stats   counters
-	clock   *dbClock
 	// recovery, when set, is woken whenever the dispatcher leaves committed
 	// rows behind (full queue, stopped), so that they go out without
 	// waiting for its next poll.
@@ -103,27 +99,14 @@ type directWorker struct {
 func newDirect(core *outboxCore, opts DirectOptions, recovery *recoveryWorker) *directWorker {
 	opts = withDefaults(opts)
 	d := &directWorker{
-		db:       core.db,
-		opts:     opts,
-		store:    core.store,
-		clock:    core.clock,
-		recovery: recovery,
-		queue:    make(chan []relayer.Message, opts.QueueCapacity),
-		loop:     newLoop(true),
+		outboxCore: core,
+		opts:       opts,
+		recovery:   recovery,
+		queue:      make(chan []relayer.Message, opts.QueueCapacity),
+		loop:       newLoop(true),
 	}
 	for range opts.Workers {
-		d.senders = append(d.senders, &sender{
-			transports: core.transports,
-			caps:       core.caps,
-			batchSize:  opts.BatchSize,
-			claimFor:   opts.ClaimDuration,
-			logger:     opts.Logger,
-			stats:      &d.stats,
-			chain:      true,
-			aside:      core.aside,
-			clock:      core.clock,
-			retries:    core.retries,
-		})
+		d.senders = append(d.senders, core.newSender(opts.BatchSize, opts.ClaimDuration, opts.Logger, &d.stats, true))
 	}
 	return d
 }
@@ -249,43 +232,18 @@ const gatherRows = 1000
 // queued as left for recovery.
 func (d *directWorker) run(ctx context.Context) {
 	defer d.abandonQueued()
+	release := d.serve(ctx, d.opts.Logger)
+	defer release()
 	var wg sync.WaitGroup
 	for _, s := range d.senders {
 		wg.Go(func() { d.work(ctx, s) })
 	}
-	workersDone := make(chan struct{})
-	var clockWG sync.WaitGroup
-	clockWG.Go(func() { d.syncClock(ctx, workersDone) })
-	clockWG.Go(func() { d.senders[0].aside.publish(ctx, workersDone, d.store, ownerOrDefault(""), d.opts.Logger) })
 	wg.Wait()
-	close(workersDone)
-	clockWG.Wait()
 }
 
 // Paused returns the destinations this dispatcher passes over while their
 // broker is down or slow, shared with the recovery it wakes.
-func (d *directWorker) Paused() []store.Pause { return d.senders[0].aside.paused() }
-
-// syncClock measures the database clock now and every clockSyncEvery until
-// ctx ends or done is closed.
-func (d *directWorker) syncClock(ctx context.Context, done <-chan struct{}) {
-	t := time.NewTicker(clockSyncEvery)
-	defer t.Stop()
-	for {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := d.clock.sync(sctx, d.store); err != nil && ctx.Err() == nil {
-			d.opts.Logger.Warn("dispatch: measuring the database clock failed", slog.String("error", err.Error()))
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-done:
-			return
-		case <-t.C:
-		}
-	}
-}
+func (d *directWorker) Paused() []store.Pause { return d.aside.paused() }
 
 // work is one worker: it takes notifications from the shared queue, gathering
 // what else is queued, and dispatches them with its sender on its own pinned

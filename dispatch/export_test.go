@@ -35,14 +35,15 @@ func NewDirect(db *sql.DB, outbox relayer.Outbox, opts DirectOptions) (*Direct, 
 }
 
 // NewDirectFor builds a direct dispatcher that wakes recovery (which may be
-// nil) for the rows it leaves behind, and shares its set-aside destinations.
+// nil) for the rows it leaves behind, on recovery's outbox core: they share
+// its set-aside destinations, as a Runner's workers do.
 func NewDirectFor(db *sql.DB, outbox relayer.Outbox, opts DirectOptions, recovery *Recovery) (*Direct, error) {
 	core, err := testCore(db, outbox, opts)
 	if err != nil {
 		return nil, err
 	}
 	if recovery != nil {
-		core.aside = recovery.aside
+		core = recovery.outboxCore // one set of paused destinations, one publisher
 	}
 	return newDirect(core, opts, recovery), nil
 }

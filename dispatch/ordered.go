@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,17 +103,13 @@ func (o OrderedOptions) withDefaults() OrderedOptions {
 // orderedWorker is one member of an outbox's lane group; the package
 // documentation (Ordered dispatch) describes its protocol.
 type orderedWorker struct {
+	*outboxCore
 	name     string
 	lanes    int // the outbox's lane count
 	instance string
 	token    uuid.UUID
-	db       *sql.DB
 	opts     OrderedOptions
-	store    *workerstore.Store
-	routes   *relayer.Routes
-	sender   *sender
 	stats    counters
-	clock    *dbClock
 
 	assigned atomic.Pointer[[]int]
 	members  atomic.Int64
@@ -132,9 +127,6 @@ type orderedWorker struct {
 	// its ordered workers together before starting any (see joinOrdered).
 	joined atomic.Bool
 	loop   loop
-	// aside is the destinations set aside as slow or unavailable; a runner
-	// shares one among its workers.
-	aside *setAside
 }
 
 // newOrdered builds an ordered worker on core, with opts and the outbox's
@@ -142,33 +134,15 @@ type orderedWorker struct {
 func newOrdered(core *outboxCore, opts OrderedOptions) *orderedWorker {
 	opts = opts.withDefaults()
 	lanes, _ := core.outbox.LaneCount()
-	routes := &relayer.Routes{}
-	if core.outbox.Routes != nil {
-		routes = core.outbox.Routes.Clone()
-	}
 	o := &orderedWorker{
-		name:     opts.Name,
-		lanes:    lanes,
-		instance: uuid.NewString(),
-		token:    uuid.New(),
-		db:       core.db,
-		opts:     opts,
-		store:    core.store,
-		routes:   routes,
-		clock:    core.clock,
-		refresh:  make(chan struct{}, 1),
-		loop:     newLoop(true),
-		aside:    core.aside,
-	}
-	o.sender = &sender{
-		transports: core.transports,
-		caps:       core.caps,
-		batchSize:  opts.BatchSize,
-		claimFor:   opts.LeaseDuration / 2,
-		logger:     opts.Logger,
-		stats:      &o.stats,
-		clock:      core.clock,
-		retries:    core.retries,
+		outboxCore: core,
+		name:       opts.Name,
+		lanes:      lanes,
+		instance:   uuid.NewString(),
+		token:      uuid.New(),
+		opts:       opts,
+		refresh:    make(chan struct{}, 1),
+		loop:       newLoop(true),
 	}
 	empty := []int{}
 	o.assigned.Store(&empty)
@@ -235,11 +209,11 @@ func (o *orderedWorker) join(ctx context.Context) error {
 		if !r.Ordered {
 			continue
 		}
-		tr, ok := o.sender.transports[r.Transport]
+		tr, ok := o.transports[r.Transport]
 		if !ok {
 			return fmt.Errorf("%w: ordered route of %q names transport %q, which is not registered", ErrInvalidOptions, typ, r.Transport)
 		}
-		if _, err := o.sender.caps.getChecked(ctx, endpoint{r.Transport, r.Destination}, tr, requireOrdering); err != nil {
+		if _, err := o.caps.getChecked(ctx, endpoint{r.Transport, r.Destination}, tr, requireOrdering); err != nil {
 			return fmt.Errorf("%w: ordered route of %q: %w", ErrInvalidOptions, typ, err)
 		}
 	}
@@ -253,10 +227,11 @@ func (o *orderedWorker) join(ctx context.Context) error {
 
 // work heartbeats and dispatches until ctx ends or Stop, then leaves.
 func (o *orderedWorker) work(ctx context.Context) {
+	release := o.serve(ctx, o.opts.Logger)
+	defer release()
 	var wg sync.WaitGroup
 	wg.Go(func() { o.heartbeats(ctx) })
 	wg.Go(func() { o.group.serve(ctx, o) })
-	wg.Go(func() { o.aside.publish(ctx, o.loop.quit, o.store, o.name, o.opts.Logger) })
 	wg.Wait()
 	o.leave()
 }
@@ -306,8 +281,8 @@ func (o *orderedWorker) refreshMembership() {
 	}
 }
 
-// heartbeat renews membership, recomputes this instance's lanes, measures the
-// database clock, and looks for rows in lanes this worker never scans.
+// heartbeat renews membership, recomputes this instance's lanes, and looks
+// for rows in lanes this worker never scans.
 func (o *orderedWorker) heartbeat(ctx context.Context) error {
 	member := workerstore.Lease{Name: workerstore.MemberLeaseName(o.instance), Owner: o.name, Token: o.token}
 	members, err := o.store.Heartbeat(ctx, member, o.opts.LeaseDuration)
@@ -316,9 +291,6 @@ func (o *orderedWorker) heartbeat(ctx context.Context) error {
 	}
 	if !o.share(members) {
 		return errors.New("own membership missing after heartbeat")
-	}
-	if err := o.clock.sync(ctx, o.store); err != nil {
-		return err
 	}
 	beyond, err := o.store.RowsBeyondLanes(ctx, o.lanes)
 	if err != nil {

@@ -517,7 +517,7 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 		ls.down[e] = true
 		ls.hold(m.Key)
 	case err != nil:
-		v := o.sender.retries.judge(m, r.Attempts, err, o.clock.now())
+		v := o.retries.judge(m, r.Attempts, err, o.clock.now())
 		o.recordFailure(p, i, laneFailure{Failure: store.Failure{ID: r.ID, Error: err.Error(), RetryAt: v.retryAt}, park: v.reason != ""})
 		ls.hold(m.Key)
 	default:
@@ -705,11 +705,11 @@ func (o *orderedWorker) handOffAfter() time.Duration {
 // resolve finds the transport of an ordered row and checks that its endpoint
 // keeps per-key order. Its errors are recorded on the row.
 func (o *orderedWorker) resolve(ctx context.Context, m *relayer.Message) (relayer.Transport, error) {
-	tr, ok := o.sender.transports[m.Transport]
+	tr, ok := o.transports[m.Transport]
 	if !ok {
 		return nil, fmt.Errorf("transport %q is not registered with this worker", m.Transport)
 	}
-	if _, err := o.sender.caps.getChecked(ctx, endpoint{m.Transport, m.Destination}, tr, requireOrdering); err != nil {
+	if _, err := o.caps.getChecked(ctx, endpoint{m.Transport, m.Destination}, tr, requireOrdering); err != nil {
 		return nil, err
 	}
 	return tr, nil

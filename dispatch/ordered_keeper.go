@@ -181,7 +181,7 @@ func (s *laneScheduler) recordHanded(st *workerstore.Store, h *handedSend, err e
 	case stopping, errors.Is(err, errStraggler), errors.Is(err, relayer.ErrUnavailable), store.OverLimit(&h.msg.Message) != nil:
 		return nil
 	}
-	v := o.sender.retries.judge(&h.msg.Message, h.msg.Attempts, err, o.clock.now())
+	v := o.retries.judge(&h.msg.Message, h.msg.Attempts, err, o.clock.now())
 	f := []store.Failure{{ID: id, Error: err.Error(), RetryAt: v.retryAt}}
 	record := st.FailLaneRows
 	if v.reason != "" {

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,15 +92,11 @@ func (o RecoveryOptions) Validate() error { return checkOptions(o.options()) }
 // recoveryWorker delivers what direct dispatch did not; the package
 // documentation (Recovery) describes its protocol.
 type recoveryWorker struct {
-	db         *sql.DB
-	opts       RecoveryOptions
-	store      *workerstore.Store
-	transports map[string]relayer.Transport
-	retries    *retries
-	caps       *capCache
-	stats      counters
-	lease      workerstore.Lease
-	holding    atomic.Bool
+	*outboxCore
+	opts    RecoveryOptions
+	stats   counters
+	lease   workerstore.Lease
+	holding atomic.Bool
 	// scanMu serializes the drainers' takes and guards cursor, the last id
 	// taken: concurrent takes from one cursor would each walk over the rows the
 	// other has locked.
@@ -111,8 +106,6 @@ type recoveryWorker struct {
 	passStart  time.Time
 	urgentTill atomic.Int64 // after a Wake, until this Unix nano time rows of any age are taken
 	wakeAll    broadcast
-	clock      *dbClock
-	aside      *setAside
 	// probeMu guards noRowsTill: the paused destinations a probe found
 	// without unordered rows, and until when recovery leaves their probe to
 	// other workers.
@@ -126,16 +119,10 @@ type recoveryWorker struct {
 func newRecovery(core *outboxCore, opts RecoveryOptions) *recoveryWorker {
 	opts = withDefaults(opts)
 	return &recoveryWorker{
-		db:         core.db,
+		outboxCore: core,
 		opts:       opts,
-		store:      core.store,
-		transports: core.transports,
-		retries:    core.retries,
-		caps:       core.caps,
 		lease:      workerstore.Lease{Name: store.RecoveryLeaseName, Owner: opts.Owner, Token: uuid.New()},
 		loop:       newLoop(true),
-		aside:      core.aside,
-		clock:      core.clock,
 		noRowsTill: map[endpoint]time.Time{},
 	}
 }
@@ -207,11 +194,12 @@ func (r *recoveryWorker) Stop(ctx context.Context) error { return r.loop.stop(ct
 func (r *recoveryWorker) Run(ctx context.Context) error { return r.loop.run(ctx, "recovery", r.run) }
 
 func (r *recoveryWorker) run(ctx context.Context) {
+	release := r.serve(ctx, r.opts.Logger)
+	defer release()
 	var wg sync.WaitGroup
 	for range r.opts.Workers {
 		wg.Go(func() { r.drain(ctx, r.newDrainer()) })
 	}
-	wg.Go(func() { r.aside.publish(ctx, r.loop.quit, r.store, r.opts.Owner, r.opts.Logger) })
 	r.holdLease(ctx)
 	wg.Wait()
 	if r.holding.Load() {
@@ -237,11 +225,6 @@ func (r *recoveryWorker) holdLease(ctx context.Context) {
 		if err != nil {
 			r.logError("dispatch: recovery lease", err)
 		}
-		if err == nil && held && r.clock.stale() {
-			if err := r.clock.sync(ctx, r.store); err != nil {
-				r.logError("dispatch: recovery clock", err)
-			}
-		}
 		was := r.holding.Swap(held && err == nil)
 		if held && err == nil {
 			renewedAt = at
@@ -265,17 +248,8 @@ type drainer struct {
 func (r *recoveryWorker) newDrainer() *drainer {
 	return &drainer{
 		conn: newTakingConn(r.db, r.store, r.opts.ClaimDuration),
-		sender: &sender{
-			transports: r.transports,
-			caps:       r.caps,
-			batchSize:  BatchSizeMax, // each chunk is bounded by the claim and MaxBatchSize
-			claimFor:   r.opts.ClaimDuration,
-			logger:     r.opts.Logger,
-			stats:      &r.stats,
-			aside:      r.aside,
-			clock:      r.clock,
-			retries:    r.retries,
-		},
+		// Each chunk is bounded by the claim and MaxBatchSize.
+		sender: r.newSender(BatchSizeMax, r.opts.ClaimDuration, r.opts.Logger, &r.stats, false),
 	}
 }
 

@@ -256,18 +256,7 @@ func hasOrderedRoute(outbox relayer.Outbox) bool {
 // when a probe may next test it, and the error that paused it. The workers
 // also publish them to the outbox's pauses table, where store.Pauses and
 // "relayer stats" read them.
-func (r *Runner) Paused() []store.Pause {
-	c := r.crew.Load()
-	switch {
-	case c.recovery != nil:
-		return c.recovery.Paused()
-	case c.direct != nil:
-		return c.direct.Paused()
-	case len(c.ordered) > 0:
-		return c.ordered[0].Paused()
-	}
-	return nil
-}
+func (r *Runner) Paused() []store.Pause { return r.core.aside.paused() }
 
 // RunnerStats is a snapshot of a [Runner]'s counters, per worker.
 type RunnerStats struct {
