@@ -144,7 +144,7 @@ func testBatchTransactionsChain(t *testing.T, driver string) {
 	}
 	session("idle in transaction", "ROLLBACK AND CHAIN")
 
-	s := &laneScheduler{free: []*laneSlot{{conn: w}}}
+	s := &groupLoop{free: []*laneSlot{{conn: w}}}
 	if at := s.unchainIdle(ctx); at.IsZero() || !w.chained() {
 		t.Fatal("a chain just made was ended")
 	} else if wait := time.Until(at); wait <= 0 || wait > chainIdle {

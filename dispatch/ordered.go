@@ -100,8 +100,10 @@ func (o OrderedOptions) withDefaults() OrderedOptions {
 	return o
 }
 
-// orderedWorker is one member of an outbox's lane group; the package
-// documentation (Ordered dispatch) describes its protocol.
+// orderedWorker is one member of an outbox's lane group: its membership
+// lease, its share of the lanes, its counters and its lifecycle. Its group
+// (laneGroup) runs the batches of every member's share; the package
+// documentation (Ordered dispatch) describes the protocol.
 type orderedWorker struct {
 	*outboxCore
 	name     string

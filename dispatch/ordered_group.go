@@ -18,13 +18,23 @@ import (
 	"github.com/google/uuid"
 )
 
-// laneGroup is the dispatch loop of one or more ordered workers of a
-// process. The lane leases it takes carry its token, whichever member's
-// share the lane is in, and each lease records that member's name as owner;
-// the members' membership leases carry their own tokens.
+// laneGroup is the ordered dispatch of one or more ordered workers of a
+// process, its members: one loop (ordered_loop.go) that batches the lanes
+// of their shares, each batch in named steps (ordered_batch.go,
+// ordered_send.go, ordered_settle.go), the keepers of lanes whose send
+// outlived its batch (ordered_keeper.go), the lanes' cursors and lease
+// renewals. The lane leases it takes carry its token, whichever member's
+// share the lane is in, and each lease records that member's name as
+// owner; the members' membership leases carry their own tokens.
 type laneGroup struct {
+	// outboxCore is the members' (a Runner's workers share one).
+	*outboxCore
+	// opts are the members' options, the first member's name aside: every
+	// member of a group has the same options but for its name.
+	opts OrderedOptions
 	// members are the workers the group dispatches for, in the order built;
-	// the first leads: its options, connections and store serve the loop.
+	// the first leads: lane leases out of any share are recorded under its
+	// name, and its counters count the probes.
 	members []*orderedWorker
 	token   uuid.UUID
 	// cursors are where the next read of each lane starts.
@@ -57,13 +67,15 @@ type laneGroup struct {
 func newLaneGroup(members ...*orderedWorker) *laneGroup {
 	killed, kill := context.WithCancel(context.Background())
 	g := &laneGroup{
-		members: members,
-		token:   uuid.New(),
-		wake:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
-		killed:  killed,
-		kill:    kill,
+		outboxCore: members[0].outboxCore,
+		opts:       members[0].opts,
+		members:    members,
+		token:      uuid.New(),
+		wake:       make(chan struct{}, 1),
+		quit:       make(chan struct{}),
+		done:       make(chan struct{}),
+		killed:     killed,
+		kill:       kill,
 	}
 	none := []*orderedWorker{}
 	g.live.Store(&none)
@@ -73,8 +85,7 @@ func newLaneGroup(members ...*orderedWorker) *laneGroup {
 	return g
 }
 
-// lead is the member whose options, connections and store the loop uses.
-// Every member of a group has the same options but for its name.
+// lead is the group's first member (see members).
 func (g *laneGroup) lead() *orderedWorker { return g.members[0] }
 
 // concurrency is how many batches the group runs at once: the sum of its
@@ -256,11 +267,10 @@ func (g *laneGroup) serve(ctx context.Context, m *orderedWorker) {
 // releaseLanes gives up every lane lease the group holds, so that other
 // members take over at once; a crash instead leaves them to expire.
 func (g *laneGroup) releaseLanes() {
-	o := g.lead()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := o.store.ReleaseLeases(ctx, g.token); err != nil {
-		o.opts.Logger.Warn("dispatch: ordered lane leases not released; they expire by themselves",
-			slog.String("worker", o.name), slog.String("error", err.Error()))
+	if err := g.store.ReleaseLeases(ctx, g.token); err != nil {
+		g.opts.Logger.Warn("dispatch: ordered lane leases not released; they expire by themselves",
+			slog.String("worker", g.lead().name), slog.String("error", err.Error()))
 	}
 }

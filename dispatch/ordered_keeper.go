@@ -36,7 +36,7 @@ type handedSend struct {
 
 // keeper holds the lane of a send handed off by its batch (see laneFlights)
 // until the transport returns, then records what it can and reports the
-// lane as done on the scheduler's results. The batch renewed the lane's
+// lane as done on the group loop's results. The batch renewed the lane's
 // lease before it committed, so that no other owner can take the lane
 // until the keeper holds it. The keeper holds it in a transaction of its
 // own connection that locks the lease row, as a batch does: no other owner
@@ -54,21 +54,21 @@ type handedSend struct {
 // again. Only Stop running out of time (see detach) ends a keeper sooner:
 // its transaction rolls back, and whatever the transport does afterwards
 // is a possible duplicate, as with a crash.
-func (s *laneScheduler) keeper(h *handedSend) {
-	o, g := s.o, s.g
-	d := o.opts.LeaseDuration
+func (s *groupLoop) keeper(h *handedSend) {
+	g := s.g
+	d := g.opts.LeaseDuration
 	res := laneDone{lanes: []int{h.lane}, kept: true, batchResult: batchResult{slow: []int{h.lane}}}
 	defer func() { s.results <- res }()
-	logger := o.opts.Logger.With(slog.String("worker", h.member.name), slog.Int("lane", h.lane),
+	logger := g.opts.Logger.With(slog.String("worker", h.member.name), slog.Int("lane", h.lane),
 		slog.String("transport", h.e.transport), slog.String("destination", h.e.destination), slog.String("id", h.msg.ID.String()))
 	logger.Warn("dispatch: ordered send still running; its lane waits for it alone, held by a connection of its own, and the other lanes go on",
 		slog.Duration("running_for", time.Since(h.started).Round(time.Millisecond)))
 	// The destination is set aside while the send runs, as one that timed
 	// out: its other rows wait, the other destinations flow, and operators
 	// see the pause (console, relayer stats).
-	o.aside.record(h.e, timedOut, fmt.Errorf("a send has been running for %s", time.Since(h.started).Round(time.Second)))
+	g.aside.record(h.e, timedOut, fmt.Errorf("a send has been running for %s", time.Since(h.started).Round(time.Second)))
 
-	conn := newWorkerConn(o.db, o.store)
+	conn := newWorkerConn(g.db, g.store)
 	conn.idleTx = d/2 + idleTxMargin
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -161,9 +161,8 @@ func (s *laneScheduler) keeper(h *handedSend) {
 // recordHanded records, in the keeper's transaction, the outcome err of the
 // send h: delete the row it sent, record a failure of its own, or, when
 // the send ended because its context did (stopping), leave the row.
-func (s *laneScheduler) recordHanded(st *workerstore.Store, h *handedSend, err error, stopping bool, res *laneDone) error {
-	o := s.o
-	ctx, cancel := context.WithTimeout(context.Background(), o.opts.LeaseDuration/2)
+func (s *groupLoop) recordHanded(st *workerstore.Store, h *handedSend, err error, stopping bool, res *laneDone) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.g.opts.LeaseDuration/2)
 	defer cancel()
 	id := h.msg.ID
 	switch {
@@ -181,7 +180,7 @@ func (s *laneScheduler) recordHanded(st *workerstore.Store, h *handedSend, err e
 	case stopping, errors.Is(err, errStraggler), errors.Is(err, relayer.ErrUnavailable), store.OverLimit(&h.msg.Message) != nil:
 		return nil
 	}
-	v := o.retries.judge(&h.msg.Message, h.msg.Attempts, err, o.clock.now())
+	v := s.g.retries.judge(&h.msg.Message, h.msg.Attempts, err, s.g.clock.now())
 	f := []store.Failure{{ID: id, Error: err.Error(), RetryAt: v.retryAt}}
 	record := st.FailLaneRows
 	if v.reason != "" {

@@ -75,7 +75,7 @@ func TestOrderedOptionsValidate(t *testing.T) {
 func TestWakeWithEverySlotBusyProbesWhenOneIsFree(t *testing.T) {
 	o := &orderedWorker{opts: OrderedOptions{Concurrency: 1}}
 	g := newLaneGroup(o)
-	s := &laneScheduler{o: o, g: g, running: map[int]bool{3: true}, held: map[int]bool{}, solo: map[int]bool{}}
+	s := &groupLoop{g: g, running: map[int]bool{3: true}, held: map[int]bool{}, solo: map[int]bool{}}
 	s.slots = []*laneSlot{{}} // the only slot, running lane 3
 	s.probedAt = time.Now()
 	s.progressAt = s.probedAt.Add(time.Millisecond) // busy with woken lanes
@@ -97,7 +97,7 @@ func TestLaneWokenDuringItsBatchGoesAgainAfterIt(t *testing.T) {
 	g := newLaneGroup(o)
 	g.live.Store(&[]*orderedWorker{o})
 	sl := &laneSlot{}
-	s := &laneScheduler{o: o, g: g, running: map[int]bool{3: true}, again: map[int]bool{}, held: map[int]bool{},
+	s := &groupLoop{g: g, running: map[int]bool{3: true}, again: map[int]bool{}, held: map[int]bool{},
 		solo: map[int]bool{}, began: map[*laneSlot]time.Time{sl: time.Now()}, together: 1}
 	s.slots = []*laneSlot{sl} // the only slot, running lane 3
 	s.pending = []int{3}      // woken meanwhile

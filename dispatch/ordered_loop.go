@@ -1,7 +1,7 @@
 package dispatch
 
-// The lane scheduler of an ordered worker: which lanes it batches, on which
-// of its connections, and when it probes, waits or releases lanes.
+// The dispatch loop of a lane group: which lanes it batches, on which of its
+// connections, and when it probes, waits or releases lanes.
 
 import (
 	"context"
@@ -58,15 +58,15 @@ const lanesPerBatch = 16
 // it sends cleanly again, so that it holds up no other lane's batch.
 const slowSend = 100 * time.Millisecond
 
-func (o *orderedWorker) newSlot() *laneSlot {
+func (g *laneGroup) newSlot() *laneSlot {
 	// A batch may keep its transaction open until a late send returns, which
 	// it does with keep-alive statements; the timeout ends the transaction of
 	// a worker that stopped answering. Generic plans with sequential scans
 	// off, as for takes: a batch's statements cost more to plan than to run,
 	// and every plan of theirs follows an index however stale the queue
 	// table's statistics (store's TestOrderedSessionsPlanWithIndexes).
-	c := newWorkerConn(o.db, o.store)
-	c.idleTx = o.opts.LeaseDuration/2 + idleTxMargin
+	c := newWorkerConn(g.db, g.store)
+	c.idleTx = g.opts.LeaseDuration/2 + idleTxMargin
 	c.generic = genericTakePlans
 	return &laneSlot{conn: c}
 }
@@ -74,9 +74,7 @@ func (o *orderedWorker) newSlot() *laneSlot {
 // run is the group's dispatch loop: it batches the serving members' lanes
 // until every member stopped or ctx ends.
 func (g *laneGroup) run(ctx context.Context) {
-	o := g.lead()
-	s := &laneScheduler{
-		o:       o,
+	s := &groupLoop{
 		g:       g,
 		results: make(chan laneDone, g.concurrency()),
 		running: map[int]bool{},
@@ -89,7 +87,7 @@ func (g *laneGroup) run(ctx context.Context) {
 	for ctx.Err() == nil && !g.quitting() {
 		s.addWoken()
 		if len(s.pending) == 0 && !s.refill(ctx) {
-			wait := o.opts.PollInterval
+			wait := g.opts.PollInterval
 			if !s.nextProbe.IsZero() {
 				wait = time.Until(s.nextProbe)
 			}
@@ -123,7 +121,7 @@ func (g *laneGroup) run(ctx context.Context) {
 // chainTimer ends the chained transactions of free slots unused for
 // chainIdle, and returns a channel that fires when the next of the others
 // will have been, or nil when none is left.
-func (s *laneScheduler) chainTimer(ctx context.Context) <-chan time.Time {
+func (s *groupLoop) chainTimer(ctx context.Context) <-chan time.Time {
 	at := s.unchainIdle(ctx)
 	if at.IsZero() {
 		return nil
@@ -140,7 +138,7 @@ func (s *laneScheduler) chainTimer(ctx context.Context) <-chan time.Time {
 // slots unused for chainIdle or longer, so that no session stays idle in a
 // transaction once batches stop, and returns when the next of the others
 // will have been unused that long: zero when none is left chained.
-func (s *laneScheduler) unchainIdle(ctx context.Context) time.Time {
+func (s *groupLoop) unchainIdle(ctx context.Context) time.Time {
 	if ctx.Err() != nil {
 		return time.Time{} // stopping: close ends the chains as it returns the connections
 	}
@@ -153,7 +151,7 @@ func (s *laneScheduler) unchainIdle(ctx context.Context) time.Time {
 		at := sl.conn.chainedAt.Add(chainIdle)
 		if !now.Before(at) {
 			if err := sl.conn.unchain(ctx); err != nil {
-				s.o.logError("dispatch: end an ordered slot's chained transaction", err)
+				s.g.logError("dispatch: end an ordered slot's chained transaction", err)
 			}
 			continue
 		}
@@ -164,11 +162,10 @@ func (s *laneScheduler) unchainIdle(ctx context.Context) time.Time {
 	return next
 }
 
-// laneScheduler is the state of an ordered worker's dispatch loop: its
+// groupLoop is the state of an ordered worker's dispatch loop: its
 // Concurrency slots and the lanes it knows to be ready. Only the worker's run
 // goroutine uses it; batches report on results.
-type laneScheduler struct {
-	o       *orderedWorker // the group's lead
+type groupLoop struct {
 	g       *laneGroup
 	slots   []*laneSlot // every slot made so far
 	free    []*laneSlot
@@ -213,10 +210,10 @@ type laneScheduler struct {
 }
 
 // addWoken adds the lanes commits woke to the pending ones.
-func (s *laneScheduler) addWoken() { s.addLanes(s.g.takeWoken()) }
+func (s *groupLoop) addWoken() { s.addLanes(s.g.takeWoken()) }
 
 // addLanes adds the lanes commits woke to the pending ones.
-func (s *laneScheduler) addLanes(woken []int) {
+func (s *groupLoop) addLanes(woken []int) {
 	for _, lane := range woken {
 		if !slices.Contains(s.pending, lane) {
 			s.pending = append(s.pending, lane)
@@ -227,14 +224,14 @@ func (s *laneScheduler) addLanes(woken []int) {
 
 // slot returns a free slot, making one when fewer than Concurrency exist, or
 // nil when every slot is busy.
-func (s *laneScheduler) slot() *laneSlot {
+func (s *groupLoop) slot() *laneSlot {
 	if n := len(s.free); n > 0 {
 		sl := s.free[n-1]
 		s.free = s.free[:n-1]
 		return sl
 	}
 	if len(s.slots) < s.g.concurrency() {
-		sl := s.o.newSlot()
+		sl := s.g.newSlot()
 		s.slots = append(s.slots, sl)
 		return sl
 	}
@@ -246,7 +243,7 @@ func (s *laneScheduler) slot() *laneSlot {
 // probe found ended without progress, or the probe found nothing while no
 // batch runs. With every slot busy it probes nothing: the next batch to end
 // says what to do.
-func (s *laneScheduler) refill(ctx context.Context) bool {
+func (s *groupLoop) refill(ctx context.Context) bool {
 	s.nextProbe = time.Time{}
 	if s.fruitless {
 		return false
@@ -277,7 +274,7 @@ func (s *laneScheduler) refill(ctx context.Context) bool {
 	woken := s.g.takeWoken()
 	s.pending = found
 	s.addLanes(woken)
-	s.probeGap = nextProbeGap(s.probeGap, found, woken, s.running, s.o.opts.PollInterval)
+	s.probeGap = nextProbeGap(s.probeGap, found, woken, s.running, s.g.opts.PollInterval)
 	return len(s.pending) > 0 || s.batching()
 }
 
@@ -311,7 +308,7 @@ func nextProbeGap(gap time.Duration, found, woken []int, running map[int]bool, p
 // meanwhile wait for the running batch to end and go in the next one:
 // several small batches at once would cost the database a transaction each,
 // and every commit-to-send latency with it.
-func (s *laneScheduler) startPending(ctx context.Context) {
+func (s *groupLoop) startPending(ctx context.Context) {
 	assigned := s.g.share()
 	for len(s.pending) > 0 {
 		ready := s.pending[:0:0]
@@ -362,7 +359,7 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 		s.began[sl] = time.Now()
 		go func() {
 			r := laneDone{slot: sl, lanes: lanes, solo: solo}
-			sl.buf, r.batchResult, r.err = s.o.batch(ctx, sl.conn, sl.buf, lanes)
+			sl.buf, r.batchResult, r.err = s.g.batch(ctx, sl.conn, sl.buf, lanes)
 			for _, h := range r.handed {
 				go s.keeper(h)
 			}
@@ -373,10 +370,10 @@ func (s *laneScheduler) startPending(ctx context.Context) {
 
 // batching reports whether a batch is in flight: one will report on
 // results.
-func (s *laneScheduler) batching() bool { return len(s.running) > s.keeping }
+func (s *groupLoop) batching() bool { return len(s.running) > s.keeping }
 
 // youngest returns when the last batch in flight began.
-func (s *laneScheduler) youngest() time.Time {
+func (s *groupLoop) youngest() time.Time {
 	var t time.Time
 	for _, at := range s.began {
 		if at.After(t) {
@@ -388,7 +385,7 @@ func (s *laneScheduler) youngest() time.Time {
 
 // startTimer returns a channel that fires when lanes left waiting for the
 // batches in flight stop waiting (see startPending), or nil when none wait.
-func (s *laneScheduler) startTimer() <-chan time.Time {
+func (s *groupLoop) startTimer() <-chan time.Time {
 	if s.startAt.IsZero() {
 		return nil
 	}
@@ -404,7 +401,7 @@ func (s *laneScheduler) startTimer() <-chan time.Time {
 
 // finished records a batch's end, or a keeper's, and reports whether it
 // made progress.
-func (s *laneScheduler) finished(r laneDone) bool {
+func (s *groupLoop) finished(r laneDone) bool {
 	for _, lane := range r.lanes {
 		if !slices.ContainsFunc(r.handed, func(h *handedSend) bool { return h.lane == lane }) {
 			delete(s.running, lane)
@@ -431,7 +428,7 @@ func (s *laneScheduler) finished(r laneDone) bool {
 	}
 	if r.err != nil {
 		r.slot.conn.broken()
-		s.o.logError("dispatch: ordered batch", r.err, slog.Any("lanes", r.lanes))
+		s.g.logError("dispatch: ordered batch", r.err, slog.Any("lanes", r.lanes))
 		for _, lane := range r.lanes {
 			s.solo[lane] = true // which one failed is unknown
 		}
@@ -460,7 +457,7 @@ func (s *laneScheduler) finished(r laneDone) bool {
 
 // close waits for the batches in flight and returns the slots' connections
 // to the pool.
-func (s *laneScheduler) close(ctx context.Context) {
+func (s *groupLoop) close(ctx context.Context) {
 	for len(s.running) > 0 {
 		s.finished(<-s.results)
 	}
@@ -475,21 +472,20 @@ func (s *laneScheduler) close(ctx context.Context) {
 // returns the lanes of its share whose head is ready, on the connection of
 // slot sl. A failure drops that connection and returns no lane.
 func (g *laneGroup) probe(ctx context.Context, sl *laneSlot, held, running map[int]bool) []int {
-	o := g.lead()
 	lanes := g.share()
 	// Bounded, so that a pool with no connection to spare stalls the scan
 	// instead of hanging it.
-	ctx, cancel := context.WithTimeout(ctx, o.opts.LeaseDuration/2)
+	ctx, cancel := context.WithTimeout(ctx, g.opts.LeaseDuration/2)
 	defer cancel()
 	if err := sl.conn.unchain(ctx); err != nil {
-		o.logError("dispatch: ordered probe", err)
+		g.logError("dispatch: ordered probe", err)
 		return nil
 	}
 	g.releaseSurplus(ctx, sl.conn, held, running, lanes)
 	st, err := sl.conn.store(ctx)
 	var ready []int
 	if err == nil {
-		o.stats.scans.Add(1)
+		g.lead().stats.scans.Add(1)
 		at, from := time.Now(), g.cursors.from(lanes)
 		if ready, err = st.ProbeLanes(ctx, from, g.token); err == nil {
 			// A lane read from its start and found not ready needs no
@@ -500,7 +496,7 @@ func (g *laneGroup) probe(ctx context.Context, sl *laneSlot, held, running map[i
 	}
 	if err != nil {
 		sl.conn.broken()
-		o.logError("dispatch: ordered probe", err)
+		g.logError("dispatch: ordered probe", err)
 		return nil
 	}
 	return ready
@@ -533,11 +529,10 @@ func (g *laneGroup) idle(ctx context.Context, wait time.Duration, results <-chan
 // and have no batch in flight, so a lane is only released after its batch
 // committed.
 func (g *laneGroup) releaseSurplus(ctx context.Context, conn *workerConn, held, running map[int]bool, share []int) {
-	o := g.lead()
 	released := false
 	defer func() {
 		if released {
-			o.tellPeers(ctx)
+			g.lead().tellPeers(ctx)
 		}
 	}()
 	for lane := range held {
@@ -550,7 +545,7 @@ func (g *laneGroup) releaseSurplus(ctx context.Context, conn *workerConn, held, 
 		}
 		if err != nil {
 			conn.broken()
-			o.logError("dispatch: release lane", err, slog.Int("lane", lane))
+			g.logError("dispatch: release lane", err, slog.Int("lane", lane))
 			return
 		}
 		delete(held, lane)
@@ -559,9 +554,9 @@ func (g *laneGroup) releaseSurplus(ctx context.Context, conn *workerConn, held, 
 	}
 }
 
-func (o *orderedWorker) logError(msg string, err error, attrs ...any) {
+func (g *laneGroup) logError(msg string, err error, attrs ...any) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	o.opts.Logger.Error(msg, append([]any{slog.String("worker", o.name), slog.String("error", err.Error())}, attrs...)...)
+	g.opts.Logger.Error(msg, append([]any{slog.String("worker", g.lead().name), slog.String("error", err.Error())}, attrs...)...)
 }
