@@ -159,7 +159,9 @@ func validTopic(name string) bool {
 }
 
 // encodeUUID writes id in its canonical text form to dst, which must hold
-// uuidTextLen bytes; it is uuid.UUID.String without the allocation.
+// uuidTextLen bytes; it is uuid.UUID.String without the allocation. The
+// core's array parameters encode ids the same way (internal/storesql),
+// which this module, published on its own, does not import.
 func encodeUUID(dst []byte, id uuid.UUID) {
 	hex.Encode(dst[0:8], id[0:4])
 	dst[8] = '-'
