@@ -35,41 +35,6 @@ func (o Outbox) LaneCount() (int, error) {
 	return lanes, nil
 }
 
-// Validate reports the first field of the outbox that its writers and
-// workers cannot use, wrapping [ErrInvalidOutbox]: a lane count out of
-// range (also [ErrInvalidLanes]), a nil transport, or a retry policy out of
-// range (also [ErrInvalidRetry]). Writers and workers call it at
-// construction. Schema and TablePrefix are checked by the store
-// (store.Options.Validate); Routes by writers, which need at least one.
-func (o Outbox) Validate() error {
-	if _, err := o.LaneCount(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOutbox, err)
-	}
-	for name, tr := range o.Transports {
-		if tr == nil {
-			return fmt.Errorf("%w: Outbox.Transports[%q] is nil", ErrInvalidOutbox, name)
-		}
-	}
-	if err := o.Retry.Validate(); err != nil {
-		return fmt.Errorf("%w: Outbox.Retry: %w", ErrInvalidOutbox, err)
-	}
-	return nil
-}
-
-// WithDefaults returns the outbox with each zero field that has a default
-// set to it: Serializer [JSON], Lanes [LanesDefault], and Retry's defaults
-// (see [Retry.WithDefaults]). Schema's default is the store's.
-func (o Outbox) WithDefaults() Outbox {
-	if o.Serializer == nil {
-		o.Serializer = JSON{}
-	}
-	if o.Lanes == 0 {
-		o.Lanes = LanesDefault
-	}
-	o.Retry = o.Retry.WithDefaults()
-	return o
-}
-
 // fnv1a32 hashes s without converting it to a byte slice, which hash/fnv would
 // require and which costs an allocation per call.
 func fnv1a32(s string) uint32 {

@@ -35,40 +35,12 @@
 package relayer
 
 import (
-	"context"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer/headers"
 )
-
-// Outbox describes one outbox: where its tables live, where each message type
-// goes and how message values become bodies. Writers and dispatchers of one
-// outbox are built from the same Outbox; they snapshot it at construction.
-type Outbox struct {
-	// Schema and TablePrefix name the outbox tables; see the store package for
-	// the rules. Defaults: "public" and "".
-	Schema      string
-	TablePrefix string
-	// Routes maps message types to transports and destinations. Required.
-	Routes *Routes
-	// Transports are the named transports routes refer to. Writers do not need
-	// them; dispatchers look transports up here by name.
-	Transports map[string]Transport
-	// Serializer encodes message values. Default: [JSON].
-	Serializer Serializer
-	// Lanes is the number of ordered lanes, [LanesMin] to [LanesMax]. Every writer
-	// and worker of the outbox must use the same count. Default: [LanesDefault].
-	Lanes int
-	// Retry is how dispatchers retry failed sends and when they give up on a
-	// message, for every route whose own Retry leaves a field zero. Default:
-	// 10 attempts, waiting 1s after the first failure, doubling up to 5m.
-	Retry Retry
-	// TraceContext returns the W3C trace context (traceparent and tracestate) to
-	// store with each message enlisted under ctx. Default: none is stored.
-	TraceContext func(ctx context.Context) (traceParent, traceState string)
-}
 
 // Outgoing is a message value to publish, with its per-message options.
 type Outgoing struct {
