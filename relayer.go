@@ -96,4 +96,7 @@ const (
 const (
 	HeaderMessageID   = "relayer-message-id"
 	HeaderMessageType = "relayer-message-type"
+	// HeaderKey carries a message's ordering key, when it has one, on the
+	// brokers with no native field for it (NATS, RabbitMQ).
+	HeaderKey = "relayer-key"
 )

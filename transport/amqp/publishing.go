@@ -14,7 +14,7 @@ import (
 // set only for messages with a key. A consistent-hash exchange configured with
 // "hash-header": HeaderKey spreads keys over queues while keeping each key in
 // one queue.
-const HeaderKey = "relayer-key"
+const HeaderKey = relayer.HeaderKey
 
 // publishing maps m to what is published. Nothing here can be fixed by
 // sending again, so every error wraps relayer.ErrPermanent. The body and

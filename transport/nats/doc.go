@@ -62,13 +62,16 @@
 // NATS headers are a map from names to lists of values (nats.Header), written
 // on the wire as text lines. A message's [relayer.Message.Headers] are added
 // to that map in order, under their exact, case-sensitive names, and the
-// transport adds Nats-Msg-Id, [relayer.HeaderMessageID] (the id) and
-// [relayer.HeaderMessageType] ([relayer.Message.Type]). Consumers read the id
-// and type back with [MessageID] and [MessageType]. When a message carries
-// headers of these two names itself (forwarded with its original headers,
-// say), they are kept and the transport's values come after them; MessageID
-// and MessageType read the last value, where nats.Header's Get returns the
-// first.
+// transport adds Nats-Msg-Id, [relayer.HeaderMessageID] (the id),
+// [relayer.HeaderMessageType] ([relayer.Message.Type]) and, for a message
+// with an ordering key, [relayer.HeaderKey] (the key, with CR, LF and '%',
+// and spaces or tabs at either end, percent-encoded so that NATS carries it
+// unchanged). Consumers read the id and type back with [MessageID] and
+// [MessageType], and the whole message with [ReceivedMessage]. When a
+// message carries headers of these names itself (forwarded with its
+// original headers, say), they are kept and the transport's values come
+// after them; MessageID and MessageType read the last value, where
+// nats.Header's Get returns the first.
 //
 // Preserved exactly: every name and its letter case; every value's bytes,
 // including empty values, NUL and other control bytes, and bytes that are not
@@ -148,4 +151,22 @@
 // acknowledgement never comes are dropped. Batches larger than its
 // PublishAsyncMaxPending (4,000 by default) wait for earlier acknowledgements
 // before publishing more, noticing the end of the context meanwhile.
+// # Consuming
+//
+// [Consume] runs a consume.Consumer on a durable JetStream pull consumer:
+// each message is handled in the consumer's database transaction with its
+// inbox record, committed, and only then acknowledged; a failing handler's
+// message is negatively acknowledged with the consumer's backoff
+// (NakWithDelay, JetStream's own delayed redelivery) and, once its attempts
+// are spent, or at once for an error matching relayer.ErrPermanent,
+// published to [ConsumeOptions.DeadLetterSubject] with
+// [HeaderDeadReason], [HeaderDeadConsumer] and [HeaderDeadSubject], then
+// terminated. A message without a Relayer id is dead-lettered the same way,
+// never given an id of its own. With Concurrency 1, the default, messages
+// are handled one at a time in the order the consumer delivers them, so a
+// consumer that filters one subject handles a key's messages in the order
+// they were published, a retried message aside: it comes back behind the
+// messages delivered during its backoff. Stopping (ctx's end) waits for
+// the messages being handled, within DrainTimeout, and acknowledges nothing
+// that did not commit.
 package relayernats

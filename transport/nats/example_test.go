@@ -2,6 +2,8 @@ package relayernats_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"log"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/store"
 	relayernats "github.com/relayer-go/relayer/transport/nats"
 )
 
@@ -101,4 +105,53 @@ func ExampleMessageID() {
 	}
 	fmt.Println(id, relayernats.MessageType(got.Headers()), string(got.Data()))
 	fmt.Println("stored:", info.State.Msgs)
+}
+
+// Invoice is what the billing service writes for each order it consumes.
+type Invoice struct{ Order string }
+
+// A service consumes the orders another service's outbox published, each
+// once in effect: the handler's writes and the inbox record commit
+// together, before JetStream is acknowledged.
+func ExampleConsume() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://billing@db:5432/billing") // with pgx's stdlib driver imported
+	if err != nil {
+		log.Fatal(err)
+	}
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Drain()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A durable consumer with explicit acknowledgements; a stream must
+	// capture the dead-letter subject too.
+	cons, err := js.CreateOrUpdateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{
+		Durable:       "billing",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		FilterSubject: "orders.placed",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		var inv Invoice
+		if err := json.Unmarshal(m.Body, &inv); err != nil {
+			return fmt.Errorf("%w: %w", relayer.ErrPermanent, err) // to the dead letters at once
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, inv.Order)
+		return err
+	}, consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Until ctx ends; then the messages being handled commit and are
+	// acknowledged before Consume returns.
+	if err := relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: "orders.dead"}); err != nil {
+		log.Fatal(err)
+	}
 }

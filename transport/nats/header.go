@@ -2,6 +2,7 @@ package relayernats
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/google/uuid"
@@ -62,8 +63,8 @@ const reservedPrefix = "nats-"
 // as one.
 const statusHeader = "Status"
 
-// natsHeader maps msg's headers, identity and type into a NATS header; it
-// refuses with a *HeaderError whatever NATS would change or misread.
+// natsHeader maps msg's headers, identity, type and key into a NATS header;
+// it refuses with a *HeaderError whatever NATS would change or misread.
 func natsHeader(msg *relayer.Message, stream string) (nats.Header, error) {
 	h := make(nats.Header, len(msg.Headers)+4)
 	for i, hd := range msg.Headers {
@@ -84,6 +85,9 @@ func natsHeader(msg *relayer.Message, stream string) (nats.Header, error) {
 	h[jetstream.MsgIDHeader] = []string{id}
 	h[relayer.HeaderMessageID] = append(h[relayer.HeaderMessageID], id)
 	h[relayer.HeaderMessageType] = append(h[relayer.HeaderMessageType], msg.Type)
+	if msg.Key != "" {
+		h[relayer.HeaderKey] = append(h[relayer.HeaderKey], encodeKey(msg.Key))
+	}
 	if stream != "" {
 		h[jetstream.ExpectedStreamHeader] = []string{stream}
 	}
@@ -134,4 +138,54 @@ func MessageType(h nats.Header) string {
 		return vs[len(vs)-1]
 	}
 	return ""
+}
+
+// encodeKey returns key as the relayer-key header carries it: with the
+// bytes NATS would change (CR and LF, spaces and tabs at either end) and
+// '%' percent-encoded, so that any key arrives unchanged and decodeKey
+// reads it back. A key without such bytes, the common case, is sent as it
+// is.
+func encodeKey(key string) string {
+	n := len(key)
+	escape := func(i int) bool {
+		switch b := key[i]; {
+		case b == '%' || b == '\r' || b == '\n':
+			return true
+		case isBlank(b):
+			return i == 0 || i == n-1
+		}
+		return false
+	}
+	plain := true
+	for i := range n {
+		if escape(i) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return key
+	}
+	const hexDigits = "0123456789ABCDEF"
+	b := make([]byte, 0, n+8)
+	for i := range n {
+		if c := key[i]; escape(i) {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+// decodeKey reads back a key encodeKey wrote.
+func decodeKey(v string) (string, error) {
+	if !strings.Contains(v, "%") {
+		return v, nil
+	}
+	key, err := url.PathUnescape(v)
+	if err != nil {
+		return "", fmt.Errorf("relayernats: %s %q: %w", relayer.HeaderKey, v, err)
+	}
+	return key, nil
 }

@@ -37,7 +37,8 @@ func binaryValue() []byte {
 }
 
 // wantHeader is what a consumer sees for msg: each name's values in order,
-// plus the headers the transport adds.
+// plus the headers the transport adds (the key as is: the tests' keys need
+// no escaping).
 func wantHeader(msg *relayer.Message) nats.Header {
 	h := nats.Header{}
 	for _, hd := range msg.Headers {
@@ -46,6 +47,9 @@ func wantHeader(msg *relayer.Message) nats.Header {
 	h[jetstream.MsgIDHeader] = []string{msg.ID.String()}
 	h[relayer.HeaderMessageID] = append(h[relayer.HeaderMessageID], msg.ID.String())
 	h[relayer.HeaderMessageType] = append(h[relayer.HeaderMessageType], msg.Type)
+	if msg.Key != "" {
+		h[relayer.HeaderKey] = append(h[relayer.HeaderKey], msg.Key)
+	}
 	return h
 }
 

@@ -1,0 +1,422 @@
+package consume
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/inbox"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Sentinel errors; test with [errors.Is].
+var (
+	// ErrInvalidOptions is returned by [New] and [Options.Validate] for
+	// options that cannot work; the message names the field.
+	ErrInvalidOptions = errors.New("consume: invalid options")
+	// ErrNotRelayer is the cause a broker message is dead-lettered with when
+	// it carries no Relayer message id (it was not published by a Relayer
+	// transport) or one that does not parse: the consumer never makes one
+	// up, since a made-up id would deduplicate nothing.
+	ErrNotRelayer = errors.New("consume: not a Relayer message")
+	// ErrNoWriter is returned by [Tx.Publish] and [Tx.PublishAll] of a
+	// consumer built without [Options.Writer].
+	ErrNoWriter = errors.New("consume: no writer for follow-up messages (Options.Writer)")
+)
+
+// Delivery is one broker message as an adapter hands it to
+// [Consumer.Handle], with the broker's ways to settle it. The adapter of
+// each broker implements it; the Consumer calls exactly one of Ack, Retry
+// and DeadLetter, once the database transaction that handled the message
+// has ended.
+type Delivery interface {
+	// Message returns the message as the producer's outbox stored it: id,
+	// type, key, headers and body, and the destination it was delivered
+	// from. An error means the broker message is not a Relayer message
+	// (no id) or cannot be read; the Consumer dead-letters it with the
+	// error, wrapped with ErrNotRelayer.
+	Message() (relayer.Message, error)
+	// Attempt is which delivery of the message this is, from 1, as the
+	// broker counts them; 0 when the broker does not count.
+	Attempt() int
+	// Ack tells the broker the message is done with: handled and
+	// committed, or a duplicate.
+	Ack(ctx context.Context) error
+	// Retry asks the broker to deliver the message again, no sooner than
+	// after delay when the broker can wait (0: as soon as it can).
+	Retry(ctx context.Context, delay time.Duration) error
+	// DeadLetter takes the message out of delivery for good and keeps it,
+	// with cause, where operators find it: the adapter's dead-letter
+	// destination.
+	DeadLetter(ctx context.Context, cause error) error
+}
+
+// Handler handles one message in the consumer's transaction tx: it writes
+// the message's effects through tx, and may publish follow-up messages
+// with tx.Publish, which commit with them. An error, or a panic, rolls the
+// whole transaction back; the message is then retried, or dead-lettered
+// once its attempts are spent or at once for an error matching
+// relayer.ErrPermanent. m is the Delivery's message; the handler must not
+// keep it, or its body, past its return.
+type Handler func(ctx context.Context, tx *Tx, m *relayer.Message) error
+
+// Tx is the consumer's transaction for one message: a *sql.Tx (the
+// handler's writes go through it), and the outbox side of it when the
+// consumer has a writer. The Consumer commits or rolls it back; the handler
+// must do neither.
+type Tx struct {
+	*sql.Tx
+	out *enlist.Tx
+}
+
+// Publish writes a follow-up message in the transaction, as enlist.Tx's
+// Publish does: it commits with the handler's effects and the inbox record,
+// or not at all. It returns an error wrapping [ErrNoWriter] when the
+// consumer has no writer.
+func (t *Tx) Publish(ctx context.Context, msg any, opts ...relayer.Option) error {
+	if t.out == nil {
+		return ErrNoWriter
+	}
+	return t.out.Publish(ctx, msg, opts...)
+}
+
+// PublishAll is [Tx.Publish] for several messages, in one statement.
+func (t *Tx) PublishAll(ctx context.Context, msgs ...relayer.Outgoing) error {
+	if t.out == nil {
+		return ErrNoWriter
+	}
+	return t.out.PublishAll(ctx, msgs...)
+}
+
+// Options configure a [Consumer]. Name is required; zero fields take their
+// defaults.
+type Options struct {
+	// Name is the consumer's name in the inbox: each name handles a message
+	// once, so two services, or two handlers of one service, that consume
+	// the same messages need names of their own. It follows the inbox's
+	// rules (1 to store.ConsumerMaxBytes bytes of valid UTF-8, no NUL).
+	Name string
+	// Tables names the outbox tables whose <prefix>inbox table records the
+	// handled messages. Default: the Writer's, when there is one; otherwise
+	// schema "public" and no prefix.
+	Tables store.Options
+	// Writer, when set, lets handlers publish follow-up messages in the
+	// message's transaction (Tx.Publish), and tells its listener (a
+	// dispatch.Runner in this process) about them once the transaction
+	// commits.
+	Writer *enlist.Writer
+	// Retry is how a message whose handler fails is retried: each failure
+	// spends one of MaxAttempts deliveries and waits Backoff, then twice as
+	// long after each further failure up to MaxBackoff, each wait shortened
+	// by a random part of up to a fifth. A message whose handler fails
+	// MaxAttempts times, or fails with relayer.ErrPermanent, is
+	// dead-lettered. Defaults: 10 attempts, 1s, 5m (relayer.Retry's).
+	Retry relayer.Retry
+	// TxOptions are the transaction's; nil is the driver's default, READ
+	// COMMITTED on PostgreSQL, under which two deliveries of one message
+	// racing each other commit its effects exactly once (see the inbox
+	// package).
+	TxOptions *sql.TxOptions
+	// Logger receives the consumer's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first field that cannot work, wrapping
+// [ErrInvalidOptions].
+func (o Options) Validate() error {
+	if err := checkName(o.Name); err != nil {
+		return err
+	}
+	if err := o.Tables.Validate(); err != nil {
+		return fmt.Errorf("%w: Tables: %w", ErrInvalidOptions, err)
+	}
+	if err := o.Retry.Validate(); err != nil {
+		return fmt.Errorf("%w: Retry: %w", ErrInvalidOptions, err)
+	}
+	return nil
+}
+
+// checkName applies the inbox's rules for a consumer name.
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: Name is required: it scopes the inbox's deduplication", ErrInvalidOptions)
+	}
+	if len(name) > store.ConsumerMaxBytes {
+		return fmt.Errorf("%w: Name is %d bytes, over %d", ErrInvalidOptions, len(name), store.ConsumerMaxBytes)
+	}
+	if !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("%w: Name %q is not valid UTF-8 or holds a NUL byte", ErrInvalidOptions, name)
+	}
+	return nil
+}
+
+// Consumer handles the messages adapters hand it ([Consumer.Handle]), each
+// in a database transaction together with its inbox record, and settles
+// each with the broker after that transaction ended: a message is
+// acknowledged only once its effects committed, and its effects commit
+// once however often it is delivered. It is safe for concurrent use.
+type Consumer struct {
+	db      *sql.DB
+	handler Handler
+	opts    Options
+	retry   relayer.Retry
+	inbox   *inbox.Inbox
+	stats   counters
+}
+
+// New returns a consumer that runs handler on db for each message. It
+// validates opts and does not touch the database; the inbox table comes
+// with the outbox tables (store.Migrate). Its errors wrap
+// [ErrInvalidOptions], or store.ErrNilDB for a nil db.
+func New(db *sql.DB, handler Handler, opts Options) (*Consumer, error) {
+	if db == nil {
+		return nil, fmt.Errorf("consume: %w", store.ErrNilDB)
+	}
+	if handler == nil {
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOptions)
+	}
+	if opts.Writer != nil && opts.Tables == (store.Options{}) {
+		opts.Tables = opts.Writer.StoreOptions()
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	ib, err := inbox.New(opts.Tables)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Tables: %w", ErrInvalidOptions, err)
+	}
+	return &Consumer{db: db, handler: handler, opts: opts, retry: opts.Retry.WithDefaults(), inbox: ib}, nil
+}
+
+// Options returns the consumer's options with defaults applied.
+func (c *Consumer) Options() Options {
+	o := c.opts
+	o.Retry = c.retry
+	o.Tables = c.inbox.Options()
+	return o
+}
+
+// Outcome is what [Consumer.Handle] did with a delivery.
+type Outcome int
+
+// The outcomes of a delivery.
+const (
+	// Handled: the handler ran and its effects committed; acknowledged.
+	Handled Outcome = iota + 1
+	// Duplicate: the inbox held the message already; acknowledged without
+	// running the handler.
+	Duplicate
+	// Retried: the handler failed, or the transaction did not commit; the
+	// broker delivers the message again.
+	Retried
+	// DeadLettered: the message left delivery for good (attempts spent,
+	// a permanent error, or not a Relayer message).
+	DeadLettered
+	// Abandoned: ctx ended before the transaction committed; nothing was
+	// committed nor acknowledged, and the broker delivers the message again.
+	Abandoned
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Handled:
+		return "handled"
+	case Duplicate:
+		return "duplicate"
+	case Retried:
+		return "retried"
+	case DeadLettered:
+		return "dead-lettered"
+	case Abandoned:
+		return "abandoned"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// settleTimeout bounds the broker call that settles a delivery once its
+// transaction ended, whatever ctx: a consumer that is stopping still
+// acknowledges what it committed.
+const settleTimeout = 10 * time.Second
+
+// Handle handles one delivery and settles it with the broker:
+//
+//  1. It reads the message (a broker message without a Relayer id is
+//     dead-lettered with [ErrNotRelayer]: an id is never made up).
+//  2. It begins a transaction on the consumer's database, records the
+//     message in the inbox under the consumer's name and, unless the
+//     message was recorded before, runs the handler in that transaction.
+//  3. It commits, and only then acknowledges: the handled message, or the
+//     duplicate whose handler was not run. A commit that fails, whose
+//     outcome may be unknown, acknowledges nothing: the redelivery finds
+//     the inbox record if the commit happened and is then a duplicate.
+//  4. A handler that fails (or panics) rolls the transaction back. The
+//     message is retried after the Retry policy's backoff, or
+//     dead-lettered once it failed Retry.MaxAttempts times (as the broker
+//     counts deliveries) or at once when the error matches
+//     relayer.ErrPermanent.
+//
+// ctx bounds the handler and the transaction; when it ends first, nothing
+// is committed nor settled, and the broker delivers the message again
+// (Abandoned). The broker call that settles a delivery gets up to 10 s of
+// its own. Handle returns what it did, and an error when settling failed
+// (the broker then delivers the message again, and a duplicate is
+// acknowledged without its handler) or ctx ended.
+func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
+	m, err := d.Message()
+	if err == nil && m.ID == uuid.Nil {
+		err = errors.New("the message id is the zero UUID")
+	}
+	if err != nil {
+		c.stats.deadLettered.Add(1)
+		cause := fmt.Errorf("%w: %w", ErrNotRelayer, err)
+		c.opts.Logger.Error("consume: broker message is not a Relayer message; dead-lettered", slog.String("consumer", c.opts.Name),
+			slog.String("error", err.Error()))
+		return DeadLettered, c.settle(ctx, DeadLettered, func(sctx context.Context) error { return d.DeadLetter(sctx, cause) })
+	}
+	handled, err := c.run(ctx, &m)
+	attempt := max(d.Attempt(), 1)
+	switch {
+	case err == nil && handled:
+		c.stats.handled.Add(1)
+		return Handled, c.settle(ctx, Handled, d.Ack)
+	case err == nil:
+		c.stats.duplicates.Add(1)
+		return Duplicate, c.settle(ctx, Duplicate, d.Ack)
+	case ctx.Err() != nil:
+		c.stats.abandoned.Add(1)
+		return Abandoned, ctx.Err()
+	}
+	attrs := []any{slog.String("consumer", c.opts.Name), slog.String("id", m.ID.String()), slog.String("type", m.Type),
+		slog.Int("attempt", attempt), slog.String("error", err.Error())}
+	if errors.Is(err, relayer.ErrPermanent) || c.retry.Exhausted(attempt) {
+		c.stats.deadLettered.Add(1)
+		c.opts.Logger.Error("consume: handler failed for good; the message is dead-lettered", attrs...)
+		return DeadLettered, c.settle(ctx, DeadLettered, func(sctx context.Context) error { return d.DeadLetter(sctx, err) })
+	}
+	delay := jittered(c.retry.Delay(attempt))
+	c.stats.retried.Add(1)
+	c.opts.Logger.Warn("consume: handler failed; the message is delivered again", append(attrs, slog.Duration("after", delay))...)
+	return Retried, c.settle(ctx, Retried, func(sctx context.Context) error { return d.Retry(sctx, delay) })
+}
+
+// settle runs the broker call that settles a delivery on a context of its
+// own, bounded by settleTimeout, so that a consumer that is stopping still
+// settles what its transaction decided.
+func (c *Consumer) settle(ctx context.Context, o Outcome, call func(context.Context) error) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := call(sctx); err != nil {
+		c.stats.settleFailures.Add(1)
+		return fmt.Errorf("consume: settling a delivery (%s): %w", o, err)
+	}
+	return nil
+}
+
+// run handles m in a transaction: it reports whether the handler ran, and
+// an error when the transaction did not commit.
+func (c *Consumer) run(ctx context.Context, m *relayer.Message) (handled bool, err error) {
+	tx := &Tx{}
+	if c.opts.Writer != nil {
+		if tx.out, err = c.opts.Writer.Begin(ctx, c.db, c.opts.TxOptions); err != nil {
+			return false, fmt.Errorf("consume: begin: %w", err)
+		}
+		tx.Tx = tx.out.Tx
+	} else if tx.Tx, err = c.db.BeginTx(ctx, c.opts.TxOptions); err != nil {
+		return false, fmt.Errorf("consume: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.rollback()
+		}
+	}()
+	handled, err = c.inbox.HandleMessage(ctx, tx.Tx, c.opts.Name, m, func(ctx context.Context) error {
+		return c.call(ctx, tx, m)
+	})
+	if err != nil {
+		return handled, err
+	}
+	if err := tx.commit(); err != nil {
+		return handled, fmt.Errorf("consume: commit: %w", err)
+	}
+	committed = true
+	return handled, nil
+}
+
+// call runs the handler, turning a panic into an error so that the message
+// is retried and, if it panics every time, dead-lettered rather than
+// crashing the consumer at each delivery.
+func (c *Consumer) call(ctx context.Context, tx *Tx, m *relayer.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("consume: handler panicked: %v", p)
+			c.opts.Logger.Error("consume: handler panicked", slog.String("consumer", c.opts.Name), slog.String("id", m.ID.String()),
+				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	return c.handler(ctx, tx, m)
+}
+
+func (t *Tx) commit() error {
+	if t.out != nil {
+		return t.out.Commit()
+	}
+	return t.Tx.Commit()
+}
+
+func (t *Tx) rollback() {
+	if t.out != nil {
+		_ = t.out.Rollback()
+		return
+	}
+	_ = t.Tx.Rollback()
+}
+
+// jittered shortens d by a random part of up to a fifth (see Options.Retry).
+func jittered(d time.Duration) time.Duration {
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// Stats are a consumer's counters since it was made.
+type Stats struct {
+	// Handled counts messages whose handler ran and committed.
+	Handled uint64
+	// Duplicates counts deliveries of messages handled before.
+	Duplicates uint64
+	// Retried counts deliveries whose handler failed and that were handed
+	// back to the broker for another delivery.
+	Retried uint64
+	// DeadLettered counts messages taken out of delivery for good.
+	DeadLettered uint64
+	// Abandoned counts deliveries left undone because their context ended.
+	Abandoned uint64
+	// SettleFailures counts broker calls (acknowledgement, retry, dead
+	// letter) that failed; the broker then delivers the message again.
+	SettleFailures uint64
+}
+
+type counters struct {
+	handled, duplicates, retried, deadLettered, abandoned, settleFailures atomic.Uint64
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() Stats {
+	s := &c.stats
+	return Stats{Handled: s.handled.Load(), Duplicates: s.duplicates.Load(), Retried: s.retried.Load(),
+		DeadLettered: s.deadLettered.Load(), Abandoned: s.abandoned.Load(), SettleFailures: s.settleFailures.Load()}
+}

@@ -1,0 +1,61 @@
+// Package consume handles, on the consumer's side, the messages Relayer
+// delivered to a broker: each in a database transaction together with its
+// inbox record, committed before the broker is acknowledged, so that a
+// message's effects commit once however often the broker delivers it.
+//
+// Relayer delivers every committed message at least once, and a broker
+// redelivers what a consumer did not acknowledge. Between the two, a
+// consumer must read the message's Relayer id from the broker's metadata,
+// record it in the inbox in the same transaction as its work, commit, and
+// only then acknowledge; a failing handler must roll back and be retried a
+// bounded number of times, then leave delivery for a dead-letter place. A
+// [Consumer] does that for any broker; an adapter per broker (in the
+// broker's transport module: transport/nats's Consume for JetStream)
+// receives messages the way that broker's users expect and hands each to
+// [Consumer.Handle] as a [Delivery].
+//
+// # The order of things
+//
+// For each delivery, [Consumer.Handle]:
+//
+//  1. reads the message (id, type, key, headers, body) from the broker's
+//     metadata; a message without a Relayer id is dead-lettered with
+//     [ErrNotRelayer] rather than given an id of its own;
+//  2. begins a transaction, records (consumer name, message id) in the
+//     inbox, and runs the [Handler] in the same transaction, unless the
+//     record was there: then the message is a duplicate and the handler
+//     does not run;
+//  3. commits, then acknowledges the broker;
+//  4. on a handler's error, rolls back and hands the message back to the
+//     broker to be delivered again after a backoff, or dead-letters it
+//     once its attempts are spent, or at once for an error matching
+//     relayer.ErrPermanent.
+//
+// A crash between the commit and the acknowledgement makes the broker
+// deliver the message again; its inbox record is then committed, so the
+// redelivery is acknowledged without running the handler. Two deliveries
+// of one message racing each other (a redelivery overtaking a slow first
+// attempt, two consumer processes) commit the effects once: the second
+// waits on the inbox record until the first transaction ends (see package
+// inbox).
+//
+// # Follow-up messages
+//
+// With [Options.Writer] set, a handler publishes follow-up messages through
+// its transaction ([Tx.Publish]): consume, handle and publish commit
+// together, or nothing of them does. The writer's listener (a
+// dispatch.Runner in the same process) sends them after the commit, as
+// for any business transaction.
+//
+// # Retries and dead letters
+//
+// A failing handler spends one attempt per delivery, as the broker counts
+// deliveries ([Delivery.Attempt]): the message comes back after
+// Options.Retry's backoff (1 s, doubling up to 5 min, by default), and
+// after Retry.MaxAttempts failures (10) it is dead-lettered with the
+// handler's error. Where the broker has a native way to wait (JetStream's
+// delayed negative acknowledgement), the adapter uses it; the adapter's
+// documentation says where dead letters go. A panicking handler counts as
+// a failing one: a message that panics every time ends in the dead
+// letters instead of crashing the consumer at each delivery.
+package consume

@@ -1,0 +1,315 @@
+package relayernats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/headers"
+)
+
+// Headers a dead letter carries besides the message's own: why it left
+// delivery, which consumer gave up on it, and the subject it was consumed
+// from.
+const (
+	HeaderDeadReason   = "relayer-dead-reason"
+	HeaderDeadConsumer = "relayer-dead-consumer"
+	HeaderDeadSubject  = "relayer-dead-subject"
+)
+
+// deadReasonMax bounds the reason a dead letter carries, in bytes.
+const deadReasonMax = 1024
+
+// ConsumeOptions configure [Consume]. DeadLetterSubject is required; zero
+// fields take their defaults.
+type ConsumeOptions struct {
+	// DeadLetterSubject is the subject a message that leaves delivery for
+	// good is published to, with its headers and body and the headers
+	// HeaderDeadReason, HeaderDeadConsumer and HeaderDeadSubject; a stream
+	// must capture it. The message is then terminated in its own stream
+	// (Term). Required: a message given up on is kept where
+	// operators find it, never only dropped.
+	DeadLetterSubject string
+	// Concurrency is how many messages are handled at once, 1 to 1,000.
+	// With 1, the default, messages are handled one at a time in the order
+	// the consumer delivers them (a retried message comes back behind the
+	// messages delivered meanwhile). With more, messages of one subject may
+	// be handled out of order.
+	Concurrency int
+	// DrainTimeout bounds how long Consume waits, once its context has
+	// ended, for the messages being handled to commit and be acknowledged;
+	// then their handlers' context ends, and what did not commit is
+	// delivered again. Default: 10s.
+	DrainTimeout time.Duration
+	// Logger receives the adapter's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first field that cannot work, wrapping
+// [ErrInvalidOptions].
+func (o ConsumeOptions) Validate() error {
+	if o.DeadLetterSubject == "" {
+		return fmt.Errorf("%w: ConsumeOptions.DeadLetterSubject is required", ErrInvalidOptions)
+	}
+	if reason := checkSubject(o.DeadLetterSubject); reason != "" {
+		return fmt.Errorf("%w: ConsumeOptions.DeadLetterSubject %q: %s", ErrInvalidOptions, o.DeadLetterSubject, reason)
+	}
+	if o.Concurrency < 0 || o.Concurrency > 1000 {
+		return fmt.Errorf("%w: ConsumeOptions.Concurrency is %d, want 1 to 1000 (0 for 1)", ErrInvalidOptions, o.Concurrency)
+	}
+	if o.DrainTimeout < 0 {
+		return fmt.Errorf("%w: ConsumeOptions.DrainTimeout is negative", ErrInvalidOptions)
+	}
+	return nil
+}
+
+// Consume hands the messages of the JetStream consumer cons to c, one
+// [consume.Delivery] each, until ctx ends; then it stops fetching, waits up
+// to DrainTimeout for the messages being handled, and returns nil. It
+// returns an error at once for options or a consumer that cannot work.
+//
+// cons must acknowledge explicitly (jetstream.AckExplicitPolicy). Each
+// message is settled once its transaction ended: acknowledged when it was
+// handled and committed, or was a duplicate; negatively acknowledged with
+// the consumer's backoff (NakWithDelay) when its handler failed; published
+// to DeadLetterSubject and terminated (Term) when it failed for good. The consumer
+// counts attempts with the deliveries JetStream reports (NumDelivered), so
+// its MaxDeliver, when set, must be at least c's Retry.MaxAttempts:
+// otherwise JetStream would stop delivering a failing message before it
+// reached the dead letters. While a handler runs past half the consumer's
+// AckWait, the message is reported in progress, so that JetStream does not
+// deliver it again meanwhile.
+//
+// js publishes the dead letters. Pull a durable consumer the application
+// created, for example:
+//
+//	cons, err := js.CreateOrUpdateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{
+//		Durable:       "billing",
+//		AckPolicy:     jetstream.AckExplicitPolicy,
+//		FilterSubject: "orders.>",
+//	})
+func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, c *consume.Consumer, opts ConsumeOptions) error {
+	if js == nil || cons == nil || c == nil {
+		return fmt.Errorf("%w: Consume needs a JetStream context, a consumer and a consume.Consumer", ErrInvalidOptions)
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 1
+	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	cfg := cons.CachedInfo().Config
+	if cfg.AckPolicy != jetstream.AckExplicitPolicy {
+		return fmt.Errorf("%w: consumer %q acknowledges with %s; Consume needs AckExplicitPolicy", ErrInvalidOptions, cfg.Durable, cfg.AckPolicy)
+	}
+	if attempts := c.Options().Retry.MaxAttempts; cfg.MaxDeliver > 0 && cfg.MaxDeliver < attempts {
+		return fmt.Errorf("%w: consumer %q delivers a message at most %d times, fewer than the %d attempts of the consume.Consumer's Retry: a failing message would stop short of the dead letters",
+			ErrInvalidOptions, cfg.Durable, cfg.MaxDeliver, attempts)
+	}
+	ackWait := cfg.AckWait
+	if ackWait <= 0 {
+		ackWait = 30 * time.Second
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * opts.Concurrency))
+	if err != nil {
+		return fmt.Errorf("relayernats: consume: %w", err)
+	}
+	// The handlers' context outlives ctx by up to DrainTimeout, so that a
+	// stop lets the messages being handled commit and be acknowledged.
+	hctx, endHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer endHandlers()
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+		}
+		it.Stop()
+	}()
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range opts.Concurrency {
+		wg.Go(func() {
+			for msg := range work {
+				d := &delivery{msg: msg, js: js, dead: opts.DeadLetterSubject, consumer: c.Options().Name}
+				keepAlive := inProgress(msg, ackWait/2)
+				if _, err := c.Handle(hctx, d); err != nil && hctx.Err() == nil {
+					opts.Logger.Warn("relayernats: consume: a message was not settled; JetStream delivers it again",
+						slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
+				}
+				keepAlive()
+			}
+		})
+	}
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				break
+			}
+			opts.Logger.Warn("relayernats: consume: fetching failed; trying again", slog.String("error", err.Error()))
+			continue
+		}
+		select {
+		case work <- msg:
+		case <-ctx.Done():
+			// Fetched but not handled: delivered again at once.
+			_ = msg.Nak()
+		}
+	}
+	close(stopped)
+	close(work)
+	drained := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(opts.DrainTimeout):
+		endHandlers() // nothing uncommitted is acknowledged: it is delivered again
+		<-drained
+	}
+	return nil
+}
+
+// inProgress reports msg in progress every interval until the returned
+// function is called.
+func inProgress(msg jetstream.Msg, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// delivery is a JetStream message as a consume.Delivery.
+type delivery struct {
+	msg      jetstream.Msg
+	js       jetstream.JetStream
+	dead     string
+	consumer string
+}
+
+func (d *delivery) Message() (relayer.Message, error) { return ReceivedMessage(d.msg) }
+
+func (d *delivery) Attempt() int {
+	md, err := d.msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return int(md.NumDelivered)
+}
+
+func (d *delivery) Ack(context.Context) error { return d.msg.Ack() }
+
+func (d *delivery) Retry(_ context.Context, delay time.Duration) error {
+	return d.msg.NakWithDelay(delay)
+}
+
+// DeadLetter publishes the message, as it arrived, to the dead-letter
+// subject with why and by whom it was given up, then terminates it. Its
+// Nats-Msg-Id is "dead:" and the message's id, so that a dead letter
+// published twice (the termination lost) is stored once within the
+// dead-letter stream's duplicate window, even when that stream holds the
+// message itself too.
+func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
+	reason := oneLine(cause.Error())
+	out := &nats.Msg{Subject: d.dead, Data: d.msg.Data(), Header: nats.Header{}}
+	for name, vs := range d.msg.Headers() {
+		if len(name) >= len(reservedPrefix) && strings.EqualFold(name[:len(reservedPrefix)], reservedPrefix) {
+			continue // publish directives of the original publish (Nats-Msg-Id, Nats-Expected-Stream, …)
+		}
+		out.Header[name] = slices.Clone(vs)
+	}
+	if id, err := MessageID(d.msg.Headers()); err == nil {
+		// Deduplicated as a dead letter, apart from the message itself,
+		// which the dead-letter subject's stream may hold too.
+		out.Header[jetstream.MsgIDHeader] = []string{"dead:" + id.String()}
+	}
+	out.Header[HeaderDeadReason] = []string{reason}
+	out.Header[HeaderDeadConsumer] = []string{oneLine(d.consumer)}
+	out.Header[HeaderDeadSubject] = []string{d.msg.Subject()}
+	if _, err := d.js.PublishMsg(ctx, out); err != nil {
+		return fmt.Errorf("relayernats: dead letter to %s: %w", d.dead, err)
+	}
+	// Term, not TermWithReason, which servers before 2.10.4 ignore,
+	// leaving the message to be delivered again: the reason is in the
+	// dead letter.
+	return d.msg.Term()
+}
+
+// oneLine makes s a header value NATS carries unchanged: line breaks become
+// spaces, blanks at either end go, and it is cut to deadReasonMax bytes.
+func oneLine(s string) string {
+	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	if len(s) > deadReasonMax {
+		s = s[:deadReasonMax]
+	}
+	return strings.Trim(s, " \t")
+}
+
+// ReceivedMessage returns the relayer.Message a [Transport] published as
+// msg: its id (MessageID), type (MessageType), key (the relayer-key
+// header, decoded), body, and headers, those the transport added left out;
+// its Destination is msg's subject. The headers come name by name in
+// sorted order, each name's values in the order sent (NATS keeps no order
+// between names). The message's Transport, creation time and trace context
+// are not carried. A message without a relayer-message-id header fails with
+// [ErrNoMessageID].
+func ReceivedMessage(msg jetstream.Msg) (relayer.Message, error) {
+	h := msg.Headers()
+	id, err := MessageID(h)
+	if err != nil {
+		return relayer.Message{}, err
+	}
+	m := relayer.Message{ID: id, Type: MessageType(h), Destination: msg.Subject(), Body: msg.Data()}
+	if vs := h[relayer.HeaderKey]; len(vs) > 0 {
+		if m.Key, err = decodeKey(vs[len(vs)-1]); err != nil {
+			return relayer.Message{}, err
+		}
+	}
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		vs := h[name]
+		switch {
+		case name == relayer.HeaderMessageID || name == relayer.HeaderMessageType || name == relayer.HeaderKey:
+			vs = vs[:len(vs)-1] // the transport's own value is the last
+		case len(name) >= len(reservedPrefix) && strings.EqualFold(name[:len(reservedPrefix)], reservedPrefix):
+			continue // publish directives (Nats-Msg-Id, …)
+		}
+		for _, v := range vs {
+			m.Headers = append(m.Headers, headers.Header{Name: name, Value: []byte(v)})
+		}
+	}
+	return m, nil
+}
