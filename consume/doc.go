@@ -12,7 +12,8 @@
 // [Consumer] does that for any broker; an adapter per broker (in the
 // broker's transport module: transport/nats's Consume for JetStream)
 // receives messages the way that broker's users expect and hands each to
-// [Consumer.Handle] as a [Delivery].
+// [Consumer.Handle] as a [Delivery]; package consumetest is the
+// conformance suite every adapter passes.
 //
 // # The order of things
 //

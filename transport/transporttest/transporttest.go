@@ -48,9 +48,9 @@ type Broker struct {
 	// transport's own may be left out or kept; the suite ignores names it did
 	// not send).
 	Received func(t *testing.T, destination string, n int) []relayer.Message
-	// CarriesKey: consumers see Message.Key (Kafka's record key, an AMQP
-	// header). Where the broker keeps order by destination alone (NATS
-	// JetStream subjects), the key does not travel and is not checked.
+	// CarriesKey: consumers see Message.Key (Kafka's record key, the
+	// relayer-key header of AMQP and NATS). When false, the key is not
+	// checked.
 	CarriesKey bool
 	// IDHeaders names the headers in which the transport gives consumers
 	// Message.ID, in its canonical text form (uuid.UUID.String), after any

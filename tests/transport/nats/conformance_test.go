@@ -39,7 +39,11 @@ func TestConformance(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := relayer.Message{ID: id, Type: relayernats.MessageType(m.Headers()), Body: m.Data(), Destination: m.Subject()}
+				received, err := relayernats.ReceivedMessage(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := relayer.Message{ID: id, Type: relayernats.MessageType(m.Headers()), Key: received.Key, Body: m.Data(), Destination: m.Subject()}
 				for name, values := range m.Headers() {
 					for _, v := range values {
 						got.Headers = append(got.Headers, headers.Header{Name: name, Value: []byte(v)})
@@ -49,6 +53,7 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
+		CarriesKey:  true, // in the relayer-key header
 		IDHeaders:   []string{jetstream.MsgIDHeader, relayer.HeaderMessageID},
 		TypeHeaders: []string{relayer.HeaderMessageType},
 		// The server refuses a message over the stream's max_msg_size with

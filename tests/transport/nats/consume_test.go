@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/consume/consumetest"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	relayernats "github.com/relayer-go/relayer/transport/nats"
@@ -41,9 +41,6 @@ func setupConsume(t *testing.T, cfg func(*jetstream.ConsumerConfig)) *consumeBun
 	if _, err := store.Migrate(ctx, db, tables); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE `+tables.Schema+`.effects (message_id uuid NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       "billing",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -60,21 +57,7 @@ func setupConsume(t *testing.T, cfg func(*jetstream.ConsumerConfig)) *consumeBun
 	return &consumeBundle{testBundle: b, db: db, tables: tables, dead: b.subject("dead"), cons: cons}
 }
 
-// effects returns how many effect rows message id has.
-func (b *consumeBundle) effects(t *testing.T, id uuid.UUID) int {
-	t.Helper()
-	var n int
-	if err := b.db.QueryRow(`SELECT count(*) FROM `+b.tables.Schema+`.effects WHERE message_id = $1`, id).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func (b *consumeBundle) writeEffect(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO `+b.tables.Schema+`.effects (message_id) VALUES ($1)`, m.ID)
-	return err
-}
-
+// consumer returns a consumer named billing on the bundle's database.
 func (b *consumeBundle) consumer(t *testing.T, h consume.Handler, opts consume.Options) *consume.Consumer {
 	t.Helper()
 	opts.Name, opts.Tables = "billing", b.tables
@@ -120,152 +103,6 @@ func until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// settled waits until the consumer has no message left undelivered or
-// unacknowledged (acknowledgements and terminations are asynchronous).
-func (b *consumeBundle) settled(t *testing.T, what string) {
-	t.Helper()
-	until(t, what, func() bool {
-		info, err := b.cons.Info(testContext(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.NumPending == 0 && info.NumAckPending == 0
-	})
-}
-
-// The handler gets the message the transport published, with its id,
-// type, key and headers, and each message's effects commit once, acknowledged.
-func TestConsumeReceivesWhatWasSent(t *testing.T) {
-	t.Parallel()
-	b := setupConsume(t, nil)
-	ctx := testContext(t)
-	sent := []*relayer.Message{
-		newMessage(t, b.subject("orders.placed"), "orders.OrderPlaced", []byte(`{"id":"o-1"}`), "trace", "a", "dup", "1", "dup", "2"),
-		newMessage(t, b.subject("orders.placed"), "orders.OrderPlaced", []byte{}, "bin", string(binaryValue())),
-		newMessage(t, b.subject("orders.shipped"), "orders.OrderShipped", []byte("x")),
-	}
-	sent[0].Key = "customer-7"
-	sent[1].Key = " a key\r\nwith 100% of the awkward bytes\t" // escaped on the wire, read back as is
-	for _, m := range sent {
-		if err := b.tr.Send(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var mu sync.Mutex
-	var got []relayer.Message
-	c := b.consumer(t, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
-		mu.Lock()
-		cp := *m
-		cp.Body = slices.Clone(m.Body)
-		got = append(got, cp)
-		mu.Unlock()
-		return b.writeEffect(ctx, tx, m)
-	}, consume.Options{})
-	stop := b.run(t, c, relayernats.ConsumeOptions{})
-	until(t, "every message handled", func() bool { return c.Stats().Handled == uint64(len(sent)) })
-	if err := stop(); err != nil {
-		t.Fatalf("Consume = %v", err)
-	}
-	if len(got) != len(sent) {
-		t.Fatalf("handled %d messages, want %d", len(got), len(sent))
-	}
-	for i, want := range sent {
-		g := got[i] // one at a time, in stream order
-		if g.ID != want.ID || g.Type != want.Type || g.Key != want.Key || g.Destination != want.Destination || string(g.Body) != string(want.Body) {
-			t.Errorf("message %d: got id %v type %q key %q destination %q body %q; want %v %q %q %q %q",
-				i, g.ID, g.Type, g.Key, g.Destination, g.Body, want.ID, want.Type, want.Key, want.Destination, want.Body)
-		}
-		if !sameHeaders(g, want) {
-			t.Errorf("message %d: headers %v, want %v (in any order of names)", i, g.Headers, want.Headers)
-		}
-		if n := b.effects(t, want.ID); n != 1 {
-			t.Errorf("message %d: %d effect rows, want 1", i, n)
-		}
-	}
-	b.settled(t, "the acknowledgements")
-}
-
-// sameHeaders reports whether a and b hold the same values under each name,
-// in the same order within a name.
-func sameHeaders(a relayer.Message, b *relayer.Message) bool {
-	byName := func(m *relayer.Message) map[string][]string {
-		out := map[string][]string{}
-		for _, h := range m.Headers {
-			out[h.Name] = append(out[h.Name], string(h.Value))
-		}
-		return out
-	}
-	ga, gb := byName(&a), byName(b)
-	if len(ga) != len(gb) {
-		return false
-	}
-	for name, vs := range ga {
-		if !slices.Equal(vs, gb[name]) {
-			return false
-		}
-	}
-	return true
-}
-
-// A failing handler's message comes back, through JetStream's delayed
-// negative acknowledgement, until its attempts are spent; then it is
-// published to the dead-letter subject with its error and terminated.
-func TestConsumeRetriesThenDeadLetters(t *testing.T) {
-	t.Parallel()
-	b := setupConsume(t, nil)
-	ctx := testContext(t)
-	m := newMessage(t, b.subject("orders.placed"), "orders.OrderPlaced", []byte("body"), "h", "v")
-	m.Key = "customer-9"
-	if err := b.tr.Send(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var at []time.Time
-	c := b.consumer(t, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
-		mu.Lock()
-		at = append(at, time.Now())
-		mu.Unlock()
-		if err := b.writeEffect(ctx, tx, m); err != nil {
-			return err
-		}
-		return errors.New("ledger\nunavailable")
-	}, consume.Options{Retry: relayer.Retry{MaxAttempts: 3, Backoff: 200 * time.Millisecond, MaxBackoff: time.Second}})
-	stop := b.run(t, c, relayernats.ConsumeOptions{})
-	until(t, "the message dead-lettered", func() bool { return c.Stats().DeadLettered == 1 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if len(at) != 3 {
-		t.Fatalf("handler ran %d times, want 3", len(at))
-	}
-	if gap := at[1].Sub(at[0]); gap < 150*time.Millisecond {
-		t.Errorf("the first retry came %v after the failure, want about 200ms (less up to a fifth)", gap)
-	}
-	if b.effects(t, m.ID) != 0 {
-		t.Error("a failing handler's effects were committed")
-	}
-	dead, err := b.js.CreateOrUpdateConsumer(ctx, b.stream.CachedInfo().Config.Name, jetstream.ConsumerConfig{
-		Durable: "dead-reader", FilterSubject: b.dead, AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs := drain(t, dead, 1)
-	d := msgs[0]
-	if id, err := relayernats.MessageID(d.Headers()); err != nil || id != m.ID || string(d.Data()) != "body" {
-		t.Errorf("dead letter id %v (%v), body %q; want the message's", id, err, d.Data())
-	}
-	if got := d.Headers().Get(relayernats.HeaderDeadReason); got != "ledger unavailable" {
-		t.Errorf("dead letter reason %q, want the handler's error on one line", got)
-	}
-	if d.Headers().Get(relayernats.HeaderDeadConsumer) != "billing" || d.Headers().Get(relayernats.HeaderDeadSubject) != m.Destination {
-		t.Errorf("dead letter headers %v", d.Headers())
-	}
-	if got, err := relayernats.ReceivedMessage(d); err != nil || got.Key != m.Key || got.Type != m.Type {
-		t.Errorf("the dead letter reads back as %+v, %v", got, err)
-	}
-	b.settled(t, "the termination")
-}
-
 // A message that no Relayer transport published (no id) is dead-lettered
 // at once, naming why, and never handled.
 func TestConsumeDeadLettersForeignMessages(t *testing.T) {
@@ -285,46 +122,10 @@ func TestConsumeDeadLettersForeignMessages(t *testing.T) {
 	if ran {
 		t.Error("the handler ran for a message without a Relayer id")
 	}
-	dead, err := b.js.CreateOrUpdateConsumer(ctx, b.stream.CachedInfo().Config.Name, jetstream.ConsumerConfig{
-		Durable: "dead-reader", FilterSubject: b.dead, AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := drain(t, dead, 1)[0]
+	d := b.deadLetters(t, 1)[0]
 	if reason := d.Headers().Get(relayernats.HeaderDeadReason); !strings.Contains(reason, "not a Relayer message") || string(d.Data()) != "hand-made" {
 		t.Errorf("dead letter %q with reason %q", d.Data(), reason)
 	}
-}
-
-// Stopping lets the message being handled commit and be acknowledged: it
-// is not delivered again.
-func TestConsumeStopDrainsTheMessageBeingHandled(t *testing.T) {
-	t.Parallel()
-	b := setupConsume(t, nil)
-	ctx := testContext(t)
-	m := newMessage(t, b.subject("orders.placed"), "orders.OrderPlaced", []byte("x"))
-	if err := b.tr.Send(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	inHandler, release := make(chan struct{}), make(chan struct{})
-	c := b.consumer(t, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
-		close(inHandler)
-		<-release
-		return b.writeEffect(ctx, tx, m)
-	}, consume.Options{})
-	stop := b.run(t, c, relayernats.ConsumeOptions{})
-	<-inHandler
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	time.Sleep(50 * time.Millisecond) // Consume is stopping meanwhile
-	close(release)
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
-	if s := c.Stats(); s.Handled != 1 || b.effects(t, m.ID) != 1 {
-		t.Errorf("after the stop: %+v, %d effect rows; want the message handled once", s, b.effects(t, m.ID))
-	}
-	b.settled(t, "the acknowledgement")
 }
 
 // Consume refuses options and consumers it cannot keep its promises with.
@@ -356,6 +157,56 @@ func TestConsumeRefusesWhatCannotWork(t *testing.T) {
 	if err := relayernats.Consume(ctx, b.js, none, c, relayernats.ConsumeOptions{DeadLetterSubject: b.dead}); !errors.Is(err, relayernats.ErrInvalidOptions) {
 		t.Errorf("a consumer without acknowledgements: Consume = %v, want ErrInvalidOptions", err)
 	}
+}
+
+// The adapter passes the consume conformance suite: each scenario gets a
+// stream of its own, a durable consumer of its orders subjects, and a dead
+// subject the stream captures too.
+func TestConsumeConformance(t *testing.T) {
+	t.Parallel()
+	consumetest.Run(t, consumetest.Broker{
+		CarriesKey: true,
+		Endpoint: func(t *testing.T) consumetest.Endpoint {
+			b := setupConsume(t, nil)
+			return consumetest.Endpoint{
+				Transport:   b.tr,
+				Destination: b.subject("orders.placed"),
+				Consume: func(ctx context.Context, c *consume.Consumer) error {
+					return relayernats.Consume(ctx, b.js, b.cons, c, relayernats.ConsumeOptions{DeadLetterSubject: b.dead})
+				},
+				DeadLetters: func(t *testing.T, n int) []consumetest.DeadLetter {
+					var out []consumetest.DeadLetter
+					for _, d := range b.deadLetters(t, n) {
+						m, err := relayernats.ReceivedMessage(d)
+						if err != nil {
+							t.Fatal(err)
+						}
+						out = append(out, consumetest.DeadLetter{Message: m, Reason: d.Headers().Get(relayernats.HeaderDeadReason)})
+					}
+					return out
+				},
+			}
+		},
+		Database: func(t *testing.T) (*sql.DB, store.Options) {
+			db := testdb.Open(t, "pgx")
+			tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+			if _, err := store.Migrate(context.Background(), db, tables); err != nil {
+				t.Fatal(err)
+			}
+			return db, tables
+		},
+	})
+}
+
+// deadLetters reads n messages from the bundle's dead subject.
+func (b *consumeBundle) deadLetters(t *testing.T, n int) []jetstream.Msg {
+	t.Helper()
+	dead, err := b.js.CreateOrUpdateConsumer(testContext(t), b.stream.CachedInfo().Config.Name, jetstream.ConsumerConfig{
+		Durable: "dead-reader", FilterSubject: b.dead, AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drain(t, dead, n)
 }
 
 // ReceivedMessage leaves out the headers the transport added and reads the
