@@ -449,3 +449,16 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+func TestDeadReason(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"ledger down", "ledger down"},
+		{" two\r\nlines\n ", "two lines"},
+		{"bad \xff byte", "bad \uFFFD byte"},
+		{strings.Repeat("a", consume.DeadReasonMax-1) + "é", strings.Repeat("a", consume.DeadReasonMax-1)},
+	} {
+		if got := consume.DeadReason(tc.in); got != tc.want {
+			t.Errorf("DeadReason(%.20q…) = %.20q… (%d bytes), want %.20q… (%d bytes)", tc.in, got, len(got), tc.want, len(tc.want))
+		}
+	}
+}

@@ -85,3 +85,74 @@ func fieldBytes(v any) ([]byte, bool) {
 	}
 	return nil, false
 }
+
+// brokerHeaders are the headers RabbitMQ adds when it dead-letters a
+// message (as a retry queue does when a retried message's wait ends) or
+// counts a quorum queue's deliveries: tables and numbers, not the
+// message's.
+var brokerHeaders = []string{
+	"x-death", "x-delivery-count",
+	"x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+	"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason",
+}
+
+// ReceivedMessage returns the relayer.Message a [Transport] published as
+// d: its id ([MessageID]), type, key (the [HeaderKey] header), body,
+// creation time (the timestamp property, to the second), and headers —
+// sorted by name, as [Headers] returns them, without the key, the headers
+// [Consume] adds to a retried message and those RabbitMQ adds when it
+// dead-letters one. Its Destination is the routing key the message was
+// published with, also after a retry. The message's Transport and trace
+// context are not carried. A delivery without a message id fails with
+// [ErrNoMessageID].
+func ReceivedMessage(d amqp.Delivery) (relayer.Message, error) {
+	id, err := MessageID(d)
+	if err != nil {
+		return relayer.Message{}, err
+	}
+	m := relayer.Message{ID: id, Type: d.Type, Destination: d.RoutingKey, Body: d.Body, CreatedAt: d.Timestamp}
+	if len(d.Headers) == 0 {
+		return m, nil
+	}
+	t := make(amqp.Table, len(d.Headers))
+	for k, v := range d.Headers {
+		t[k] = v
+	}
+	for _, name := range brokerHeaders {
+		delete(t, name)
+	}
+	delete(t, HeaderAttempts)
+	if v, ok := t[HeaderDestination]; ok {
+		delete(t, HeaderDestination)
+		if s, ok := v.(string); ok {
+			m.Destination = s
+		}
+	}
+	// The key is the last value under HeaderKey: the transport appends it
+	// to a header of the same name the message had.
+	switch v := t[HeaderKey].(type) {
+	case string:
+		m.Key = v
+		delete(t, HeaderKey)
+	case []byte:
+		m.Key = string(v)
+		delete(t, HeaderKey)
+	case []any:
+		if len(v) > 0 {
+			b, ok := fieldBytes(v[len(v)-1])
+			if !ok {
+				return relayer.Message{}, fmt.Errorf("%w: header %q, element %d, is a %T", ErrHeaderType, HeaderKey, len(v)-1, v[len(v)-1])
+			}
+			m.Key = string(b)
+			if rest := v[:len(v)-1]; len(rest) == 1 {
+				t[HeaderKey] = rest[0]
+			} else {
+				t[HeaderKey] = rest
+			}
+		}
+	}
+	if m.Headers, err = Headers(t); err != nil {
+		return relayer.Message{}, err
+	}
+	return m, nil
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -74,5 +75,71 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	if _, err := relayeramqp.New(nil, relayeramqp.Options{}); err == nil {
 		t.Error("New without a connection succeeded")
+	}
+}
+
+func TestReceivedMessage(t *testing.T) {
+	id := uuid.Must(uuid.NewV7())
+	for _, tc := range []struct {
+		name    string
+		headers amqp.Table
+		key     string
+		want    string // the headers left, as name=value
+	}{
+		{"no headers", nil, "", ""},
+		{"key alone", amqp.Table{relayeramqp.HeaderKey: "k"}, "k", ""},
+		{"binary key", amqp.Table{relayeramqp.HeaderKey: []byte{0xff}}, "\xff", ""},
+		{"key after a header of its name", amqp.Table{relayeramqp.HeaderKey: []any{"mine", "k"}}, "k", relayeramqp.HeaderKey + "=mine"},
+		{"key after two headers of its name", amqp.Table{relayeramqp.HeaderKey: []any{"a", "b", "k"}}, "k", relayeramqp.HeaderKey + "=a " + relayeramqp.HeaderKey + "=b"},
+		{"what a retry adds", amqp.Table{"x-death": []any{amqp.Table{}}, "x-first-death-queue": "q.retry-1000ms",
+			relayeramqp.HeaderAttempts: int64(2), relayeramqp.HeaderDestination: "orders.placed", "app": "1"}, "", "app=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := relayeramqp.ReceivedMessage(amqp.Delivery{MessageId: id.String(), RoutingKey: "q", Headers: tc.headers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, h := range m.Headers {
+				got = append(got, h.Name+"="+string(h.Value))
+			}
+			if m.ID != id || m.Key != tc.key || strings.Join(got, " ") != tc.want {
+				t.Errorf("ReceivedMessage = id %v key %q headers %q; want key %q headers %q", m.ID, m.Key, got, tc.key, tc.want)
+			}
+			wantDest := "q"
+			if tc.headers[relayeramqp.HeaderDestination] != nil {
+				wantDest = "orders.placed"
+			}
+			if m.Destination != wantDest {
+				t.Errorf("Destination = %q, want %q", m.Destination, wantDest)
+			}
+		})
+	}
+	if _, err := relayeramqp.ReceivedMessage(amqp.Delivery{}); !errors.Is(err, relayeramqp.ErrNoMessageID) {
+		t.Errorf("without an id: %v, want relayeramqp.ErrNoMessageID", err)
+	}
+	if _, err := relayeramqp.ReceivedMessage(amqp.Delivery{MessageId: id.String(), Headers: amqp.Table{"n": int64(1)}}); !errors.Is(err, relayeramqp.ErrHeaderType) {
+		t.Errorf("a numeric header: %v, want relayeramqp.ErrHeaderType", err)
+	}
+}
+
+func TestConsumeOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		opts relayeramqp.ConsumeOptions
+		ok   bool
+	}{
+		{relayeramqp.ConsumeOptions{}, false},
+		{relayeramqp.ConsumeOptions{DeadLetterRoutingKey: "dead"}, true},
+		{relayeramqp.ConsumeOptions{DeadLetterExchange: "dlx"}, true},
+		{relayeramqp.ConsumeOptions{DeadLetterExchange: strings.Repeat("x", 256)}, false},
+		{relayeramqp.ConsumeOptions{DeadLetterRoutingKey: "dead", Concurrency: relayeramqp.ConcurrencyMax}, true},
+		{relayeramqp.ConsumeOptions{DeadLetterRoutingKey: "dead", Concurrency: -1}, false},
+		{relayeramqp.ConsumeOptions{DeadLetterRoutingKey: "dead", Prefetch: 65536}, false},
+		{relayeramqp.ConsumeOptions{DeadLetterRoutingKey: "dead", DrainTimeout: -time.Second}, false},
+	} {
+		err := tc.opts.Validate()
+		if tc.ok != (err == nil) || err != nil && !errors.Is(err, relayeramqp.ErrInvalidOptions) {
+			t.Errorf("%+v.Validate() = %v", tc.opts, err)
+		}
 	}
 }

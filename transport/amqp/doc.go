@@ -127,6 +127,33 @@
 //
 // # Consuming
 //
-// [MessageID] reads a delivery's relayer message id; [Headers] decodes its
-// headers table into relayer headers.
+// [Consume] runs a consume.Consumer on a queue with manual
+// acknowledgements and a prefetch: each message is handled in the
+// consumer's database transaction with its inbox record, committed, and
+// only then acknowledged. RabbitMQ has no delayed redelivery of its own
+// (a rejected message comes back at once), so a failing handler's message
+// is retried through a retry queue per backoff, "<queue>.retry-<ms>ms":
+// Consume publishes the message there, with [HeaderAttempts] counting its
+// failures and an expiration of its backoff, and acknowledges it; when
+// the wait ends, the retry queue dead-letters it back to the queue. Once
+// its attempts are spent, or at once for an error matching
+// relayer.ErrPermanent, the message is published to the dead-letter
+// exchange and routing key of [ConsumeOptions] with [HeaderDeadReason],
+// [HeaderDeadConsumer] and [HeaderDeadQueue], then acknowledged. Both
+// publishes are mandatory and confirmed: a message whose retry or dead
+// letter no queue took stays in its queue. A message without a Relayer
+// id is dead-lettered the same way, never given an id of its own.
+//
+// For order, declare the queue with the "x-single-active-consumer"
+// argument and keep Concurrency at 1: one consumer at a time handles the
+// queue's messages, one by one, in queue order; a consumer that stops
+// hands the messages it was sent ahead back in their place before the next
+// one takes over. A retried message comes back behind the messages
+// published during its backoff. Stopping (ctx's end) waits for the
+// messages being handled, within DrainTimeout, and acknowledges nothing
+// that did not commit.
+//
+// [ReceivedMessage] reads a delivery back as the relayer.Message that was
+// sent; [MessageID] reads its relayer message id alone; [Headers] decodes
+// a headers table into relayer headers.
 package relayeramqp

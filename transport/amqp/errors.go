@@ -24,6 +24,10 @@ var (
 	// ErrHeaderType is returned by [Headers] for a header value of a type the
 	// transport never writes, such as the table RabbitMQ puts in x-death.
 	ErrHeaderType = errors.New("relayeramqp: header value is neither bytes nor a string")
+	// ErrInvalidOptions is returned by [Consume] and
+	// [ConsumeOptions.Validate] for options, a queue or a dead-letter
+	// exchange that cannot work; the message names which.
+	ErrInvalidOptions = errors.New("relayeramqp: invalid options")
 )
 
 // ReturnError reports a mandatory message that the broker returned because no

@@ -1,12 +1,17 @@
 package relayeramqp_test
 
 import (
+	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"log"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/store"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 )
 
@@ -66,4 +71,71 @@ func ExampleHeaders() {
 	// tag="a"
 	// tag="b"
 	// <nil>
+}
+
+// A consumer reads a delivery back as the message the producer's outbox
+// stored, also after it went through a retry queue.
+func ExampleReceivedMessage() {
+	d := amqp.Delivery{
+		MessageId:  "0190a5d2-6a4b-7c3e-9f10-2b3c4d5e6f70",
+		Type:       "orders.Placed",
+		RoutingKey: "billing", // the queue's name, on the way back from a retry queue
+		Headers: amqp.Table{
+			"tag":                         "a",
+			relayeramqp.HeaderKey:         "customer-42",
+			relayeramqp.HeaderAttempts:    int64(1),
+			relayeramqp.HeaderDestination: "orders.placed",
+			"x-death":                     []any{amqp.Table{"reason": "expired"}},
+		},
+		Body: []byte(`{"order":"o-1"}`),
+	}
+	m, err := relayeramqp.ReceivedMessage(d)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(m.ID, m.Type, m.Destination, m.Key, string(m.Body))
+	for _, h := range m.Headers {
+		fmt.Printf("%s=%q\n", h.Name, h.Value)
+	}
+	// Output:
+	// 0190a5d2-6a4b-7c3e-9f10-2b3c4d5e6f70 orders.Placed orders.placed customer-42 {"order":"o-1"}
+	// tag="a"
+}
+
+// Invoice is what the billing service writes for each order it consumes.
+type Invoice struct{ Order string }
+
+// A service consumes the orders another service's outbox published, each
+// once in effect: the handler's writes and the inbox record commit
+// together, before RabbitMQ is acknowledged.
+func ExampleConsume() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://billing@db:5432/billing") // with pgx's stdlib driver imported
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := amqp.Dial("amqp://guest:guest@localhost:5672/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		var inv Invoice
+		if err := json.Unmarshal(m.Body, &inv); err != nil {
+			return fmt.Errorf("%w: %w", relayer.ErrPermanent, err) // to the dead letters at once
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, inv.Order)
+		return err
+	}, consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The queue "billing" is bound to the orders; dead letters go to the
+	// queue "billing.dead" through the default exchange. Consume returns
+	// when ctx ends, once the messages being handled committed and were
+	// acknowledged, or when the connection closes: dial again and call it
+	// again.
+	if err := relayeramqp.Consume(ctx, conn, "billing", c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: "billing.dead"}); err != nil {
+		log.Fatal(err)
+	}
 }

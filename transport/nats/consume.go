@@ -19,16 +19,13 @@ import (
 )
 
 // Headers a dead letter carries besides the message's own: why it left
-// delivery, which consumer gave up on it, and the subject it was consumed
-// from.
+// delivery and which consumer gave up on it (package consume's names, on
+// every broker), and the subject it was consumed from.
 const (
-	HeaderDeadReason   = "relayer-dead-reason"
-	HeaderDeadConsumer = "relayer-dead-consumer"
+	HeaderDeadReason   = consume.HeaderDeadReason
+	HeaderDeadConsumer = consume.HeaderDeadConsumer
 	HeaderDeadSubject  = "relayer-dead-subject"
 )
-
-// deadReasonMax bounds the reason a dead letter carries, in bytes.
-const deadReasonMax = 1024
 
 // ConsumeOptions configure [Consume]. DeadLetterSubject is required; zero
 // fields take their defaults.
@@ -239,7 +236,7 @@ func (d *delivery) Retry(_ context.Context, delay time.Duration) error {
 // dead-letter stream's duplicate window, even when that stream holds the
 // message itself too.
 func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
-	reason := oneLine(cause.Error())
+	reason := consume.DeadReason(cause.Error())
 	out := &nats.Msg{Subject: d.dead, Data: d.msg.Data(), Header: nats.Header{}}
 	for name, vs := range d.msg.Headers() {
 		if len(name) >= len(reservedPrefix) && strings.EqualFold(name[:len(reservedPrefix)], reservedPrefix) {
@@ -253,7 +250,7 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 		out.Header[jetstream.MsgIDHeader] = []string{"dead:" + id.String()}
 	}
 	out.Header[HeaderDeadReason] = []string{reason}
-	out.Header[HeaderDeadConsumer] = []string{oneLine(d.consumer)}
+	out.Header[HeaderDeadConsumer] = []string{consume.DeadReason(d.consumer)}
 	out.Header[HeaderDeadSubject] = []string{d.msg.Subject()}
 	if _, err := d.js.PublishMsg(ctx, out); err != nil {
 		return fmt.Errorf("relayernats: dead letter to %s: %w", d.dead, err)
@@ -262,16 +259,6 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	// leaving the message to be delivered again: the reason is in the
 	// dead letter.
 	return d.msg.Term()
-}
-
-// oneLine makes s a header value NATS carries unchanged: line breaks become
-// spaces, blanks at either end go, and it is cut to deadReasonMax bytes.
-func oneLine(s string) string {
-	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
-	if len(s) > deadReasonMax {
-		s = s[:deadReasonMax]
-	}
-	return strings.Trim(s, " \t")
 }
 
 // ReceivedMessage returns the relayer.Message a [Transport] published as
