@@ -89,4 +89,31 @@
 // send waits for that outcome and ends at the latest when the client is
 // closed. The transport copies what records refer to, so the caller may
 // reuse a message's memory as soon as the send returns.
+//
+// # Consuming
+//
+// [Consume] runs a consume.Consumer in a consumer group, on a client it
+// makes from the caller's options: each record is handled in the
+// consumer's database transaction with its inbox record, committed, and
+// only then marked for the offset commit, which follows every five
+// seconds, at each rebalance (after the partitions taken away finished the
+// record they were handling) and at the end. A partition's records are
+// handled one at a time in offset order, so a key's messages are handled
+// in the order produced, while partitions are handled side by side.
+//
+// A failing handler's record is retried in its place after the consumer's
+// backoff, holding its partition, and never moved to a retry topic: a retry
+// topic would let the key's later messages overtake it, and Kafka is chosen
+// for that order. Its attempts are bounded (Retry.MaxAttempts), so a poison
+// record holds its partition for its backoffs at most (about 13 minutes
+// with the defaults; a shorter MaxBackoff shortens it) and then goes to
+// [ConsumeOptions.DeadLetterTopic] with [HeaderDeadReason],
+// [HeaderDeadConsumer], [HeaderDeadTopic], [HeaderDeadPartition] and
+// [HeaderDeadOffset]; an error matching relayer.ErrPermanent sends it there
+// at once. A record without a Relayer id is dead-lettered the same way.
+// Stopping (ctx's end) waits for the records being handled, within
+// DrainTimeout, and commits the offsets of nothing that did not commit.
+//
+// [ReceivedMessage] reads a record back as the relayer.Message that was
+// produced.
 package relayerkafka

@@ -2,6 +2,8 @@ package relayerkafka_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"log"
 	"time"
@@ -9,7 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/store"
 	relayerkafka "github.com/relayer-go/relayer/transport/kafka"
 )
 
@@ -72,4 +76,65 @@ func Example() {
 			read++
 		})
 	}
+}
+
+// Invoice is what the billing service writes for each order it consumes.
+type Invoice struct{ Order string }
+
+// A service consumes the orders another service's outbox produced, each
+// once in effect and each key's in order: the handler's writes and the
+// inbox record commit together, before the record's offset is committed.
+func ExampleConsume() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://billing@db:5432/billing") // with pgx's stdlib driver imported
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		var inv Invoice
+		if err := json.Unmarshal(m.Body, &inv); err != nil {
+			return fmt.Errorf("%w: %w", relayer.ErrPermanent, err) // to the dead letters at once
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, inv.Order)
+		return err
+	}, consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Until ctx ends; then the records being handled commit, their offsets
+	// are committed and the consumer leaves the group.
+	err = relayerkafka.Consume(ctx, c, relayerkafka.ConsumeOptions{
+		Group:           "billing",
+		Topics:          []string{"orders"},
+		DeadLetterTopic: "orders.dead",
+	}, kgo.SeedBrokers("localhost:9092"))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A consumer reads a record back as the message the producer's outbox
+// stored.
+func ExampleReceivedMessage() {
+	r := &kgo.Record{
+		Topic: "orders",
+		Key:   []byte("customer-42"),
+		Value: []byte(`{"order":"o-1"}`),
+		Headers: []kgo.RecordHeader{
+			{Key: "tag", Value: []byte("a")},
+			{Key: relayer.HeaderMessageID, Value: []byte("0190a5d2-6a4b-7c3e-9f10-2b3c4d5e6f70")},
+			{Key: relayer.HeaderMessageType, Value: []byte("orders.Placed")},
+		},
+	}
+	m, err := relayerkafka.ReceivedMessage(r)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(m.ID, m.Type, m.Destination, m.Key, string(m.Body))
+	for _, h := range m.Headers {
+		fmt.Printf("%s=%q\n", h.Name, h.Value)
+	}
+	// Output:
+	// 0190a5d2-6a4b-7c3e-9f10-2b3c4d5e6f70 orders.Placed orders customer-42 {"order":"o-1"}
+	// tag="a"
 }
