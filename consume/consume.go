@@ -78,7 +78,22 @@ type Handler func(ctx context.Context, tx *Tx, m *relayer.Message) error
 // must do neither.
 type Tx struct {
 	*sql.Tx
-	out *enlist.Tx
+	out      *enlist.Tx
+	onCommit []func()
+}
+
+// OnCommit registers f to run once the transaction committed, before the
+// broker is acknowledged: for work that must follow the commit and never
+// precede it (a cache to invalidate, a notification), in the order
+// registered. f runs at most once per message: when the process dies
+// between the commit and the acknowledgement, the message's redelivery is
+// a duplicate, whose handler, and so whose OnCommit functions, do not run.
+// Nothing runs when the transaction rolls back. A panic in f is logged and
+// does not stop the acknowledgement.
+func (t *Tx) OnCommit(f func()) {
+	if f != nil {
+		t.onCommit = append(t.onCommit, f)
+	}
 }
 
 // Publish writes a follow-up message in the transaction, as enlist.Tx's
@@ -355,7 +370,22 @@ func (c *Consumer) run(ctx context.Context, m *relayer.Message) (handled bool, e
 		return handled, fmt.Errorf("consume: commit: %w", err)
 	}
 	committed = true
+	for _, f := range tx.onCommit {
+		c.afterCommit(m, f)
+	}
 	return handled, nil
+}
+
+// afterCommit runs a function registered with Tx.OnCommit, logging its
+// panic.
+func (c *Consumer) afterCommit(m *relayer.Message, f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.opts.Logger.Error("consume: an OnCommit function panicked", slog.String("consumer", c.opts.Name), slog.String("id", m.ID.String()),
+				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	f()
 }
 
 // call runs the handler, turning a panic into an error so that the message

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -460,5 +461,44 @@ func TestDeadReason(t *testing.T) {
 		if got := consume.DeadReason(tc.in); got != tc.want {
 			t.Errorf("DeadReason(%.20q…) = %.20q… (%d bytes), want %.20q… (%d bytes)", tc.in, got, len(got), tc.want, len(tc.want))
 		}
+	}
+}
+
+// OnCommit functions run after the commit, before the acknowledgement, in
+// order, once; not at all on a rollback; and a panicking one is logged and
+// does not keep the message from being acknowledged.
+func TestOnCommitRunsBetweenCommitAndAcknowledgement(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	var order []string
+	fail := false
+	c := b.consumer(t, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		tx.OnCommit(func() { order = append(order, fmt.Sprintf("first sees %d", b.effects(t, m.ID))) })
+		tx.OnCommit(func() { panic("boom") })
+		tx.OnCommit(func() { order = append(order, "third") })
+		if err := b.writeEffect(ctx, tx, m); err != nil {
+			return err
+		}
+		if fail {
+			return errors.New("rolled back")
+		}
+		return nil
+	}, consume.Options{Logger: slog.New(slog.DiscardHandler)})
+	d := &delivery{msg: message(), attempt: 1}
+	d.onSettle = func() { order = append(order, "ack") }
+	if out, err := c.Handle(context.Background(), d); err != nil || out != consume.Handled {
+		t.Fatalf("Handle = %s, %v", out, err)
+	}
+	if got := strings.Join(order, ", "); got != "first sees 1, third, ack" {
+		t.Errorf("ran %s; want first sees 1, third, ack", got)
+	}
+	order, fail = nil, true
+	d = &delivery{msg: message(), attempt: 1}
+	d.onSettle = func() { order = append(order, "retry") }
+	if out, _ := c.Handle(context.Background(), d); out != consume.Retried {
+		t.Fatalf("Handle = %s, want retried", out)
+	}
+	if got := strings.Join(order, ", "); got != "retry" {
+		t.Errorf("after a rollback ran %s; want the retry alone", got)
 	}
 }

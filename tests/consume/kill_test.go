@@ -1,0 +1,416 @@
+package consume_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
+	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
+	relayerkafka "github.com/relayer-go/relayer/transport/kafka"
+	relayernats "github.com/relayer-go/relayer/transport/nats"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// Consumers in processes of their own: the test binary runs itself again
+// as a consumer (TestConsumerProcess, selected by the environment variable
+// below), which kills itself with SIGKILL, now and then, right after a
+// message's transaction committed and before the broker was acknowledged:
+// the one moment the inbox is there for.
+
+// consumerProcessEnv carries a consumer process's configuration, as JSON.
+const consumerProcessEnv = "RELAYER_CONSUMER_PROCESS"
+
+// processConfig is what a consumer process needs.
+type processConfig struct {
+	Broker string `json:"broker"` // "nats", "rabbitmq" or "kafka"
+	// Addr is the broker's URL (NATS, RabbitMQ) or seed address (Kafka).
+	Addr string `json:"addr"`
+	// Source is the stream's durable consumer (NATS), the queue (RabbitMQ)
+	// or the topic (Kafka) consumed.
+	Source string        `json:"source"`
+	Stream string        `json:"stream,omitempty"`
+	Dead   string        `json:"dead"`
+	Tables store.Options `json:"tables"`
+	// KillOdds is the chance that the process kills itself after a commit.
+	KillOdds float64 `json:"kill_odds"`
+}
+
+// TestConsumerProcess is a consumer process's body; it is skipped in a
+// normal run. It consumes until it kills itself or is sent SIGTERM.
+func TestConsumerProcess(t *testing.T) {
+	raw := os.Getenv(consumerProcessEnv)
+	if raw == "" {
+		t.Skip("runs only as a consumer process of TestKillBetweenCommitAndAcknowledgement")
+	}
+	var cfg processConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	db := testdb.Open(t, "pgx")
+	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+effects(cfg.Tables)+` (message_id, pid) VALUES ($1, $2)`, m.ID, os.Getpid()); err != nil {
+			return err
+		}
+		tx.OnCommit(func() {
+			if rand.Float64() < cfg.KillOdds {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way: acknowledge nothing
+			}
+		})
+		return nil
+	}, consume.Options{Name: "billing", Tables: cfg.Tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch cfg.Broker {
+	case "nats":
+		nc, err := nats.Connect(cfg.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: cfg.Dead, Concurrency: 4})
+	case "rabbitmq":
+		conn, err := amqp.Dial(cfg.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		err = relayeramqp.Consume(ctx, conn, cfg.Source, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: cfg.Dead, Concurrency: 4})
+	case "kafka":
+		// A static member: a process started after a killed one takes its
+		// partitions over at once, rather than after the session timeout.
+		err = relayerkafka.Consume(ctx, c, relayerkafka.ConsumeOptions{Group: "billing", Topics: []string{cfg.Source}, DeadLetterTopic: cfg.Dead},
+			kgo.SeedBrokers(cfg.Addr), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.InstanceID("consumer"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// effects names the consumer's effects table.
+func effects(tables store.Options) string { return `"` + tables.Schema + `".effects` }
+
+// rig is a broker under the kill test: its transport, and the process
+// configuration of its consumer.
+type rig struct {
+	tr  relayer.Transport
+	dst string // where the transport sends
+	cfg processConfig
+}
+
+// Consumer processes killed right after a commit, before the
+// acknowledgement, again and again: the broker delivers those messages
+// again, to the next process, which acknowledges them as duplicates. In
+// the end every message sent has exactly one effect row, whatever the
+// broker.
+func TestKillBetweenCommitAndAcknowledgement(t *testing.T) {
+	t.Parallel()
+	for _, broker := range []struct {
+		name string
+		rig  func(t *testing.T) rig
+	}{
+		{"nats", natsRig},
+		{"rabbitmq", rabbitRig},
+		{"kafka", kafkaRig},
+	} {
+		t.Run(broker.name, func(t *testing.T) {
+			t.Parallel()
+			killBetweenCommitAndAcknowledgement(t, broker.rig(t))
+		})
+	}
+}
+
+func killBetweenCommitAndAcknowledgement(t *testing.T, r rig) {
+	const n, minKills = 300, 8
+	db := testdb.Open(t, "pgx")
+	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+	ctx := context.Background()
+	if _, err := store.Migrate(ctx, db, tables); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+effects(tables)+` (message_id uuid NOT NULL, pid int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	sent := make(map[uuid.UUID]bool, n)
+	for i := range n {
+		id := uuid.Must(relayer.NewID())
+		sent[id] = true
+		m := &relayer.Message{ID: id, Type: "kill.Event", Destination: r.dst, Key: "k" + strconv.Itoa(i%7), Body: []byte(strconv.Itoa(i))}
+		if err := r.tr.Send(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.cfg.Tables, r.cfg.KillOdds = tables, 0.04
+	handled := func() (n int) {
+		if err := db.QueryRow(`SELECT count(DISTINCT message_id) FROM ` + effects(tables)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	kills := 0
+	deadline := time.Now().Add(2 * time.Minute)
+	for handled() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d kills, %d of %d messages handled", kills, handled(), n)
+		}
+		if kills >= minKills {
+			r.cfg.KillOdds = 0 // enough kills: let the last process finish
+		}
+		killed := runConsumer(t, r.cfg, deadline, func() bool { return handled() >= n })
+		if killed {
+			kills++
+		}
+	}
+	rows, err := db.Query(`SELECT message_id, count(*) FROM ` + effects(tables) + ` GROUP BY message_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	effected := 0
+	for rows.Next() {
+		var id uuid.UUID
+		var count int
+		if err := rows.Scan(&id, &count); err != nil {
+			t.Fatal(err)
+		}
+		effected++
+		if !sent[id] || count != 1 {
+			t.Errorf("message %v: %d effect rows (sent: %v), want 1", id, count, sent[id])
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if effected != n || kills < minKills {
+		t.Errorf("%d of %d messages have effects, after %d kills between commit and acknowledgement (want at least %d)", effected, n, kills, minKills)
+	}
+	t.Logf("%d messages, %d processes killed between a commit and its acknowledgement", n, kills)
+}
+
+// runConsumer runs a consumer process until it kills itself (true) or done
+// reports the work done, when it is stopped with SIGTERM (false). Past the
+// deadline, it kills the process and fails t.
+func runConsumer(t *testing.T, cfg processConfig, deadline time.Time, done func() bool) (killed bool) {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), consumerProcessEnv+"="+string(raw))
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+					return true
+				}
+			}
+			t.Fatalf("the consumer process ended on its own (%v):\n%s", err, out)
+		case <-tick.C:
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				<-exited
+				t.Fatalf("the work was not done in time:\n%s", out)
+			}
+			if done() {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				if err := <-exited; err != nil {
+					var exit *exec.ExitError
+					if errors.As(err, &exit) {
+						if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+							return true // it killed itself on its last commit
+						}
+					}
+					t.Fatalf("the consumer process failed to stop (%v):\n%s", err, out)
+				}
+				return false
+			}
+		}
+	}
+}
+
+// natsRig is a stream of the test's own, on the local server or an
+// embedded one, with a durable consumer whose unacknowledged messages come
+// back after a second.
+func natsRig(t *testing.T) rig {
+	url := natsURL(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	token := strconv.FormatUint(rand.Uint64(), 36)
+	stream := "KILL_" + token
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"kill." + token + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	if _, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy,
+		FilterSubject: "kill." + token + ".orders", AckWait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := relayernats.New(js, relayernats.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rig{tr: tr, dst: "kill." + token + ".orders", cfg: processConfig{Broker: "nats", Addr: url, Source: "billing", Stream: stream, Dead: "kill." + token + ".dead"}}
+}
+
+// natsURL is the local server's URL when it answers with JetStream, or an
+// embedded server's for this test.
+func natsURL(t *testing.T) string {
+	url := os.Getenv("RELAYER_TEST_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	if nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.MaxReconnects(0)); err == nil {
+		defer nc.Close()
+		if js, err := jetstream.New(nc); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if _, err := js.AccountInfo(ctx); err == nil {
+				return url
+			}
+		}
+	}
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded nats-server did not get ready")
+	}
+	return s.ClientURL()
+}
+
+// rabbitRig is a durable queue of the test's own on the local RabbitMQ,
+// and its dead-letter queue; without RabbitMQ the test is skipped, or
+// fails when CI is "true".
+func rabbitRig(t *testing.T) rig {
+	url := os.Getenv("RELAYER_TEST_RABBITMQ_URL")
+	if url == "" {
+		url = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatalf("RabbitMQ is required when CI=true: %v", err)
+		}
+		t.Skipf("RabbitMQ is not reachable: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strconv.FormatUint(rand.Uint64(), 36)
+	queue, dead := "relayer-test.kill."+token, "relayer-test.kill."+token+".dead"
+	for _, q := range []string{queue, dead} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-expires": int64(10 * time.Minute / time.Millisecond)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = ch.QueueDelete(queue, false, false, false)
+		_, _ = ch.QueueDelete(dead, false, false, false)
+	})
+	tr, err := relayeramqp.New(conn, relayeramqp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return rig{tr: tr, dst: queue, cfg: processConfig{Broker: "rabbitmq", Addr: url, Source: queue, Dead: dead}}
+}
+
+// kafkaRig is a fake Kafka cluster in this process, which the consumer
+// processes reach over TCP, with a three-partition topic.
+func kafkaRig(t *testing.T) rig {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"), kfake.SeedTopics(1, "orders.dead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	client, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	tr, err := relayerkafka.New(client, relayerkafka.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rig{tr: tr, dst: "orders", cfg: processConfig{Broker: "kafka", Addr: cluster.ListenAddrs()[0], Source: "orders", Dead: "orders.dead"}}
+}
+
+// lockedBuffer collects a process's output.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
