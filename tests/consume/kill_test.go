@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -86,6 +87,7 @@ func TestConsumerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var runErr error
 	switch cfg.Broker {
 	case "nats":
 		nc, err := nats.Connect(cfg.Addr)
@@ -101,22 +103,24 @@ func TestConsumerProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: cfg.Dead, Concurrency: 4})
+		runErr = relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: cfg.Dead, Concurrency: 4})
 	case "rabbitmq":
 		conn, err := amqp.Dial(cfg.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		err = relayeramqp.Consume(ctx, conn, cfg.Source, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: cfg.Dead, Concurrency: 4})
+		runErr = relayeramqp.Consume(ctx, conn, cfg.Source, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: cfg.Dead, Concurrency: 4})
 	case "kafka":
 		// A static member: a process started after a killed one takes its
 		// partitions over at once, rather than after the session timeout.
-		err = relayerkafka.Consume(ctx, c, relayerkafka.ConsumeOptions{Group: "billing", Topics: []string{cfg.Source}, DeadLetterTopic: cfg.Dead},
+		runErr = relayerkafka.Consume(ctx, c, relayerkafka.ConsumeOptions{Group: "billing", Topics: []string{cfg.Source}, DeadLetterTopic: cfg.Dead},
 			kgo.SeedBrokers(cfg.Addr), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.InstanceID("consumer"))
+	default:
+		runErr = fmt.Errorf("unknown broker %q", cfg.Broker)
 	}
-	if err != nil {
-		t.Fatal(err)
+	if runErr != nil {
+		t.Fatal(runErr)
 	}
 }
 
