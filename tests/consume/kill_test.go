@@ -144,7 +144,7 @@ func TestKillBetweenCommitAndAcknowledgement(t *testing.T) {
 	t.Parallel()
 	for _, broker := range []struct {
 		name string
-		rig  func(t *testing.T) rig
+		rig  func(t testing.TB) rig
 	}{
 		{"nats", natsRig},
 		{"rabbitmq", rabbitRig},
@@ -280,7 +280,7 @@ func runConsumer(t *testing.T, cfg processConfig, deadline time.Time, done func(
 // natsRig is a stream of the test's own, on the local server or an
 // embedded one, with a durable consumer whose unacknowledged messages come
 // back after a second.
-func natsRig(t *testing.T) rig {
+func natsRig(t testing.TB) rig {
 	url := natsURL(t)
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -311,7 +311,7 @@ func natsRig(t *testing.T) rig {
 
 // natsURL is the local server's URL when it answers with JetStream, or an
 // embedded server's for this test.
-func natsURL(t *testing.T) string {
+func natsURL(t testing.TB) string {
 	url := os.Getenv("RELAYER_TEST_NATS_URL")
 	if url == "" {
 		url = "nats://127.0.0.1:4222"
@@ -344,7 +344,7 @@ func natsURL(t *testing.T) string {
 // rabbitRig is a durable queue of the test's own on the local RabbitMQ,
 // and its dead-letter queue; without RabbitMQ the test is skipped, or
 // fails when CI is "true".
-func rabbitRig(t *testing.T) rig {
+func rabbitRig(t testing.TB) rig {
 	url := os.Getenv("RELAYER_TEST_RABBITMQ_URL")
 	if url == "" {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
@@ -382,8 +382,11 @@ func rabbitRig(t *testing.T) rig {
 
 // kafkaRig is a fake Kafka cluster in this process, which the consumer
 // processes reach over TCP, with a three-partition topic.
-func kafkaRig(t *testing.T) rig {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"), kfake.SeedTopics(1, "orders.dead"))
+func kafkaRig(t testing.TB) rig { return kafkaRigOf(t, 3) }
+
+// kafkaRigOf is kafkaRig with a topic of partitions partitions.
+func kafkaRigOf(t testing.TB, partitions int32) rig {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "orders"), kfake.SeedTopics(1, "orders.dead"))
 	if err != nil {
 		t.Fatal(err)
 	}

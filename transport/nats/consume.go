@@ -43,6 +43,13 @@ type ConsumeOptions struct {
 	// messages delivered meanwhile). With more, messages of one subject may
 	// be handled out of order.
 	Concurrency int
+	// Prefetch is how many messages are pulled ahead of the handlers
+	// (jetstream.PullMaxMessages), 1 to 10,000. A message pulled ahead
+	// waits for a handler while its AckWait runs, and JetStream delivers it
+	// again if the wait outlasts it (the redelivery is then a duplicate): a
+	// higher Prefetch saves pull round trips for short handlers, and costs
+	// redeliveries for long ones. Default: twice Concurrency.
+	Prefetch int
 	// DrainTimeout bounds how long Consume waits, once its context has
 	// ended, for the messages being handled to commit and be acknowledged;
 	// then their handlers' context ends, and what did not commit is
@@ -63,6 +70,9 @@ func (o ConsumeOptions) Validate() error {
 	}
 	if o.Concurrency < 0 || o.Concurrency > 1000 {
 		return fmt.Errorf("%w: ConsumeOptions.Concurrency is %d, want 1 to 1000 (0 for 1)", ErrInvalidOptions, o.Concurrency)
+	}
+	if o.Prefetch < 0 || o.Prefetch > 10_000 {
+		return fmt.Errorf("%w: ConsumeOptions.Prefetch is %d, want 1 to 10000 (0 for twice Concurrency)", ErrInvalidOptions, o.Prefetch)
 	}
 	if o.DrainTimeout < 0 {
 		return fmt.Errorf("%w: ConsumeOptions.DrainTimeout is negative", ErrInvalidOptions)
@@ -105,6 +115,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
 	}
+	if opts.Prefetch == 0 {
+		opts.Prefetch = 2 * opts.Concurrency
+	}
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 10 * time.Second
 	}
@@ -123,7 +136,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if ackWait <= 0 {
 		ackWait = 30 * time.Second
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * opts.Concurrency))
+	it, err := cons.Messages(jetstream.PullMaxMessages(opts.Prefetch))
 	if err != nil {
 		return fmt.Errorf("relayernats: consume: %w", err)
 	}
@@ -187,22 +200,27 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 }
 
 // inProgress reports msg in progress every interval until the returned
-// function is called.
+// function is called. It holds a timer, not a goroutine, while it waits.
 func inProgress(msg jetstream.Msg, every time.Duration) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // the callback, even an early one, finds t set
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		_ = msg.InProgress()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(every)
 		}
-	}()
-	return func() { close(done) }
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // delivery is a JetStream message as a consume.Delivery.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,6 +144,7 @@ func TestConsumeRefusesWhatCannotWork(t *testing.T) {
 		{"no dead-letter subject", relayernats.ConsumeOptions{}, "DeadLetterSubject is required"},
 		{"wildcard dead-letter subject", relayernats.ConsumeOptions{DeadLetterSubject: "dead.>"}, "wildcard"},
 		{"concurrency", relayernats.ConsumeOptions{DeadLetterSubject: b.dead, Concurrency: -1}, "Concurrency"},
+		{"prefetch", relayernats.ConsumeOptions{DeadLetterSubject: b.dead, Prefetch: 10_001}, "Prefetch"},
 	} {
 		err := relayernats.Consume(ctx, b.js, b.cons, c, tc.opts)
 		if !errors.Is(err, relayernats.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.text) {
@@ -231,5 +233,33 @@ func TestReceivedMessageOfAHandMadeMessage(t *testing.T) {
 	if got.ID != id || got.Key != "k%\n" || len(got.Headers) != 2 || got.Headers[0].Name != "app" ||
 		got.Headers[1].Name != relayer.HeaderMessageID || string(got.Headers[1].Value) != "forwarded" {
 		t.Errorf("ReceivedMessage = id %v key %q headers %v", got.ID, got.Key, got.Headers)
+	}
+}
+
+// A handler that runs past the consumer's AckWait keeps its message: the
+// adapter reports it in progress, so JetStream does not deliver it again
+// meanwhile (a redelivery would wait on the inbox and end as a duplicate).
+func TestConsumeKeepsALongHandlersMessage(t *testing.T) {
+	t.Parallel()
+	b := setupConsume(t, func(cc *jetstream.ConsumerConfig) { cc.AckWait = time.Second })
+	ctx := testContext(t)
+	m := &relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "slow", Destination: b.subject("orders.placed"), Body: []byte("x")}
+	if err := b.tr.Send(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	c := b.consumer(t, func(context.Context, *consume.Tx, *relayer.Message) error {
+		runs.Add(1)
+		time.Sleep(2500 * time.Millisecond)
+		return nil
+	}, consume.Options{})
+	stop := b.run(t, c, relayernats.ConsumeOptions{Concurrency: 2})
+	until(t, "the message handled", func() bool { return c.Stats().Handled == 1 })
+	time.Sleep(1500 * time.Millisecond) // a redelivery would come within an AckWait
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); runs.Load() != 1 || st.Duplicates != 0 {
+		t.Errorf("the handler ran %d times, %d duplicates; want one run, no redelivery", runs.Load(), st.Duplicates)
 	}
 }

@@ -1,0 +1,324 @@
+package consume_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
+	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
+	relayerkafka "github.com/relayer-go/relayer/transport/kafka"
+	relayernats "github.com/relayer-go/relayer/transport/nats"
+)
+
+// BenchmarkConsume measures consuming b.N messages already on the broker,
+// one at a time (one partition, one handler), three ways side by side per
+// broker:
+//
+//   - plain: the broker client's own loop, acknowledging each message; no
+//     database;
+//   - handwritten: the same loop with what a consumer writes by hand for
+//     effectively-once processing: per message a transaction that records
+//     the id in the inbox table (INSERT … ON CONFLICT DO NOTHING), writes
+//     the effect row when the id is new, commits, then acknowledges;
+//   - relayer: the broker's consume adapter with a consume.Consumer whose
+//     handler writes the same effect row.
+//
+// msgs/s is messages over the wall time; cpu-µs/msg is this process's CPU
+// (user and system) per message, the broker's and PostgreSQL's not
+// included (kfake runs in this process, and is counted).
+func BenchmarkConsume(b *testing.B) {
+	for _, broker := range []struct {
+		name string
+		rig  func(testing.TB) rig
+		loop func(ctx context.Context, b *testing.B, r rig, work func(ctx context.Context, id func() (uuid.UUID, error)) error)
+	}{
+		{"nats", natsRig, natsLoop},
+		{"rabbitmq", rabbitRig, rabbitLoop},
+		{"kafka", func(tb testing.TB) rig { return kafkaRigOf(tb, 1) }, kafkaLoop},
+	} {
+		for _, variant := range []string{"plain", "handwritten", "relayer"} {
+			b.Run(broker.name+"/"+variant, func(b *testing.B) {
+				r := broker.rig(b)
+				db, tables := benchDatabase(b)
+				publish(b, r, b.N)
+				var done atomic.Int64
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				finished := make(chan struct{})
+				count := func() {
+					if done.Add(1) == int64(b.N) {
+						close(finished)
+					}
+				}
+				before := cpuTime()
+				b.ResetTimer()
+				start := time.Now()
+				stopped := make(chan struct{})
+				go func() {
+					defer close(stopped)
+					switch variant {
+					case "plain":
+						broker.loop(ctx, b, r, func(context.Context, func() (uuid.UUID, error)) error { count(); return nil })
+					case "handwritten":
+						broker.loop(ctx, b, r, func(ctx context.Context, id func() (uuid.UUID, error)) error {
+							mid, err := id()
+							if err != nil {
+								return err
+							}
+							if err := handwritten(ctx, db, tables, mid); err != nil {
+								return err
+							}
+							count()
+							return nil
+						})
+					case "relayer":
+						c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+							_, err := tx.ExecContext(ctx, `INSERT INTO `+effects(tables)+` (message_id, pid) VALUES ($1, 0)`, m.ID)
+							tx.OnCommit(count)
+							return err
+						}, consume.Options{Name: "billing", Tables: tables})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := adapterConsume(ctx, r, c); err != nil {
+							b.Error(err)
+						}
+					}
+				}()
+				select {
+				case <-finished:
+				case <-time.After(5 * time.Minute):
+					b.Fatalf("consumed %d of %d", done.Load(), b.N)
+				}
+				elapsed := time.Since(start)
+				b.StopTimer()
+				used := cpuTime() - before
+				cancel()
+				<-stopped
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+				b.ReportMetric(float64(used.Microseconds())/float64(b.N), "cpu-µs/msg")
+			})
+		}
+	}
+}
+
+// benchDatabase is a schema of the benchmark's own with the outbox tables
+// (the inbox among them) and the effects table.
+func benchDatabase(b *testing.B) (*sql.DB, store.Options) {
+	db := testdb.Open(b, "pgx")
+	tables := store.Options{Schema: testdb.NewSchema(b), TablePrefix: "c_"}
+	ctx := context.Background()
+	if _, err := store.Migrate(ctx, db, tables); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+effects(tables)+` (message_id uuid NOT NULL, pid int NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	return db, tables
+}
+
+// publish puts n messages on the rig's destination.
+func publish(b *testing.B, r rig, n int) {
+	ctx := context.Background()
+	batch := make([]*relayer.Message, 0, 200)
+	flush := func() {
+		if err := r.tr.SendBatch(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	for i := range n {
+		batch = append(batch, &relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "bench.Event", Destination: r.dst,
+			Key: "k" + strconv.Itoa(i%7), Body: []byte(`{"order":"o-` + strconv.Itoa(i) + `"}`)})
+		if len(batch) == cap(batch) {
+			flush()
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+}
+
+// handwritten is the transaction a consumer writes by hand: the inbox
+// record, the effect when the id is new, the commit.
+func handwritten(ctx context.Context, db *sql.DB, tables store.Options, id uuid.UUID) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after a commit, a no-op
+	res, err := tx.ExecContext(ctx, `INSERT INTO "`+tables.Schema+`".c_inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, "billing", id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+effects(tables)+` (message_id, pid) VALUES ($1, 0)`, id); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// adapterConsume runs the rig's consume adapter until ctx ends.
+func adapterConsume(ctx context.Context, r rig, c *consume.Consumer) error {
+	switch r.cfg.Broker {
+	case "nats":
+		nc, err := nats.Connect(r.cfg.Addr)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		cons, err := js.Consumer(ctx, r.cfg.Stream, r.cfg.Source)
+		if err != nil {
+			return err
+		}
+		return relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: r.cfg.Dead})
+	case "rabbitmq":
+		conn, err := amqp.Dial(r.cfg.Addr)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		return relayeramqp.Consume(ctx, conn, r.cfg.Source, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: r.cfg.Dead})
+	case "kafka":
+		return relayerkafka.Consume(ctx, c, relayerkafka.ConsumeOptions{Group: "billing", Topics: []string{r.cfg.Source}, DeadLetterTopic: r.cfg.Dead},
+			kgo.SeedBrokers(r.cfg.Addr), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	}
+	return fmt.Errorf("unknown broker %q", r.cfg.Broker)
+}
+
+// natsLoop is the plain JetStream loop: the durable consumer's messages,
+// each acknowledged after work.
+func natsLoop(ctx context.Context, b *testing.B, r rig, work func(context.Context, func() (uuid.UUID, error)) error) {
+	nc, err := nats.Connect(r.cfg.Addr)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	cons, err := js.Consumer(ctx, r.cfg.Stream, r.cfg.Source)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return
+		}
+		if err := work(ctx, func() (uuid.UUID, error) { return relayernats.MessageID(msg.Headers()) }); err != nil {
+			_ = msg.Nak()
+			continue
+		}
+		_ = msg.Ack()
+	}
+}
+
+// rabbitLoop is the plain AMQP loop: manual acknowledgements, the
+// adapter's default prefetch (2).
+func rabbitLoop(ctx context.Context, b *testing.B, r rig, work func(context.Context, func() (uuid.UUID, error)) error) {
+	conn, err := amqp.Dial(r.cfg.Addr)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	if err := ch.Qos(2, 0, false); err != nil {
+		b.Error(err)
+		return
+	}
+	deliveries, err := ch.Consume(r.cfg.Source, "", false, false, false, false, nil)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				return
+			}
+			if err := work(ctx, func() (uuid.UUID, error) { return relayeramqp.MessageID(d) }); err != nil {
+				_ = d.Nack(false, true)
+				continue
+			}
+			_ = d.Ack(false)
+		}
+	}
+}
+
+// kafkaLoop is the plain franz-go group loop: poll, work through the
+// records, commit what was polled.
+func kafkaLoop(ctx context.Context, b *testing.B, r rig, work func(context.Context, func() (uuid.UUID, error)) error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.cfg.Addr), kgo.ConsumerGroup("plain"), kgo.ConsumeTopics(r.cfg.Source),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer cl.Close()
+	for {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		for _, rec := range fetches.Records() {
+			if err := work(ctx, func() (uuid.UUID, error) { return relayerkafka.MessageID(rec) }); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+		if err := cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+			b.Error(err)
+			return
+		}
+	}
+}
+
+// cpuTime is the CPU this process used so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
