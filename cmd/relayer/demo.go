@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/store"
@@ -147,6 +148,7 @@ type demo struct {
 	stream  string
 	subject [kindCount]string
 	track   tracker
+	billing *consume.Consumer
 }
 
 func (d *demo) onCleanup(f func()) { d.cleanups = append(d.cleanups, f) }
@@ -182,6 +184,9 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if err := d.consume(ctx); err != nil {
+		return err
+	}
+	if err := d.startBilling(ctx); err != nil {
 		return err
 	}
 	runner, stopWorkers, err := d.startRunner(ctx, outbox)
@@ -221,6 +226,12 @@ func (d *demo) run(ctx context.Context) error {
 		by.ordered += o.Stats.Sent
 	}
 	sum := d.track.summarize(start, elapsed)
+	if err := d.waitBilling(ctx, sum.kindDeliv[kindPlaced]); err != nil && runErr == nil {
+		runErr = err
+	}
+	if sum.invoices, err = d.countInvoices(ctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("counting invoices: %w", err)
+	}
 	d.printSummary(sum, by, runErr)
 	if runErr != nil {
 		return runErr
@@ -289,6 +300,19 @@ func (d *demo) startRunner(ctx context.Context, outbox relayer.Outbox) (*dispatc
 // arrived, or until --duration passes, the writers fail or ctx ends. It
 // reports whether the writers are still writing, and why the run failed, if
 // it did.
+// waitBilling waits, up to stopTimeout, for the billing consumers to
+// settle the placed orders delivered.
+func (d *demo) waitBilling(ctx context.Context, placed int) error {
+	deadline := time.Now().Add(stopTimeout)
+	for !d.billingCaughtUp(placed) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the billing consumers settled %d of %d orders", d.billing.Stats().Handled, placed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
 func (d *demo) waitDelivered(ctx context.Context, writeErr <-chan error) (bool, error) {
 	deadline := time.NewTimer(d.flags.duration)
 	defer deadline.Stop()

@@ -108,10 +108,17 @@ type summary struct {
 	immediate                int
 	immediateSpan            time.Duration
 	latP50, latP99, schedP50 time.Duration
+	invoices                 invoices
 }
 
 func (s summary) ok() bool {
-	return s.missing == 0 && s.outOfOrder == 0 && s.unexpected == 0 && s.bad == 0
+	return s.missing == 0 && s.outOfOrder == 0 && s.unexpected == 0 && s.bad == 0 && s.effectsOnce()
+}
+
+// effectsOnce reports whether the billing service wrote one invoice per
+// order placed, and no more.
+func (s summary) effectsOnce() bool {
+	return s.invoices.rows == s.kindWritten[kindPlaced] && s.invoices.orders == s.invoices.rows
 }
 
 func (s summary) problem() string {
@@ -127,6 +134,9 @@ func (s summary) problem() string {
 	}
 	if s.bad > 0 {
 		p = append(p, fmt.Sprintf("%d unreadable messages", s.bad))
+	}
+	if !s.effectsOnce() {
+		p = append(p, fmt.Sprintf("%d invoices for %d distinct orders, %d orders placed", s.invoices.rows, s.invoices.orders, s.kindWritten[kindPlaced]))
 	}
 	return strings.Join(p, "; ")
 }
@@ -209,6 +219,12 @@ func (d *demo) printSummary(s summary, by deliveredBy, runErr error) {
 	fmt.Fprintf(w, "sent by: direct %d, ordered workers %d, recovery %d\n", by.direct, by.ordered, by.recovery)
 	fmt.Fprintf(w, "per-key order: %s over %d customers\n", order, s.customers)
 	fmt.Fprintf(w, "duplicates seen: %d\n", s.dups)
+	effects := "verified"
+	if !s.effectsOnce() {
+		effects = "VIOLATED"
+	}
+	fmt.Fprintf(w, "exactly-once effects: %s: %d invoices for %d orders placed, written by %d billing consumers through the inbox (%d redeliveries skipped)\n",
+		effects, s.invoices.rows, s.kindWritten[kindPlaced], demoBillingInstances, s.invoices.skipped)
 	if s.immediate > 0 && s.immediateSpan > 0 {
 		fmt.Fprintf(w, "throughput: %.0f msg/s (%d immediate messages written and delivered in %s)\n",
 			float64(s.immediate)/s.immediateSpan.Seconds(), s.immediate, s.immediateSpan.Round(time.Millisecond))

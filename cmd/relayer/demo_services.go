@@ -177,7 +177,12 @@ func (d *demo) prepareTables(ctx context.Context) error {
     path        text NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
-TRUNCATE `+d.ordersTable())
+CREATE TABLE IF NOT EXISTS `+d.invoicesTable()+` (
+    order_id    text NOT NULL,
+    message_id  uuid NOT NULL,
+    total_cents bigint NOT NULL
+);
+TRUNCATE `+d.ordersTable()+`, `+d.invoicesTable())
 	if err != nil {
 		return fmt.Errorf("prepare demo tables: %w", err)
 	}

@@ -29,6 +29,7 @@ func TestDemo(t *testing.T) {
 		"result: OK, all 200 messages delivered",
 		"per-key order: verified over 20 customers",
 		"duplicates seen: 0",
+		"exactly-once effects: verified: 90 invoices for 90 orders placed, written by 2 billing consumers",
 		"commit-to-broker latency: p50",
 	} {
 		if !strings.Contains(r.stdout, want) {
