@@ -183,18 +183,20 @@ func checkName(name string) error {
 // acknowledged only once its effects committed, and its effects commit
 // once however often it is delivered. It is safe for concurrent use.
 type Consumer struct {
-	db      *sql.DB
-	handler Handler
-	opts    Options
-	retry   relayer.Retry
-	inbox   *inbox.Inbox
-	stats   counters
+	opts  Options
+	retry relayer.Retry
+	inbox *inbox.Inbox
+	stats counters
+	// run handles a message in a transaction of its own: it reports
+	// whether the handler ran, and an error when the transaction did not
+	// commit.
+	run func(ctx context.Context, m *relayer.Message) (handled bool, err error)
 }
 
-// New returns a consumer that runs handler on db for each message. It
-// validates opts and does not touch the database; the inbox table comes
-// with the outbox tables (store.Migrate). Its errors wrap
-// [ErrInvalidOptions], or store.ErrNilDB for a nil db.
+// New returns a consumer that runs handler on db for each message, in a
+// database/sql transaction. It validates opts and does not touch the
+// database; the inbox table comes with the outbox tables (store.Migrate).
+// Its errors wrap [ErrInvalidOptions], or store.ErrNilDB for a nil db.
 func New(db *sql.DB, handler Handler, opts Options) (*Consumer, error) {
 	if db == nil {
 		return nil, fmt.Errorf("consume: %w", store.ErrNilDB)
@@ -205,6 +207,75 @@ func New(db *sql.DB, handler Handler, opts Options) (*Consumer, error) {
 	if opts.Writer != nil && opts.Tables == (store.Options{}) {
 		opts.Tables = opts.Writer.StoreOptions()
 	}
+	c, err := newConsumer(opts)
+	if err != nil {
+		return nil, err
+	}
+	c.run = func(ctx context.Context, m *relayer.Message) (bool, error) { return c.runSQL(ctx, db, handler, m) }
+	return c, nil
+}
+
+// Txn is a message's transaction as a consumer made with [NewTx] uses it:
+// the inbox record is written through it (ExecContext), and the consumer
+// commits or rolls it back. A *sql.Tx is one; a data layer's adapter
+// wraps its own transaction.
+type Txn interface {
+	store.DBTX
+	Commit() error
+	Rollback() error
+}
+
+// NewTx returns a consumer whose handler gets a transaction of the
+// caller's data layer, T (a *gorm.DB, a bun.Tx, a *sqlx.Tx): for each
+// message, begin begins one with opts.TxOptions and returns it with the
+// Txn under it, where the consumer records the inbox and which it commits
+// or rolls back; the handler must do neither. The data-layer modules wrap
+// it (relayergorm.NewConsumer, relayerbun.NewConsumer,
+// relayersqlx.NewConsumer), and their own enlistment publishes follow-up
+// messages in that transaction, so opts.Writer must be nil; Tx.OnCommit is
+// the database/sql handler's alone. Errors are [New]'s.
+func NewTx[T any](begin func(ctx context.Context, opts *sql.TxOptions) (T, Txn, error), handler func(ctx context.Context, tx T, m *relayer.Message) error, opts Options) (*Consumer, error) {
+	if begin == nil || handler == nil {
+		return nil, fmt.Errorf("%w: nil begin or handler", ErrInvalidOptions)
+	}
+	if opts.Writer != nil {
+		return nil, fmt.Errorf("%w: Writer is for New's database/sql handlers; publish follow-ups through the data layer's enlistment", ErrInvalidOptions)
+	}
+	c, err := newConsumer(opts)
+	if err != nil {
+		return nil, err
+	}
+	c.run = func(ctx context.Context, m *relayer.Message) (handled bool, err error) {
+		tx, txn, err := begin(ctx, c.opts.TxOptions)
+		if err != nil {
+			return false, fmt.Errorf("consume: begin: %w", err)
+		}
+		if txn == nil {
+			return false, errors.New("consume: begin returned no Txn")
+		}
+		committed := false
+		defer func() {
+			if !committed {
+				_ = txn.Rollback()
+			}
+		}()
+		handled, err = c.inbox.HandleMessage(ctx, txn, c.opts.Name, m, func(ctx context.Context) error {
+			return c.call(m, func() error { return handler(ctx, tx, m) })
+		})
+		if err != nil {
+			return handled, err
+		}
+		if err := txn.Commit(); err != nil {
+			return handled, fmt.Errorf("consume: commit: %w", err)
+		}
+		committed = true
+		return handled, nil
+	}
+	return c, nil
+}
+
+// newConsumer validates opts and makes the consumer around them.
+func newConsumer(opts Options) (*Consumer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -215,7 +286,7 @@ func New(db *sql.DB, handler Handler, opts Options) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Tables: %w", ErrInvalidOptions, err)
 	}
-	return &Consumer{db: db, handler: handler, opts: opts, retry: opts.Retry.WithDefaults(), inbox: ib}, nil
+	return &Consumer{opts: opts, retry: opts.Retry.WithDefaults(), inbox: ib}, nil
 }
 
 // Options returns the consumer's options with defaults applied.
@@ -342,16 +413,16 @@ func (c *Consumer) settle(ctx context.Context, o Outcome, call func(context.Cont
 	return nil
 }
 
-// run handles m in a transaction: it reports whether the handler ran, and
-// an error when the transaction did not commit.
-func (c *Consumer) run(ctx context.Context, m *relayer.Message) (handled bool, err error) {
+// runSQL handles m in a database/sql transaction: it reports whether the
+// handler ran, and an error when the transaction did not commit.
+func (c *Consumer) runSQL(ctx context.Context, db *sql.DB, handler Handler, m *relayer.Message) (handled bool, err error) {
 	tx := &Tx{}
 	if c.opts.Writer != nil {
-		if tx.out, err = c.opts.Writer.Begin(ctx, c.db, c.opts.TxOptions); err != nil {
+		if tx.out, err = c.opts.Writer.Begin(ctx, db, c.opts.TxOptions); err != nil {
 			return false, fmt.Errorf("consume: begin: %w", err)
 		}
 		tx.Tx = tx.out.Tx
-	} else if tx.Tx, err = c.db.BeginTx(ctx, c.opts.TxOptions); err != nil {
+	} else if tx.Tx, err = db.BeginTx(ctx, c.opts.TxOptions); err != nil {
 		return false, fmt.Errorf("consume: begin: %w", err)
 	}
 	committed := false
@@ -361,7 +432,7 @@ func (c *Consumer) run(ctx context.Context, m *relayer.Message) (handled bool, e
 		}
 	}()
 	handled, err = c.inbox.HandleMessage(ctx, tx.Tx, c.opts.Name, m, func(ctx context.Context) error {
-		return c.call(ctx, tx, m)
+		return c.call(m, func() error { return handler(ctx, tx, m) })
 	})
 	if err != nil {
 		return handled, err
@@ -391,7 +462,7 @@ func (c *Consumer) afterCommit(m *relayer.Message, f func()) {
 // call runs the handler, turning a panic into an error so that the message
 // is retried and, if it panics every time, dead-lettered rather than
 // crashing the consumer at each delivery.
-func (c *Consumer) call(ctx context.Context, tx *Tx, m *relayer.Message) (err error) {
+func (c *Consumer) call(m *relayer.Message, handle func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("consume: handler panicked: %v", p)
@@ -399,7 +470,7 @@ func (c *Consumer) call(ctx context.Context, tx *Tx, m *relayer.Message) (err er
 				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		}
 	}()
-	return c.handler(ctx, tx, m)
+	return handle()
 }
 
 func (t *Tx) commit() error {

@@ -502,3 +502,61 @@ func TestOnCommitRunsBetweenCommitAndAcknowledgement(t *testing.T) {
 		t.Errorf("after a rollback ran %s; want the retry alone", got)
 	}
 }
+
+// countingTx is a data layer's transaction in miniature: a *sql.Tx whose
+// commits are counted.
+type countingTx struct {
+	*sql.Tx
+	commits *int
+}
+
+func (t countingTx) Commit() error {
+	*t.commits++
+	return t.Tx.Commit()
+}
+
+// NewTx hands the handler the data layer's transaction, records the inbox
+// in it, and commits through it; a duplicate commits nothing new.
+func TestNewTxRunsTheHandlerInTheDataLayersTransaction(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	commits := 0
+	begin := func(ctx context.Context, opts *sql.TxOptions) (countingTx, consume.Txn, error) {
+		tx, err := b.db.BeginTx(ctx, opts)
+		if err != nil {
+			return countingTx{}, nil, err
+		}
+		ct := countingTx{Tx: tx, commits: &commits}
+		return ct, ct, nil
+	}
+	runs := 0
+	c, err := consume.NewTx(begin, func(ctx context.Context, tx countingTx, m *relayer.Message) error {
+		runs++
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+b.tables.Schema+`.effects (message_id, note) VALUES ($1, 'x')`, m.ID)
+		return err
+	}, consume.Options{Name: "billing", Tables: b.tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := message()
+	for range 2 {
+		if _, err := c.Handle(context.Background(), &delivery{msg: msg, attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); runs != 1 || commits != 2 || st.Handled != 1 || st.Duplicates != 1 || b.effects(t, msg.ID) != 1 {
+		t.Errorf("%d runs, %d commits, %+v, %d effect rows; want the handler once, both transactions committed", runs, commits, st, b.effects(t, msg.ID))
+	}
+	var routes relayer.Routes
+	if err := routes.Add("x", relayer.Route{Transport: "t", Destination: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := enlist.NewWriter(relayer.Outbox{Schema: b.tables.Schema, TablePrefix: b.tables.TablePrefix, Routes: &routes}, enlist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := consume.NewTx(begin, func(context.Context, countingTx, *relayer.Message) error { return nil },
+		consume.Options{Name: "billing", Writer: w}); !errors.Is(err, consume.ErrInvalidOptions) {
+		t.Errorf("NewTx with a Writer = %v, want ErrInvalidOptions", err)
+	}
+}

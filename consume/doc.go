@@ -48,6 +48,15 @@
 // dispatch.Runner in the same process) sends them after the commit, as
 // for any business transaction.
 //
+// # Data layers
+//
+// [New]'s handlers get a *sql.Tx (in [Tx]). [NewTx] runs handlers in a
+// transaction of another data layer, which the data-layer modules wrap:
+// relayergorm.NewConsumer hands a *gorm.DB, relayerbun.NewConsumer a
+// bun.Tx, relayersqlx.NewConsumer a *sqlx.Tx; the inbox record is written
+// in that same transaction, and follow-ups publish through the layer's own
+// enlistment.
+//
 // # Retries and dead letters
 //
 // A failing handler spends one attempt per delivery, as the broker counts

@@ -1,0 +1,173 @@
+// Package consumelayer checks a data layer's consumers (consume.NewTx
+// wrapped by relayergorm, relayerbun, relayersqlx): that the handler's
+// writes through the layer's transaction, the inbox record and the
+// follow-up messages it publishes commit together or not at all, and that
+// a redelivery is a duplicate.
+package consumelayer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
+)
+
+// Tx is the layer's transaction as the scenarios use it.
+type Tx interface {
+	// Exec runs a statement with $n placeholders in the transaction.
+	Exec(ctx context.Context, query string, args ...any) error
+	// Publish publishes a follow-up message in the transaction.
+	Publish(ctx context.Context, msg any) error
+}
+
+// Handler is a scenario's handler over the layer's transaction.
+type Handler func(ctx context.Context, tx Tx, m *relayer.Message) error
+
+// Layer is a data layer's consumer under test.
+type Layer struct {
+	// Driver is the database/sql driver to open the database with.
+	Driver string
+	// Consumer returns a consumer named "billing" on db and tables whose
+	// handler runs h with the layer's transaction; w, when not nil, is the
+	// writer its follow-ups publish through.
+	Consumer func(t *testing.T, db *sql.DB, tables store.Options, w *enlist.Writer, h Handler) *consume.Consumer
+}
+
+// FollowUp is the message the scenarios' handlers publish.
+type FollowUp struct{ Of string }
+
+// MessageType names FollowUp's type.
+func (FollowUp) MessageType() string { return "consumelayer.FollowUp" }
+
+// Run runs the scenarios against l.
+func Run(t *testing.T, l Layer) {
+	t.Helper()
+	t.Run("HandledOnceThenDuplicate", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, l.Driver)
+		c := l.Consumer(t, b.db, b.tables, nil, b.writeEffect)
+		m := newMessage()
+		for i := range 2 {
+			if out, err := c.Handle(context.Background(), &delivery{msg: m}); err != nil {
+				t.Fatalf("delivery %d: %s, %v", i+1, out, err)
+			}
+		}
+		if st := c.Stats(); st.Handled != 1 || st.Duplicates != 1 || b.count(t, "effects") != 1 || b.count(t, b.tables.TablePrefix+"inbox") != 1 {
+			t.Errorf("%+v, %d effect rows, %d inbox rows; want one of each", st, b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"inbox"))
+		}
+	})
+	t.Run("FailureRollsBackWritesAndInbox", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, l.Driver)
+		c := l.Consumer(t, b.db, b.tables, nil, func(ctx context.Context, tx Tx, m *relayer.Message) error {
+			if err := b.writeEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			return errors.New("after the write")
+		})
+		d := &delivery{msg: newMessage()}
+		if out, _ := c.Handle(context.Background(), d); out != consume.Retried || d.retries != 1 {
+			t.Fatalf("Handle = %s, %d retries; want retried", out, d.retries)
+		}
+		if n, ib := b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"inbox"); n != 0 || ib != 0 {
+			t.Errorf("%d effect rows, %d inbox rows after a failure; want none", n, ib)
+		}
+	})
+	t.Run("FollowUpsCommitWithTheHandler", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, l.Driver)
+		var routes relayer.Routes
+		if err := relayer.AddType[FollowUp](&routes, relayer.Route{Transport: "broker", Destination: "follow-ups"}); err != nil {
+			t.Fatal(err)
+		}
+		w, err := enlist.NewWriter(relayer.Outbox{Schema: b.tables.Schema, TablePrefix: b.tables.TablePrefix, Routes: &routes}, enlist.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := l.Consumer(t, b.db, b.tables, w, func(ctx context.Context, tx Tx, m *relayer.Message) error {
+			if err := b.writeEffect(ctx, tx, m); err != nil {
+				return err
+			}
+			if err := tx.Publish(ctx, FollowUp{Of: m.ID.String()}); err != nil {
+				return err
+			}
+			if string(m.Body) == "bad" {
+				return fmt.Errorf("rejected after publishing: %w", relayer.ErrPermanent)
+			}
+			return nil
+		})
+		ok, bad := newMessage(), newMessage()
+		bad.Body = []byte("bad")
+		if out, err := c.Handle(context.Background(), &delivery{msg: ok}); out != consume.Handled || err != nil {
+			t.Fatalf("Handle = %s, %v", out, err)
+		}
+		if out, _ := c.Handle(context.Background(), &delivery{msg: bad}); out != consume.DeadLettered {
+			t.Fatalf("Handle = %s, want dead-lettered", out)
+		}
+		if n, out := b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"outbox"); n != 1 || out != 1 {
+			t.Errorf("%d effect rows, %d follow-ups in the outbox; want the handled message's alone", n, out)
+		}
+	})
+}
+
+// bundle is a scenario's database: outbox tables (the inbox among them)
+// and an effects table in a schema of its own.
+type bundle struct {
+	db     *sql.DB
+	tables store.Options
+}
+
+func setup(t *testing.T, driver string) *bundle {
+	t.Helper()
+	db := testdb.Open(t, driver)
+	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+	ctx := context.Background()
+	if _, err := store.Migrate(ctx, db, tables); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+tables.Schema+`".effects (message_id uuid NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{db: db, tables: tables}
+}
+
+func (b *bundle) writeEffect(ctx context.Context, tx Tx, m *relayer.Message) error {
+	return tx.Exec(ctx, `INSERT INTO "`+b.tables.Schema+`".effects (message_id) VALUES ($1)`, m.ID)
+}
+
+// count returns the rows of table in the scenario's schema, read outside
+// any transaction.
+func (b *bundle) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := b.db.QueryRow(`SELECT count(*) FROM "` + b.tables.Schema + `"."` + table + `"`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func newMessage() relayer.Message {
+	return relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "orders.Placed", Destination: "orders", Body: []byte("ok")}
+}
+
+// delivery is a broker message that records how it was settled.
+type delivery struct {
+	msg                 relayer.Message
+	acks, retries, dead int
+}
+
+func (d *delivery) Message() (relayer.Message, error)          { return d.msg, nil }
+func (d *delivery) Attempt() int                               { return 1 }
+func (d *delivery) Ack(context.Context) error                  { d.acks++; return nil }
+func (d *delivery) Retry(context.Context, time.Duration) error { d.retries++; return nil }
+func (d *delivery) DeadLetter(context.Context, error) error    { d.dead++; return nil }
