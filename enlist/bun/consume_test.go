@@ -24,7 +24,9 @@ func (c consumerTx) Exec(ctx context.Context, query string, args ...any) error {
 	return err
 }
 
-func (c consumerTx) Publish(ctx context.Context, msg any) error { return relayerbun.Publish(ctx, c.tx, msg) }
+func (c consumerTx) Publish(ctx context.Context, msg any) error {
+	return relayerbun.Publish(ctx, c.tx, msg)
+}
 
 func TestConsumer(t *testing.T) {
 	t.Parallel()
