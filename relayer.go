@@ -100,3 +100,12 @@ const (
 	// brokers with no native field for it (NATS, RabbitMQ).
 	HeaderKey = "relayer-key"
 )
+
+// Header names of the W3C Trace Context: the OpenTelemetry wrapper of a
+// transport (package otel) sends a message's creation trace context under
+// them, and consumers (package consume) read it back into the message's
+// TraceParent and TraceState.
+const (
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)

@@ -374,6 +374,7 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 			slog.String("error", err.Error()))
 		return DeadLettered, c.settle(ctx, DeadLettered, func(sctx context.Context) error { return d.DeadLetter(sctx, cause) })
 	}
+	liftTraceContext(&m)
 	handled, err := c.run(ctx, &m)
 	attempt := max(d.Attempt(), 1)
 	switch {
@@ -398,6 +399,39 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 	c.stats.retried.Add(1)
 	c.opts.Logger.Warn("consume: handler failed; the message is delivered again", append(attrs, slog.Duration("after", delay))...)
 	return Retried, c.settle(ctx, Retried, func(sctx context.Context) error { return d.Retry(sctx, delay) })
+}
+
+// liftTraceContext moves the W3C trace context headers of m, which carry
+// the context the producer's outbox stored with it (see package otel), into
+// m.TraceParent and m.TraceState, as the outbox stored them. Names match
+// without regard to case, as some brokers change it; the last of each
+// counts. A message that has its trace context already is left alone.
+func liftTraceContext(m *relayer.Message) {
+	if m.TraceParent != "" {
+		return
+	}
+	found := false
+	for _, h := range m.Headers {
+		if strings.EqualFold(h.Name, relayer.HeaderTraceParent) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return
+	}
+	kept := m.Headers[:0:0]
+	for _, h := range m.Headers {
+		switch {
+		case strings.EqualFold(h.Name, relayer.HeaderTraceParent):
+			m.TraceParent = string(h.Value)
+		case strings.EqualFold(h.Name, relayer.HeaderTraceState):
+			m.TraceState = string(h.Value)
+		default:
+			kept = append(kept, h)
+		}
+	}
+	m.Headers = kept
 }
 
 // settle runs the broker call that settles a delivery on a context of its

@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -558,5 +559,27 @@ func TestNewTxRunsTheHandlerInTheDataLayersTransaction(t *testing.T) {
 	if _, err := consume.NewTx(begin, func(context.Context, countingTx, *relayer.Message) error { return nil },
 		consume.Options{Name: "billing", Writer: w}); !errors.Is(err, consume.ErrInvalidOptions) {
 		t.Errorf("NewTx with a Writer = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// The W3C trace context headers, whatever their case, become the message's
+// TraceParent and TraceState; the other headers stay as they came.
+func TestTraceContextHeadersBecomeTheMessagesTraceContext(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	var seen relayer.Message
+	c := b.consumer(t, func(_ context.Context, _ *consume.Tx, m *relayer.Message) error { seen = *m; return nil }, consume.Options{})
+	msg := message()
+	msg.Headers = []headers.Header{{Name: "Traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")},
+		{Name: "app", Value: []byte("1")}, {Name: "TRACESTATE", Value: []byte("v=1")}}
+	if _, err := c.Handle(context.Background(), &delivery{msg: msg, attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if seen.TraceParent != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" || seen.TraceState != "v=1" ||
+		len(seen.Headers) != 1 || seen.Headers[0].Name != "app" {
+		t.Errorf("the handler saw %q, %q, headers %v", seen.TraceParent, seen.TraceState, seen.Headers)
+	}
+	if len(msg.Headers) != 3 {
+		t.Errorf("the delivery's own headers changed: %v", msg.Headers)
 	}
 }

@@ -48,6 +48,15 @@
 // dispatch.Runner in the same process) sends them after the commit, as
 // for any business transaction.
 //
+// # Trace context
+//
+// A transport wrapped by package otel sends each message's creation trace
+// context (stored with it by the producer's outbox) in the W3C traceparent
+// and tracestate headers. The Consumer hands it to the handler as the
+// message's TraceParent and TraceState, not as headers, so that the message
+// is the one the outbox stored; relayerotel.WrapHandler runs the handler in
+// a consumer span linked to it.
+//
 // # Data layers
 //
 // [New]'s handlers get a *sql.Tx (in [Tx]). [NewTx] runs handlers in a

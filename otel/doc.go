@@ -20,8 +20,11 @@
 //     span per message, parented to the stored context, and passes the broker
 //     a copy of the message whose traceparent and tracestate headers name that
 //     span. A retry is a new span under the same parent.
-//  3. At consumption, [ConsumerContext] reads those headers back, so that the
-//     consumer's spans join the trace.
+//  3. At consumption, package consume reads those headers back into the
+//     message's TraceParent and TraceState, and [WrapHandler] runs the
+//     handler in a consumer span linked to that context, as the messaging
+//     conventions ask; a consumer of its own reads the headers with
+//     [ConsumerContext], so that its spans join the trace.
 //
 // The result is one trace per business operation: the request span, the send
 // span of each message it published (one per attempt), and whatever its

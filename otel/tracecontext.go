@@ -14,8 +14,8 @@ import (
 // Header names of the W3C Trace Context, as the wrapped transport writes them
 // into outgoing messages.
 const (
-	HeaderTraceParent = "traceparent"
-	HeaderTraceState  = "tracestate"
+	HeaderTraceParent = relayer.HeaderTraceParent
+	HeaderTraceState  = relayer.HeaderTraceState
 )
 
 // The stored columns and the message headers are W3C Trace Context whatever

@@ -6,7 +6,8 @@
 // end, from a transport's send to the consumer's committed effects:
 //
 //   - the handler gets the message as the producer's outbox stored it (id,
-//     type, key where the broker carries it, headers, body), and each
+//     type, key where the broker carries it, headers, body, and the trace
+//     context a transport wrapped by package otel sends), and each
 //     message's effects commit once and the message is acknowledged (it is
 //     not delivered again to a consumer started afterwards);
 //   - a message whose effects committed but whose acknowledgement was lost
@@ -236,6 +237,9 @@ func receivesWhatWasSent(t *testing.T, s *scenario) {
 		s.message(t, "customer-7", `{"id":"o-1"}`, "trace", "a", "dup", "1", "dup", "2"),
 		s.message(t, "customer-8", "", "bin", binary),
 		s.message(t, "", "no key"),
+		// What a transport wrapped by package otel sends: the creation
+		// trace context in headers, which the consumer reads back.
+		s.message(t, "customer-9", "traced", relayer.HeaderTraceParent, traceParent, relayer.HeaderTraceState, "vendor=1", "app", "x"),
 	}
 	s.send(t, sent...)
 	var mu sync.Mutex
@@ -268,8 +272,12 @@ func receivesWhatWasSent(t *testing.T, s *scenario) {
 		if s.b.CarriesKey && g.Key != want.Key {
 			t.Errorf("message %v: key %q, want %q", want.ID, g.Key, want.Key)
 		}
-		if !slices.Equal(byName(g.Headers), byName(want.Headers)) {
-			t.Errorf("message %v: headers %q, want %q", want.ID, byName(g.Headers), byName(want.Headers))
+		wantHeaders, wantParent, wantState := untraced(want.Headers)
+		if !slices.Equal(byName(g.Headers), byName(wantHeaders)) {
+			t.Errorf("message %v: headers %q, want %q", want.ID, byName(g.Headers), byName(wantHeaders))
+		}
+		if g.TraceParent != wantParent || g.TraceState != wantState {
+			t.Errorf("message %v: trace context %q, %q; want %q, %q", want.ID, g.TraceParent, g.TraceState, wantParent, wantState)
 		}
 		if n := s.effects(t, want.ID); n != 1 {
 			t.Errorf("message %v: %d effect rows, want 1", want.ID, n)
@@ -278,6 +286,25 @@ func receivesWhatWasSent(t *testing.T, s *scenario) {
 	if n := s.quiet(t); n != 0 {
 		t.Errorf("a consumer started afterwards got %d deliveries; every message was acknowledged", n)
 	}
+}
+
+// traceParent is a valid W3C traceparent.
+const traceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// untraced splits the trace context headers from hs: the consumer hands
+// them over as TraceParent and TraceState.
+func untraced(hs []headers.Header) (rest []headers.Header, parent, state string) {
+	for _, h := range hs {
+		switch h.Name {
+		case relayer.HeaderTraceParent:
+			parent = string(h.Value)
+		case relayer.HeaderTraceState:
+			state = string(h.Value)
+		default:
+			rest = append(rest, h)
+		}
+	}
+	return rest, parent, state
 }
 
 // byName lists headers as "name=value" strings, by name, each name's

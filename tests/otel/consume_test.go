@@ -1,0 +1,102 @@
+package relayerotel_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	relayerotel "github.com/relayer-go/relayer/otel"
+	"github.com/relayer-go/relayer/store"
+)
+
+// received is a message as a broker adapter hands it over: what the wrapped
+// transport sent, whose trace context travels in headers.
+type received struct{ msg relayer.Message }
+
+func (d *received) Message() (relayer.Message, error) {
+	m := d.msg
+	m.TraceParent, m.TraceState = "", "" // not on the wire but in headers
+	return m, nil
+}
+func (d *received) Attempt() int                               { return 1 }
+func (d *received) Ack(context.Context) error                  { return nil }
+func (d *received) Retry(context.Context, time.Duration) error { return nil }
+func (d *received) DeadLetter(context.Context, error) error    { return nil }
+
+// A message written under a request's span, sent through the wrapped
+// transport and consumed: the handler sees the creation context the outbox
+// stored, as TraceParent rather than headers, and runs in a consumer span
+// linked to it; a failing handler's span says so.
+func TestWrapHandlerLinksToTheCreationContext(t *testing.T) {
+	t.Parallel()
+	b := setupTrace(t)
+	ctx, request := b.app.Start(context.Background(), "POST /orders")
+	m := enlist(t, ctx, "orders", headers.Header{Name: "app", Value: []byte("1")})
+	request.End()
+	if err := b.tr.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	sent := b.mem.Messages("orders")[0]
+
+	db := testdb.Open(t, "pgx")
+	tables := store.Options{Schema: testdb.NewSchema(t)}
+	if _, err := store.Migrate(context.Background(), db, tables); err != nil {
+		t.Fatal(err)
+	}
+	var seen relayer.Message
+	fail := false
+	c, err := consume.New(db, relayerotel.WrapHandler(func(ctx context.Context, _ *consume.Tx, got *relayer.Message) error {
+		seen = *got
+		if fail {
+			return errors.New("ledger down")
+		}
+		return nil
+	}, relayerotel.WithTracerProvider(b.tp), relayerotel.WithMessagingSystem("memory")), consume.Options{Name: "billing", Tables: tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Handle(context.Background(), &received{msg: sent}); out != consume.Handled || err != nil {
+		t.Fatalf("Handle = %s, %v", out, err)
+	}
+	if seen.TraceParent != m.TraceParent || seen.TraceState != m.TraceState || len(seen.Headers) != 1 || seen.Headers[0].Name != "app" {
+		t.Errorf("the handler saw traceparent %q, headers %v; want the stored %q and the message's own headers", seen.TraceParent, seen.Headers, m.TraceParent)
+	}
+	var process []string
+	for _, s := range b.rec.Ended() {
+		if s.SpanKind() != trace.SpanKindConsumer {
+			continue
+		}
+		process = append(process, s.Name())
+		links := s.Links()
+		if len(links) != 1 || links[0].SpanContext.SpanID() != request.SpanContext().SpanID() {
+			t.Errorf("span %s links %v, want the request's span %v", s.Name(), links, request.SpanContext().SpanID())
+		}
+		a := attrs(s)
+		if a["messaging.operation.type"].AsString() != "process" || a["messaging.message.id"].AsString() != m.ID.String() || a["messaging.system"].AsString() != "memory" {
+			t.Errorf("span attributes %v", a)
+		}
+	}
+	if strings.Join(process, ",") != "process orders" {
+		t.Fatalf("consumer spans %q, want one: process orders", process)
+	}
+
+	fail = true
+	sentOther := sent
+	sentOther.ID, _ = relayer.NewID()
+	if out, _ := c.Handle(context.Background(), &received{msg: sentOther}); out != consume.Retried {
+		t.Fatalf("Handle = %s, want retried", out)
+	}
+	last := b.rec.Ended()[len(b.rec.Ended())-1]
+	if last.SpanKind() != trace.SpanKindConsumer || last.Status().Code != codes.Error || !strings.Contains(last.Status().Description, "ledger down") {
+		t.Errorf("the failing handler's span: %s, status %v", last.Name(), last.Status())
+	}
+}
