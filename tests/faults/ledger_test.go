@@ -74,6 +74,15 @@ func (l *ledger) intend(ids ...uuid.UUID) {
 	}
 }
 
+// mayHaveCommitted reports whether message id was published and its
+// transaction committed, or may have (its commit's reply was lost).
+func (l *ledger) mayHaveCommitted(id uuid.UUID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entries[id]
+	return e != nil && (e.outcome == committed || e.outcome == uncertain)
+}
+
 // verdict is the checker's finding for one scenario.
 type verdict struct {
 	Committed, Uncertain, RolledBack int

@@ -583,9 +583,18 @@ func runScenario(t *testing.T, sc scenario) {
 			t.Errorf("dead letters by reason %v, want %d %s", reasons, n, reason)
 		}
 	}
+	ds, _ := s.broker.snapshot()
+	fx := s.consumeEffects(ctx, ds)
 	cancel()
 
-	t.Logf("%s: %+v; %s; drained %s after the producers stopped", sc.name, v, in.note, drained.Round(time.Millisecond))
+	t.Logf("%s: %+v; %s; drained %s after the producers stopped; consumer stage %+v", sc.name, v, in.note, drained.Round(time.Millisecond), fx)
+	if fx.Missing != 0 || fx.Doubled != 0 || fx.Foreign != 0 {
+		t.Errorf("consumer stage: %d delivered messages without their effect, %d with more than one, %d effects of messages never committed",
+			fx.Missing, fx.Doubled, fx.Foreign)
+	}
+	if fx.Handled+fx.Skipped < fx.Deliveries {
+		t.Errorf("consumer stage: %d deliveries, %d handled and %d skipped as duplicates", fx.Deliveries, fx.Handled, fx.Skipped)
+	}
 	if v.Lost != 0 {
 		t.Errorf("%d committed messages lost", v.Lost)
 	}

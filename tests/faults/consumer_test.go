@@ -1,0 +1,139 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/store"
+)
+
+// The consumer's half of the promise: whatever the broker got, duplicates
+// included, handed to a consume.Consumer (four deliveries at once, in a
+// shuffled order, so that copies of one message race each other) commits
+// each message's effect once.
+
+// effects is what the consumer stage found.
+type effects struct {
+	Deliveries int // handed to the consumer, duplicates included
+	Handled    int // handler runs that committed
+	Skipped    int // deliveries the inbox found handled already
+	Missing    int // delivered messages without an effect row
+	Doubled    int // messages with more than one effect row
+	Foreign    int // effect rows of messages no producer committed
+}
+
+// consumeEffects hands every delivery in ds to a consumer whose handler
+// writes an effect row, then counts the rows per message against the
+// ledger.
+func (s *system) consumeEffects(ctx context.Context, ds []delivery) effects {
+	table := s.schema + ".consumer_effects"
+	must(s.t, s.harness(ctx, func(ctx context.Context) error {
+		_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (message_id uuid NOT NULL)`)
+		return err
+	}))
+	c, err := consume.New(s.db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id) VALUES ($1)`, m.ID)
+		return err
+	}, consume.Options{Name: "faults-consumer", Tables: store.OptionsOf(s.outbox)})
+	must(s.t, err)
+	order := rand.Perm(len(ds))
+	work := make(chan delivery)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for d := range work {
+				s.handleUntilSettled(ctx, c, d)
+			}
+		})
+	}
+	for _, i := range order {
+		work <- ds[i]
+	}
+	close(work)
+	wg.Wait()
+
+	e := effects{Deliveries: len(ds), Handled: int(c.Stats().Handled), Skipped: int(c.Stats().Duplicates)}
+	rows := map[uuid.UUID]int{}
+	must(s.t, s.harness(ctx, func(ctx context.Context) error {
+		clear(rows)
+		r, err := s.db.QueryContext(ctx, `SELECT message_id, count(*) FROM `+table+` GROUP BY message_id`)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var id uuid.UUID
+			var n int
+			if err := r.Scan(&id, &n); err != nil {
+				return err
+			}
+			rows[id] = n
+		}
+		return r.Err()
+	}))
+	delivered := map[uuid.UUID]bool{}
+	for _, d := range ds {
+		delivered[d.id] = true
+	}
+	for id := range delivered {
+		switch n := rows[id]; {
+		case n == 0:
+			e.Missing++
+		case n > 1:
+			e.Doubled++
+		}
+	}
+	for id := range rows {
+		if !delivered[id] || !s.ledger.mayHaveCommitted(id) {
+			e.Foreign++
+		}
+	}
+	return e
+}
+
+// handleUntilSettled hands d to c until it is handled or found a
+// duplicate, as a broker redelivers what was not acknowledged.
+func (s *system) handleUntilSettled(ctx context.Context, c *consume.Consumer, d delivery) {
+	fd := &faultDelivery{id: d.id, key: d.key}
+	for attempt := 1; ; attempt++ {
+		out, err := c.Handle(ctx, fd)
+		if out == consume.Handled || out == consume.Duplicate {
+			return
+		}
+		if attempt == 100 || ctx.Err() != nil {
+			s.t.Errorf("consumer stage: message %v not settled after %d deliveries: %s, %v", d.id, attempt, out, errors.Join(err, fd.lastErr))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// faultDelivery is a message the scenario's broker received, delivered to
+// the consumer stage: Retry notes why it came back.
+type faultDelivery struct {
+	id      uuid.UUID
+	key     string
+	lastErr error
+}
+
+func (d *faultDelivery) Message() (relayer.Message, error) {
+	return relayer.Message{ID: d.id, Type: "faults.event", Key: d.key, Destination: "faults"}, nil
+}
+func (d *faultDelivery) Attempt() int              { return 1 }
+func (d *faultDelivery) Ack(context.Context) error { return nil }
+func (d *faultDelivery) Retry(context.Context, time.Duration) error {
+	d.lastErr = fmt.Errorf("retried")
+	return nil
+}
+func (d *faultDelivery) DeadLetter(_ context.Context, cause error) error {
+	d.lastErr = cause
+	return nil
+}
