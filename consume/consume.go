@@ -231,7 +231,8 @@ type Txn interface {
 // Txn under it, where the consumer records the inbox and which it commits
 // or rolls back; the handler must do neither. The data-layer modules wrap
 // it (relayergorm.NewConsumer, relayerbun.NewConsumer,
-// relayersqlx.NewConsumer), and their own enlistment publishes follow-up
+// relayersqlx.NewConsumer, relayerpgx.NewConsumer), and their own
+// enlistment publishes follow-up
 // messages in that transaction, so opts.Writer must be nil; Tx.OnCommit is
 // the database/sql handler's alone. Errors are [New]'s.
 func NewTx[T any](begin func(ctx context.Context, opts *sql.TxOptions) (T, Txn, error), handler func(ctx context.Context, tx T, m *relayer.Message) error, opts Options) (*Consumer, error) {

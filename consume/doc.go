@@ -62,7 +62,8 @@
 // [New]'s handlers get a *sql.Tx (in [Tx]). [NewTx] runs handlers in a
 // transaction of another data layer, which the data-layer modules wrap:
 // relayergorm.NewConsumer hands a *gorm.DB, relayerbun.NewConsumer a
-// bun.Tx, relayersqlx.NewConsumer a *sqlx.Tx; the inbox record is written
+// bun.Tx, relayersqlx.NewConsumer a *sqlx.Tx, relayerpgx.NewConsumer pgx's
+// native pgx.Tx; the inbox record is written
 // in that same transaction, and follow-ups publish through the layer's own
 // enlistment.
 //
