@@ -178,26 +178,13 @@ func Consume(ctx context.Context, conn *amqp.Connection, queue string, c *consum
 	defer pub.close()
 	s := &session{queue: queue, opts: opts, consumer: c, retry: c.Options().Retry, pub: pub}
 
-	// The handlers' context outlives ctx by up to DrainTimeout, so that a
-	// stop lets the messages being handled commit and be acknowledged.
-	hctx, endHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer endHandlers()
-	work := make(chan amqp.Delivery)
-	var wg sync.WaitGroup
-	for range opts.Concurrency {
-		wg.Go(func() {
-			for d := range work {
-				if _, err := c.Handle(hctx, s.delivery(d)); err != nil && hctx.Err() == nil {
-					opts.Logger.Warn("relayeramqp: consume: a message was not settled; the broker delivers it again",
-						slog.String("queue", queue), slog.String("error", err.Error()))
-				}
-			}
-		})
-	}
-	// A message delivered but not handled stays unacknowledged until the
-	// channel closes, after the drain, which hands it back to the queue in
-	// its place: cancelling the consumer first would let a single active
+	// The handlers outlive ctx by up to DrainTimeout, so that a stop lets
+	// the messages being handled commit and be acknowledged. A message
+	// delivered but not handled stays unacknowledged until the channel
+	// closes, after the drain, which hands it back to the queue in its
+	// place: cancelling the consumer first would let a single active
 	// consumer's successor overtake it.
+	workers := consume.NewWorkers(ctx, opts.Concurrency, opts.DrainTimeout)
 	var lost error
 loop:
 	for {
@@ -209,25 +196,18 @@ loop:
 				lost = closeReason(closed, "consume: the channel of "+queue+" closed")
 				break loop
 			}
-			select {
-			case work <- d:
-			case <-ctx.Done():
+			taken := workers.Go(ctx, func(hctx context.Context) {
+				if _, err := c.Handle(hctx, s.delivery(d)); err != nil && hctx.Err() == nil {
+					opts.Logger.Warn("relayeramqp: consume: a message was not settled; the broker delivers it again",
+						slog.String("queue", queue), slog.String("error", err.Error()))
+				}
+			})
+			if !taken {
 				break loop
 			}
 		}
 	}
-	close(work)
-	drained := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-time.After(opts.DrainTimeout):
-		endHandlers() // nothing uncommitted is acknowledged: it is delivered again
-		<-drained
-	}
+	workers.Stop() // nothing uncommitted is acknowledged: it is delivered again
 	return lost
 }
 

@@ -140,10 +140,6 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if err != nil {
 		return fmt.Errorf("relayernats: consume: %w", err)
 	}
-	// The handlers' context outlives ctx by up to DrainTimeout, so that a
-	// stop lets the messages being handled commit and be acknowledged.
-	hctx, endHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer endHandlers()
 	stopped := make(chan struct{})
 	go func() {
 		select {
@@ -152,21 +148,10 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 		}
 		it.Stop()
 	}()
-	work := make(chan jetstream.Msg)
-	var wg sync.WaitGroup
-	for range opts.Concurrency {
-		wg.Go(func() {
-			for msg := range work {
-				d := &delivery{msg: msg, js: js, dead: opts.DeadLetterSubject, consumer: c.Options().Name}
-				keepAlive := inProgress(msg, ackWait/2)
-				if _, err := c.Handle(hctx, d); err != nil && hctx.Err() == nil {
-					opts.Logger.Warn("relayernats: consume: a message was not settled; JetStream delivers it again",
-						slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
-				}
-				keepAlive()
-			}
-		})
-	}
+	// The handlers outlive ctx by up to DrainTimeout, so that a stop lets
+	// the messages being handled commit and be acknowledged.
+	workers := consume.NewWorkers(ctx, opts.Concurrency, opts.DrainTimeout)
+	name := c.Options().Name
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -176,26 +161,21 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 			opts.Logger.Warn("relayernats: consume: fetching failed; trying again", slog.String("error", err.Error()))
 			continue
 		}
-		select {
-		case work <- msg:
-		case <-ctx.Done():
-			// Fetched but not handled: delivered again at once.
-			_ = msg.Nak()
+		taken := workers.Go(ctx, func(hctx context.Context) {
+			keepAlive := inProgress(msg, ackWait/2)
+			defer keepAlive()
+			d := &delivery{msg: msg, js: js, dead: opts.DeadLetterSubject, consumer: name}
+			if _, err := c.Handle(hctx, d); err != nil && hctx.Err() == nil {
+				opts.Logger.Warn("relayernats: consume: a message was not settled; JetStream delivers it again",
+					slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
+			}
+		})
+		if !taken {
+			_ = msg.Nak() // fetched but not handled: delivered again at once
 		}
 	}
 	close(stopped)
-	close(work)
-	drained := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-time.After(opts.DrainTimeout):
-		endHandlers() // nothing uncommitted is acknowledged: it is delivered again
-		<-drained
-	}
+	workers.Stop() // nothing uncommitted is acknowledged: it is delivered again
 	return nil
 }
 
