@@ -387,7 +387,7 @@ type listData[T any] struct {
 
 // Reasons are the reasons a dead letter is filtered by.
 func (listData[T]) Reasons() []string {
-	return []string{store.ReasonPermanent, store.ReasonExhausted, store.ReasonCorrupt, store.ReasonSkipped, store.ReasonOverLimit}
+	return store.DeadReasons()
 }
 
 // listPage serves a list page: the filter from the query string, then the

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,49 @@ func (l LeaseRow) Lane() (lane int, ok bool) {
 // when l is not a membership lease ("member:<instance>").
 func (l LeaseRow) Member() (instance string, ok bool) {
 	return strings.CutPrefix(l.Name, storesql.MemberLeasePrefix)
+}
+
+// MemberLanes is a live ordered worker and the lanes it holds.
+type MemberLanes struct {
+	// Instance names the member's lease ("member:<instance>").
+	Instance string
+	// Owner is the worker's name; ExpiresAt ends its membership lease.
+	Owner     string
+	ExpiresAt time.Time
+	// Lanes are the lanes whose leases record Owner as their owner, sorted.
+	Lanes []int
+}
+
+// GroupLanes groups live leases by member, the one answer of every tool
+// (the command, the console): each membership lease with the lanes whose
+// leases record its worker's name as owner — a Runner's lane leases carry
+// its lane group's token, not the member's, so the name is what ties them,
+// and live workers' names are unique — and, sorted, the lanes held under a
+// name no live member has.
+func GroupLanes(leases []LeaseRow) (members []MemberLanes, orphans []int) {
+	byOwner := map[string]int{}
+	for _, l := range leases {
+		if id, ok := l.Member(); ok {
+			byOwner[l.Owner] = len(members)
+			members = append(members, MemberLanes{Instance: id, Owner: l.Owner, ExpiresAt: l.ExpiresAt, Lanes: []int{}})
+		}
+	}
+	for _, l := range leases {
+		lane, ok := l.Lane()
+		if !ok {
+			continue
+		}
+		if i, live := byOwner[l.Owner]; live {
+			members[i].Lanes = append(members[i].Lanes, lane)
+		} else {
+			orphans = append(orphans, lane)
+		}
+	}
+	for i := range members {
+		slices.Sort(members[i].Lanes)
+	}
+	slices.Sort(orphans)
+	return members, orphans
 }
 
 // Members returns the live members' lease names ("member:<instance>") in

@@ -94,6 +94,12 @@ const (
 	ReasonOverLimit = "over_limit"
 )
 
+// DeadReasons returns every reason a message leaves delivery for, in the
+// order tools list them.
+func DeadReasons() []string {
+	return []string{ReasonPermanent, ReasonExhausted, ReasonCorrupt, ReasonSkipped, ReasonOverLimit}
+}
+
 // DeadLetter is a message out of delivery for good, as stored in the
 // dead-letter table.
 type DeadLetter struct {

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -149,7 +148,7 @@ throwaway PostgreSQL cluster.`,
 	results, err := bench.Run(ctx, cfg)
 	steps.stop()
 	if f.asJSON {
-		enc := json.NewEncoder(stdout)
+		enc := newJSONEncoder(stdout)
 		for _, r := range results {
 			if err := enc.Encode(r); err != nil {
 				return err

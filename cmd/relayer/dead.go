@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -186,7 +185,7 @@ func runDeadShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("no dead letter with id %s in outbox %s", id, describe(opts))
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(detail(list[0]))
+		return newJSONEncoder(stdout).Encode(detail(list[0]))
 	}
 	return printDeadLetter(stdout, detail(list[0]))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +121,36 @@ func TestVersion(t *testing.T) {
 	}
 	if r := runCmd(t, "version", "extra"); r.code != exitUsage {
 		t.Errorf("version with an argument: code %d, want %d", r.code, exitUsage)
+	}
+	// --json, as every other command takes it.
+	r := runCmd(t, "version", "--json")
+	var v struct{ Command, Library, Go string }
+	if err := json.Unmarshal([]byte(r.stdout), &v); r.code != exitOK || err != nil || v.Library == "" || !strings.HasPrefix(v.Go, "go1.") {
+		t.Errorf("version --json: code %d, stdout %q, %v", r.code, r.stdout, err)
+	}
+}
+
+// JSON output escapes what a terminal would act on (a bidirectional
+// override reorders a line that jq -r prints), and decodes to the same
+// strings.
+func TestJSONOutputEscapesNonPrintingRunes(t *testing.T) {
+	t.Parallel()
+	in := map[string]string{"type": "orders.\u202eflipped", "key": "k\u2066x\U000E0001", "plain": "é ok"}
+	var buf bytes.Buffer
+	if err := newJSONEncoder(&buf).Encode(in); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, r := range []string{"\u202e", "\u2066", "\U000E0001"} {
+		if strings.Contains(out, r) {
+			t.Errorf("output %q holds %U raw", out, []rune(r)[0])
+		}
+	}
+	if !strings.Contains(out, `\u202e`) || !strings.Contains(out, `\udb40\udc01`) || !strings.Contains(out, "é ok") {
+		t.Errorf("output %q: want \\u202e, a surrogate pair, and printable text as is", out)
+	}
+	var back map[string]string
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || back["type"] != in["type"] || back["key"] != in["key"] || back["plain"] != in["plain"] {
+		t.Errorf("decoded %q, %v; want %q", back, err, in)
 	}
 }

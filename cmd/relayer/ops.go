@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -276,7 +275,6 @@ type member struct {
 	Owner     string    `json:"owner"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Lanes     []int     `json:"lanes"`
-	token     string
 }
 
 // holder is the live holder of a singleton lease such as recovery's.
@@ -285,8 +283,9 @@ type holder struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// leases reads the live leases: members with their lanes, the recovery
-// holder, and lanes held by a token no live member has.
+// readLeases reads the live leases: members with their lanes, the recovery
+// holder, and lanes held under a name no live member has
+// (store.GroupLanes).
 func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []member, recovery *holder, orphans []int, err error) {
 	st, err := checkedStore(ctx, db, opts)
 	if err != nil {
@@ -296,36 +295,15 @@ func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read leases: %w", err)
 	}
-	type laneLease struct {
-		lane  int
-		token string
+	grouped, orphans := store.GroupLanes(leases)
+	for _, m := range grouped {
+		members = append(members, member{ID: m.Instance, Owner: m.Owner, ExpiresAt: m.ExpiresAt, Lanes: m.Lanes})
 	}
-	var lanes []laneLease
 	for _, l := range leases {
-		token := l.Token.String()
-		id, isMember := l.Member()
-		lane, isLane := l.Lane()
-		switch {
-		case isMember:
-			members = append(members, member{ID: id, Owner: l.Owner, ExpiresAt: l.ExpiresAt, Lanes: []int{}, token: token})
-		case isLane:
-			lanes = append(lanes, laneLease{lane, token})
-		case l.Name == store.RecoveryLeaseName:
+		if l.Name == store.RecoveryLeaseName {
 			recovery = &holder{Owner: l.Owner, ExpiresAt: l.ExpiresAt}
 		}
 	}
-	for _, l := range lanes {
-		i := slices.IndexFunc(members, func(m member) bool { return m.token == l.token })
-		if i < 0 {
-			orphans = append(orphans, l.lane)
-			continue
-		}
-		members[i].Lanes = append(members[i].Lanes, l.lane)
-	}
-	for i := range members {
-		slices.Sort(members[i].Lanes)
-	}
-	slices.Sort(orphans)
 	return members, recovery, orphans, nil
 }
 
@@ -389,7 +367,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		if *asJSON {
-			if err := json.NewEncoder(stdout).Encode(r); err != nil {
+			if err := newJSONEncoder(stdout).Encode(r); err != nil {
 				return err
 			}
 		} else {
@@ -560,7 +538,7 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if recorded {
 			out.Lanes = &count
 		}
-		return json.NewEncoder(stdout).Encode(out)
+		return newJSONEncoder(stdout).Encode(out)
 	}
 	if len(members) == 0 && len(orphans) == 0 {
 		fmt.Fprintf(stdout, "no live ordered workers in outbox %s\n", describe(opts))

@@ -107,14 +107,16 @@ VALUES ($1, 'ops.Dead', 'nats', 'ops.dead', '\x7b7d', '\x0100000000000000', 'k1'
 		exec(`INSERT INTO `+t2.leases+` (name, owner, owner_token, expires_at) VALUES ($1, $2, $3, now() + $4::interval)`,
 			name, owner, token, ttl)
 	}
-	a, c, gone := uuid.New(), uuid.New(), uuid.New()
+	// As a Runner takes them: a member's lease carries its own token, the
+	// lane leases its lane group's, and record the member's name as owner.
+	a, c, gone, group := uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	lease("member:aaa", "worker-a", a, "1 minute")
-	lease("lane:0", "worker-a", a, "1 minute")
-	lease("lane:1", "worker-a", a, "1 minute")
-	lease("lane:2", "worker-a", a, "1 minute")
-	lease("lane:7", "worker-a", a, "1 minute")
+	lease("lane:0", "worker-a", group, "1 minute")
+	lease("lane:1", "worker-a", group, "1 minute")
+	lease("lane:2", "worker-a", group, "1 minute")
+	lease("lane:7", "worker-a", group, "1 minute")
 	lease("member:ccc", "worker-c", c, "1 minute")
-	lease("lane:3", "worker-c", c, "1 minute")
+	lease("lane:3", "worker-c", group, "1 minute")
 	lease("lane:9", "worker-gone", gone, "1 minute")
 	lease("lane:10", "worker-a", a, "-1 minute") // expired: not shown
 	lease("recovery", "host/42", uuid.New(), "1 minute")
@@ -238,6 +240,13 @@ func TestLanes(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("lanes output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	// The members hold their lanes, as the console shows them: matched by
+	// the owner's name, not the token.
+	if !regexp.MustCompile(`(?m)^\s*aaa\s+worker-a\s+0-2,7\s+4$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^\s*ccc\s+worker-c\s+3\s+1$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^\s*\(no live member\)\s+-\s+9\s+1$`).MatchString(r.stdout) {
+		t.Errorf("lanes by member:\n%s", r.stdout)
 	}
 	if strings.Contains(r.stdout, "10") {
 		t.Errorf("an expired lane lease is shown:\n%s", r.stdout)
@@ -621,6 +630,7 @@ func TestRedriveDeadList(t *testing.T) {
 		want []string
 	}{
 		{[]string{"--reason", "exhausted"}, []string{b.shipped.String(), b.old.String()}},
+		{[]string{"--reason", "over_limit"}, nil}, // the console offers it too
 		{[]string{"--older-than", "39d"}, []string{b.old.String()}},
 		{[]string{"--older-than", "41d"}, nil},
 		{[]string{"--destination", "orders.events", "--older-than", "150s"}, []string{b.broken.String(), b.old.String()}},
@@ -647,7 +657,7 @@ func TestRedriveDeadList(t *testing.T) {
 		t.Errorf("empty selection: %q", r.stdout)
 	}
 	for _, tc := range []struct{ args, want string }{
-		{"--reason bogus", `--reason "bogus": want one of permanent, exhausted, corrupt, skipped`},
+		{"--reason bogus", `--reason "bogus": want one of permanent, exhausted, corrupt, skipped, over_limit`},
 		{"--limit 10001", "--limit 10001"},
 		{"--older-than -1h", "must not be negative"},
 		{"--older-than 3x", "90m, 48h or 30d"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -148,7 +147,7 @@ func (s *deadSelection) register(fs *flag.FlagSet, withAll bool) {
 	fs.StringVar(&s.typ, "type", "", "only messages of this message type")
 	fs.StringVar(&s.destination, "destination", "", "only messages to this destination")
 	fs.StringVar(&s.key, "key", "", "only messages with this ordering key")
-	fs.StringVar(&s.reason, "reason", "", "only dead letters that died for this `reason`: "+strings.Join(deadReasons(), ", "))
+	fs.StringVar(&s.reason, "reason", "", "only dead letters that died for this `reason`: "+strings.Join(store.DeadReasons(), ", "))
 	fs.Var(&s.olderThan, "older-than", "only dead letters that died at least this long ago, a `duration` such as 90m, 48h or 30d")
 	if withAll {
 		fs.BoolVar(&s.all, "all", false, "every dead letter; required when no filter is given")
@@ -167,15 +166,10 @@ func (s *deadSelection) addIDs(v string) error {
 	return nil
 }
 
-// deadReasons are the reasons a message dies, for --reason.
-func deadReasons() []string {
-	return []string{store.ReasonPermanent, store.ReasonExhausted, store.ReasonCorrupt, store.ReasonSkipped}
-}
-
 // filter checks the flags and returns the store filter they make.
 func (s *deadSelection) filter() (store.DeadFilter, error) {
-	if s.reason != "" && !slices.Contains(deadReasons(), s.reason) {
-		return store.DeadFilter{}, usagef("--reason %q: want one of %s", s.reason, strings.Join(deadReasons(), ", "))
+	if s.reason != "" && !slices.Contains(store.DeadReasons(), s.reason) {
+		return store.DeadFilter{}, usagef("--reason %q: want one of %s", s.reason, strings.Join(store.DeadReasons(), ", "))
 	}
 	return store.DeadFilter{IDs: s.ids, Type: s.typ, Destination: s.destination, Key: s.key,
 		Reason: s.reason, OlderThan: time.Duration(s.olderThan)}, nil
@@ -265,7 +259,7 @@ func (l listing[T, S]) run(ctx context.Context, f *outboxFlags, stdout io.Writer
 		return fmt.Errorf("list %s: %w", l.what, err)
 	}
 	if l.asJSON {
-		enc := json.NewEncoder(stdout)
+		enc := newJSONEncoder(stdout)
 		for _, item := range list {
 			if err := enc.Encode(l.summarize(item)); err != nil {
 				return err
@@ -406,7 +400,7 @@ func (c change) run(ctx context.Context, db *sql.DB, st *store.Store, flags chan
 		for _, id := range ids {
 			r.IDs = append(r.IDs, id.String())
 		}
-		if err := json.NewEncoder(stdout).Encode(r); err != nil {
+		if err := newJSONEncoder(stdout).Encode(r); err != nil {
 			return 0, nil, err
 		}
 	}
