@@ -16,10 +16,14 @@
 //  1. At enlistment, the writer calls relayer.Outbox.TraceContext with the
 //     context of the business transaction and stores the W3C traceparent and
 //     tracestate it returns with the row. Set it to [TraceContext].
-//  2. At delivery, the transport returned by [WrapTransport] starts a producer
+//  2. At delivery, the transport returned by [WrapTransport] starts a send
 //     span per message, parented to the stored context, and passes the broker
-//     a copy of the message whose traceparent and tracestate headers name that
-//     span. A retry is a new span under the same parent.
+//     a copy of the message whose traceparent and tracestate headers carry the
+//     stored context unchanged, as the messaging conventions ask of every hop:
+//     the send span is then a CLIENT span. A message stored without a context
+//     carries the send span's own, which is then a PRODUCER span, the start of
+//     the message's trace on the wire. A retry is a new span under the same
+//     parent.
 //  3. At consumption, package consume reads those headers back into the
 //     message's TraceParent and TraceState, and [WrapHandler] runs the
 //     handler in a consumer span linked to that context, as the messaging

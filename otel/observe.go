@@ -33,7 +33,10 @@ const ObserveTimeout = 5 * time.Second
 
 // Gauge names registered by [ObserveStore].
 const (
-	MetricBacklog    = "relayer.outbox.backlog"
+	MetricBacklog = "relayer.outbox.backlog"
+	// MetricBlocked counts rows that are due but wait behind their key: an
+	// earlier message of the key is parked or waiting for its retry time.
+	MetricBlocked    = "relayer.outbox.blocked"
 	MetricOldestAge  = "relayer.outbox.oldest_age"
 	MetricScheduled  = "relayer.outbox.scheduled"
 	MetricClaimed    = "relayer.outbox.claimed"
@@ -60,7 +63,11 @@ const (
 // [store.Store.DeadByReason] and [store.Store.Pauses]), each data point
 // carrying relayer.outbox = name (default: "<schema>.<prefix>outbox"):
 //
-//   - relayer.outbox.backlog: rows deliverable now (Stats.Eligible);
+//   - relayer.outbox.backlog: rows deliverable now (Stats.Eligible less
+//     Stats.Blocked), the backlog the command and the console report;
+//   - relayer.outbox.blocked: due rows that wait behind their key, an
+//     earlier message of which is parked or waiting for a retry
+//     (Stats.Blocked): not backlog, since no worker can send them yet;
 //   - relayer.outbox.oldest_age: seconds the longest-waiting deliverable row
 //     has been due (now minus Stats.OldestDueAt), 0 when there is none;
 //   - relayer.outbox.scheduled, .claimed, .retrying, .parked, .parked_keys
@@ -96,7 +103,8 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		errs = errors.Join(errs, err)
 		return g
 	}
-	backlog := gauge(MetricBacklog, "{message}", "Outbox rows deliverable now: due, not parked, not claimed.")
+	backlog := gauge(MetricBacklog, "{message}", "Outbox rows deliverable now: due, not parked, not claimed, not behind a held key.")
+	blocked := gauge(MetricBlocked, "{message}", "Due outbox rows waiting behind their key: an earlier message of the key is parked or waiting for a retry.")
 	scheduled := gauge(MetricScheduled, "{message}", "Outbox rows whose delivery time is ahead.")
 	claimed := gauge(MetricClaimed, "{message}", "Outbox rows held by a live claim, being sent.")
 	parked := gauge(MetricParked, "{message}", "Parked outbox rows.")
@@ -123,7 +131,8 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		if err != nil {
 			return err
 		}
-		o.ObserveInt64(backlog, s.Eligible, attrs)
+		o.ObserveInt64(backlog, s.Eligible-s.Blocked, attrs)
+		o.ObserveInt64(blocked, s.Blocked, attrs)
 		o.ObserveInt64(scheduled, s.Scheduled, attrs)
 		o.ObserveInt64(claimed, s.Claimed, attrs)
 		o.ObserveInt64(parked, s.Parked, attrs)
@@ -151,7 +160,7 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 			o.ObserveInt64(paused, n, metric.WithAttributes(OutboxKey.String(name), TransportKey.String(d[0]), semconv.MessagingDestinationNameKey.String(d[1])))
 		}
 		return nil
-	}, backlog, scheduled, claimed, parked, parkedKeys, dead, retrying, deadBy, paused, oldest, oldestParked)
+	}, backlog, blocked, scheduled, claimed, parked, parkedKeys, dead, retrying, deadBy, paused, oldest, oldestParked)
 }
 
 // waited is how long ago since was, zero for the zero time and for instants a

@@ -278,13 +278,23 @@ func (t *transport) common(msg *relayer.Message, extra int) []attribute.KeyValue
 // conventions keep that for operations on several messages.
 func (t *transport) startSpan(ctx context.Context, msg *relayer.Message, start time.Time) (context.Context, trace.Span) {
 	attrs := append(t.common(msg, 1), semconv.MessagingMessageID(msg.ID.String()))
+	// A send span whose context the message carries (no creation context
+	// was stored) is where the message's trace starts on the wire: a
+	// PRODUCER span. Otherwise the message carries the stored creation
+	// context, and the send span is a CLIENT call to the broker, as the
+	// messaging conventions ask of spans whose context is not propagated.
+	kind := trace.SpanKindProducer
+	creation := creationContext(msg)
+	if creation.IsValid() {
+		kind = trace.SpanKindClient
+	}
 	opts := []trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithSpanKind(kind),
 		trace.WithTimestamp(start),
 		trace.WithAttributes(attrs...),
 	}
 	parent := ctx
-	if creation := creationContext(msg); creation.IsValid() {
+	if creation.IsValid() {
 		parent = trace.ContextWithRemoteSpanContext(ctx, creation)
 		links := []trace.Link{{SpanContext: creation}}
 		if own := trace.SpanContextFromContext(ctx); own.IsValid() && !own.Equal(creation) {

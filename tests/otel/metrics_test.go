@@ -430,6 +430,13 @@ func TestObserveStore(t *testing.T) {
 	if _, err := db.Exec(`UPDATE ` + table + ` SET retry_at = now() + interval '1 hour', attempts = 1 WHERE ordering_key = 'k1'`); err != nil {
 		t.Fatal(err)
 	}
+	// A later message of k1: due, but blocked behind the retry, so not
+	// backlog.
+	msgs = msgs[:0]
+	add(now.Add(-time.Second), time.Time{}, "k1")
+	if err := st.Insert(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
 	dead := strings.Replace(table, "obs_outbox", "obs_dead", 1)
 	if _, err := db.Exec(`INSERT INTO ` + dead + ` (id, message_type, transport, destination, body, headers, created_at, attempts, reason)
 		VALUES (gen_random_uuid(), 't', 'mem', 'd', '\x', '\x0100000000000000', now(), 1, 'permanent'),
@@ -452,7 +459,7 @@ func TestObserveStore(t *testing.T) {
 	rm := mb.mustCollect(t)
 	outbox := map[string]string{"relayer.outbox": "orders"}
 	for name, want := range map[string]int64{
-		relayerotel.MetricBacklog: 2, relayerotel.MetricScheduled: 1, relayerotel.MetricClaimed: 0, relayerotel.MetricRetrying: 1,
+		relayerotel.MetricBacklog: 2, relayerotel.MetricBlocked: 1, relayerotel.MetricScheduled: 1, relayerotel.MetricClaimed: 0, relayerotel.MetricRetrying: 1,
 		relayerotel.MetricParked: 2, relayerotel.MetricParkedKeys: 1, relayerotel.MetricDead: 2,
 	} {
 		if got, ok := total(t, rm, name, outbox); !ok || got != want {

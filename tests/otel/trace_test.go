@@ -59,11 +59,12 @@ func enlist(t *testing.T, ctx context.Context, destination string, hs ...headers
 	return m
 }
 
-// sendSpans returns the ended producer spans, in end order.
+// sendSpans returns the ended send spans (PRODUCER or CLIENT), in end
+// order.
 func (b *traceBundle) sendSpans() []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan
 	for _, s := range b.rec.Ended() {
-		if s.SpanKind() == trace.SpanKindProducer {
+		if k := s.SpanKind(); k == trace.SpanKindProducer || k == trace.SpanKindClient {
 			out = append(out, s)
 		}
 	}
@@ -157,6 +158,9 @@ func TestSendParentedToCreationContext(t *testing.T) {
 		t.Fatalf("%d send spans, want 1", len(spans))
 	}
 	send := spans[0]
+	if send.SpanKind() != trace.SpanKindClient {
+		t.Errorf("send span kind %s, want client: the message carries the stored creation context, not the send span's", send.SpanKind())
+	}
 	if send.Name() != "send orders.placed" {
 		t.Errorf("span name %q", send.Name())
 	}
@@ -250,6 +254,11 @@ func TestSendWithoutStoredContext(t *testing.T) {
 	}
 	if spans[1].Parent().IsValid() {
 		t.Errorf("second send has parent %v, want none", spans[1].Parent())
+	}
+	for i, sp := range spans {
+		if sp.SpanKind() != trace.SpanKindProducer {
+			t.Errorf("send %d: kind %s, want producer: the message carries its context", i, sp.SpanKind())
+		}
 	}
 	got := b.mem.Messages("billing")
 	for i, m := range got {
