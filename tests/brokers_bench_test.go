@@ -132,18 +132,24 @@ func runBroker(b *testing.B, tr relayer.Transport) {
 	b.ReportMetric(0, "ns/op")
 }
 
-func natsTransport(b *testing.B) relayer.Transport {
+// startNATS runs an embedded nats-server with JetStream for the rest of tb
+// and returns its URL.
+func startNATS(tb testing.TB) string {
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
+		StoreDir: tb.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	s.Start()
-	b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	if !s.ReadyForConnections(10 * time.Second) {
-		b.Fatal("embedded nats-server did not get ready")
+		tb.Fatal("embedded nats-server did not get ready")
 	}
-	nc, err := nats.Connect(s.ClientURL())
+	return s.ClientURL()
+}
+
+func natsTransport(b *testing.B) relayer.Transport {
+	nc, err := nats.Connect(startNATS(b))
 	if err != nil {
 		b.Fatal(err)
 	}

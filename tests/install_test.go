@@ -77,6 +77,14 @@ func TestInstallFromReleaseCandidate(t *testing.T) {
 	}
 	tree := copyTree(t, root)
 	run(t, tree, nil, "scripts/release", "--prepare", installVersion)
+	changelog, err := os.ReadFile(filepath.Join(tree, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "\n## " + installVersion + " (" + time.Now().UTC().Format("2006-01-02") + ")\n"; !strings.Contains(string(changelog), want) ||
+		strings.Contains(string(changelog), "\n## Unreleased\n") {
+		t.Errorf("the release's changelog has no section %q, or still an Unreleased one", strings.TrimSpace(want))
+	}
 
 	proxy := t.TempDir()
 	for _, m := range append(publishedModules, struct{ dir, pkg string }{"cmd/relayer", ""}) {
