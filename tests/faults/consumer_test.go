@@ -2,6 +2,8 @@ package faults
 
 import (
 	"context"
+	"database/sql"
+	"net/url"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -20,6 +22,10 @@ import (
 // shuffled order, so that copies of one message race each other) commits
 // each message's effect once.
 
+// consumerStageWorkers is how many deliveries the consumer stage handles at
+// once.
+const consumerStageWorkers = 4
+
 // effects is what the consumer stage found.
 type effects struct {
 	Deliveries int // handed to the consumer, duplicates included
@@ -28,6 +34,7 @@ type effects struct {
 	Missing    int // delivered messages without an effect row
 	Doubled    int // messages with more than one effect row
 	Foreign    int // effect rows of messages no producer committed
+	Took       time.Duration
 }
 
 // consumeEffects hands every delivery in ds to a consumer whose handler
@@ -39,15 +46,29 @@ func (s *system) consumeEffects(ctx context.Context, ds []delivery) effects {
 		_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (message_id uuid NOT NULL)`)
 		return err
 	}))
-	c, err := consume.New(s.db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+	// A pool of its own whose commits do not wait for the disk: what the
+	// stage checks is that each message commits once, not durability, and
+	// a flush per delivery would make it the slowest part of the suite.
+	u, err := url.Parse(s.url)
+	must(s.t, err)
+	q := u.Query()
+	q.Set("application_name", s.schema+"/consumer")
+	q.Set("synchronous_commit", "off")
+	u.RawQuery = q.Encode()
+	db, err := sql.Open("pgx", u.String())
+	must(s.t, err)
+	defer db.Close()
+	db.SetMaxOpenConns(consumerStageWorkers)
+	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id) VALUES ($1)`, m.ID)
 		return err
 	}, consume.Options{Name: "faults-consumer", Tables: store.OptionsOf(s.outbox)})
 	must(s.t, err)
+	start := time.Now()
 	order := rand.Perm(len(ds))
 	work := make(chan delivery)
 	var wg sync.WaitGroup
-	for range 4 {
+	for range consumerStageWorkers {
 		wg.Go(func() {
 			for d := range work {
 				s.handleUntilSettled(ctx, c, d)
@@ -60,7 +81,7 @@ func (s *system) consumeEffects(ctx context.Context, ds []delivery) effects {
 	close(work)
 	wg.Wait()
 
-	e := effects{Deliveries: len(ds), Handled: int(c.Stats().Handled), Skipped: int(c.Stats().Duplicates)}
+	e := effects{Deliveries: len(ds), Handled: int(c.Stats().Handled), Skipped: int(c.Stats().Duplicates), Took: time.Since(start).Round(time.Millisecond)}
 	rows := map[uuid.UUID]int{}
 	must(s.t, s.harness(ctx, func(ctx context.Context) error {
 		clear(rows)

@@ -5,8 +5,9 @@
 // committed message lost, no rolled-back message delivered, per-key order
 // kept among first deliveries, duplicates counted and bounded, and the
 // outbox empty at the end apart from what a scenario parked or
-// dead-lettered on purpose. A consumer stage then hands everything the
-// broker got, duplicates included, to a consume.Consumer (four deliveries
+// dead-lettered on purpose. In each scenario whose broker got duplicates,
+// a consumer stage then hands everything the broker got, duplicates
+// included, to a consume.Consumer (four deliveries
 // at once, shuffled, so that copies of a message race): every delivered
 // message must end with exactly one effect row, and none may belong to a
 // message no producer committed.
