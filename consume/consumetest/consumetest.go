@@ -178,19 +178,33 @@ func (s *scenario) consumer(t *testing.T, name string, opts consume.Options, h c
 // for the run to return and fails t on its error.
 func (s *scenario) run(t *testing.T, c *consume.Consumer) (stop func()) {
 	t.Helper()
+	stopErr := Running(t, func(ctx context.Context) error { return s.e.Consume(ctx, c) })
+	return func() {
+		if err := stopErr(); err != nil {
+			t.Errorf("Consume = %v", err)
+		}
+	}
+}
+
+// Running runs consume in a goroutine until the returned stop is called
+// (at the latest when t ends), which cancels consume's context, waits for
+// it to return and returns its error; later calls return the same error.
+// An adapter's tests run its Consume with it.
+func Running(t testing.TB, consume func(ctx context.Context) error) (stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.e.Consume(ctx, c) }()
+	go func() { done <- consume(ctx) }()
 	var once sync.Once
-	stop = func() {
+	var err error
+	stop = func() error {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Consume = %v", err)
-			}
+			err = <-done
 		})
+		return err
 	}
-	t.Cleanup(stop)
+	t.Cleanup(func() { _ = stop() })
 	return stop
 }
 
@@ -207,7 +221,14 @@ func (s *scenario) effects(t *testing.T, id uuid.UUID) int {
 // until waits up to 10 s for cond, failing t naming what it waited for.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	Until(t, what, 10*time.Second, cond)
+}
+
+// Until waits up to timeout for cond, checking it every 10 ms, and fails t
+// naming what it waited for when cond did not hold in time.
+func Until(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

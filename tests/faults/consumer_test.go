@@ -3,10 +3,10 @@ package faults
 import (
 	"context"
 	"database/sql"
-	"net/url"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"time"
 

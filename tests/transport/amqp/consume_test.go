@@ -98,32 +98,13 @@ func (b *consumeBundle) run(t *testing.T, c *consume.Consumer, opts relayeramqp.
 	if opts.DeadLetterExchange == "" && opts.DeadLetterRoutingKey == "" {
 		opts.DeadLetterRoutingKey = b.dead
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- relayeramqp.Consume(ctx, b.conn, b.queue, c, opts) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			err = <-done
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return consumetest.Running(t, func(ctx context.Context) error { return relayeramqp.Consume(ctx, b.conn, b.queue, c, opts) })
 }
 
 // until waits up to 10 s for cond.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	consumetest.Until(t, what, 10*time.Second, cond)
 }
 
 // The adapter passes the consume conformance suite: each scenario gets a

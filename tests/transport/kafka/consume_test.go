@@ -79,32 +79,13 @@ func (b *consumeBundle) consumer(t *testing.T, h relayerconsume.Handler, opts re
 // it to return and reports its error.
 func (b *consumeBundle) run(t *testing.T, c *relayerconsume.Consumer, opts relayerkafka.ConsumeOptions) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.consume(ctx, c, opts) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			err = <-done
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return consumetest.Running(t, func(ctx context.Context) error { return b.consume(ctx, c, opts) })
 }
 
 // until waits up to 20 s for cond.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	consumetest.Until(t, what, 20*time.Second, cond)
 }
 
 // The adapter passes the consume conformance suite, each scenario on a

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,32 +75,13 @@ func (b *consumeBundle) run(t *testing.T, c *consume.Consumer, opts relayernats.
 	if opts.DeadLetterSubject == "" {
 		opts.DeadLetterSubject = b.dead
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- relayernats.Consume(ctx, b.js, b.cons, c, opts) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			err = <-done
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return consumetest.Running(t, func(ctx context.Context) error { return relayernats.Consume(ctx, b.js, b.cons, c, opts) })
 }
 
 // until waits up to 10 s for cond.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	consumetest.Until(t, what, 10*time.Second, cond)
 }
 
 // A message that no Relayer transport published (no id) is dead-lettered
