@@ -50,6 +50,9 @@ var olderService = struct {
 		"github.com/uptrace/bun@v1.2.5", "github.com/uptrace/bun/dialect/pgdialect@v1.2.5",
 		"github.com/jmoiron/sqlx@v1.3.5",
 		"go.opentelemetry.io/otel@v1.35.0", "go.opentelemetry.io/otel/trace@v1.35.0", "go.opentelemetry.io/otel/metric@v1.35.0",
+		// The brokers' clients, at the oldest releases the transports
+		// support: getting a transport (or anything else) moves none.
+		"github.com/nats-io/nats.go@v1.41.2", "github.com/twmb/franz-go@v1.19.5", "github.com/rabbitmq/amqp091-go@v1.8.1",
 	},
 	needs: map[string]map[string]string{
 		// db.RunInTx hands its callback the transaction's context, which
@@ -61,9 +64,9 @@ var olderService = struct {
 }
 
 // Every published module can be fetched alone, as a user's `go get` would,
-// from a release candidate of the current tree: the tree is copied, its
-// go.mod files prepared by scripts/release, each module zipped into a
-// module proxy on disk, and then, in a fresh module that sees only that
+// from a release candidate of the current commit: scripts/release commits
+// and tags it in a repository of its own, each module is zipped from its
+// tag into a module proxy on disk, and then, in a fresh module that sees only that
 // proxy and the usual one, each module is got alone and a program importing
 // it is built, and the command is installed with `go install …@version` and
 // runs `relayer version`.
@@ -75,8 +78,7 @@ func TestInstallFromReleaseCandidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree := copyTree(t, root)
-	run(t, tree, nil, "scripts/release", "--prepare", installVersion)
+	tree := releasedTree(t, root)
 	changelog, err := os.ReadFile(filepath.Join(tree, "CHANGELOG.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -213,34 +215,40 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 	return string(out)
 }
 
-// copyTree copies the files git knows in root (committed or not, ignored
-// ones left out) into a new directory and returns it.
-func copyTree(t *testing.T, root string) string {
+// releasedTree releases root's committed tree as a maintainer does and
+// returns what its tags hold: the HEAD commit is put in a repository of
+// its own, where scripts/release commits and tags installVersion; every
+// module's tag must name that commit, whose files are then written to a
+// new directory, from the tag, as `go get` fetches them. Uncommitted
+// changes of root are not in it.
+func releasedTree(t *testing.T, root string) string {
 	t.Helper()
-	dst := t.TempDir()
-	files := run(t, root, nil, "git", "ls-files", "-co", "--exclude-standard", "-z")
-	for _, f := range strings.Split(files, "\x00") {
-		if f == "" {
-			continue
+	repo := t.TempDir()
+	archive := filepath.Join(t.TempDir(), "head.tar")
+	run(t, root, nil, "git", "archive", "--format=tar", "-o", archive, "HEAD")
+	run(t, repo, nil, "tar", "-xf", archive)
+	git := []string{"GIT_AUTHOR_NAME=install test", "GIT_AUTHOR_EMAIL=install@test.invalid",
+		"GIT_COMMITTER_NAME=install test", "GIT_COMMITTER_EMAIL=install@test.invalid"}
+	run(t, repo, git, "git", "init", "-q")
+	run(t, repo, git, "git", "add", "-A")
+	run(t, repo, git, "git", "commit", "-qm", "HEAD of the checkout")
+	run(t, repo, git, "scripts/release", installVersion)
+
+	released := strings.TrimSpace(run(t, repo, nil, "git", "rev-parse", "HEAD"))
+	for _, m := range append(publishedModules, struct{ dir, pkg string }{"cmd/relayer", ""}) {
+		tag := installVersion
+		if m.dir != "." {
+			tag = m.dir + "/" + installVersion
 		}
-		src := filepath.Join(root, f)
-		info, err := os.Lstat(src)
-		if err != nil || !info.Mode().IsRegular() {
-			continue // deleted in the working tree, or not a file
-		}
-		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		to := filepath.Join(dst, f)
-		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to, data, info.Mode().Perm()); err != nil {
-			t.Fatal(err)
+		if got := strings.TrimSpace(run(t, repo, nil, "git", "rev-list", "-n", "1", tag)); got != released {
+			t.Fatalf("tag %s names %s, not the release commit %s", tag, got, released)
 		}
 	}
-	return dst
+	tree := t.TempDir()
+	tagged := filepath.Join(t.TempDir(), "tagged.tar")
+	run(t, repo, nil, "git", "archive", "--format=tar", "-o", tagged, installVersion)
+	run(t, tree, nil, "tar", "-xf", tagged)
+	return tree
 }
 
 // modulePath reads the module path of the go.mod in dir.
