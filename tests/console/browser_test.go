@@ -149,11 +149,19 @@ func (b *browser) text(t *testing.T, sel string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	if err != nil {
-		t.Fatalf("read %s: %v", sel, err)
+	for attempt := 1; ; attempt++ {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		// A node found in a document the browser then replaced (a page
+		// that had just loaded when the read began): read the new one.
+		if err != nil && attempt < 3 && strings.Contains(err.Error(), "No node with given id found") {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return s
 	}
-	return s
 }
 
 // shoot saves a full-page screenshot as name.png when -screenshots is set.
@@ -331,7 +339,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.run(t, "filter the dead letters by reason",
 		chromedp.SetValue(chromedp.CSS(`select[name="reason"]`), store.ReasonExhausted),
 		chromedp.Click(chromedp.CSS(`form.filter button[type="submit"]`)),
-		chromedp.WaitNotPresent(chromedp.CSS(`a[href="message?id=`+fx.Dead[3].ID.String()+`"]`)))
+		chromedp.WaitNotPresent(chromedp.CSS(`a[href="message?id=`+fx.Dead[3].ID.String()+`"]`)),
+		// Something of the new page, not just the old one gone: the
+		// document may be between the two.
+		chromedp.WaitVisible(chromedp.CSS(`a[href="message?id=`+fx.Dead[0].ID.String()+`"]`)))
 	if got := b.text(t, "main"); !strings.Contains(got, fx.Dead[0].ID.String()) || strings.Contains(got, fx.Dead[3].ID.String()) {
 		t.Errorf("dead letters filtered by reason exhausted show:\n%s", got)
 	}
