@@ -218,10 +218,21 @@ func (s *scenario) effects(t *testing.T, id uuid.UUID) int {
 	return n
 }
 
-// until waits up to 10 s for cond, failing t naming what it waited for.
-func until(t *testing.T, what string, cond func() bool) {
+// untilStats waits up to 10 s for cond, a condition on consumers' stats,
+// which it reports when cond did not hold in time.
+func untilStats(t *testing.T, what string, cond func() bool, cs ...*consume.Consumer) {
 	t.Helper()
-	Until(t, what, 10*time.Second, cond)
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			stats := make([]string, len(cs))
+			for i, c := range cs {
+				stats[i] = fmt.Sprintf("%+v", c.Stats())
+			}
+			t.Fatalf("timed out waiting for %s; consumers' stats: %s", what, strings.Join(stats, ", "))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Until waits up to timeout for cond, checking it every 10 ms, and fails t
@@ -275,7 +286,7 @@ func receivesWhatWasSent(t *testing.T, s *scenario) {
 		return nil
 	})
 	stop := s.run(t, c)
-	until(t, "every message handled", func() bool { return c.Stats().Handled >= uint64(len(sent)) })
+	untilStats(t, "every message handled", func() bool { return c.Stats().Handled >= uint64(len(sent)) }, c)
 	stop()
 	if len(got) != len(sent) {
 		t.Fatalf("handled %d messages, want %d", len(got), len(sent))
@@ -357,7 +368,7 @@ func committedButUnacknowledgedIsSkipped(t *testing.T, s *scenario) {
 	runs := 0
 	c := s.consumer(t, "billing", consume.Options{}, func(context.Context, *consume.Tx, *relayer.Message) error { runs++; return nil })
 	stop := s.run(t, c)
-	until(t, "the redelivery", func() bool { return c.Stats().Duplicates == 1 })
+	untilStats(t, "the redelivery", func() bool { return c.Stats().Duplicates == 1 }, c)
 	stop()
 	if runs != 0 || s.effects(t, m.ID) != 1 {
 		t.Errorf("the redelivery ran the handler %d times, %d effect rows; want it skipped", runs, s.effects(t, m.ID))
@@ -391,7 +402,7 @@ func twoConsumersCommitOnce(t *testing.T, s *scenario) {
 	a := s.consumer(t, "billing", consume.Options{}, slow)
 	b := s.consumer(t, "billing", consume.Options{}, slow)
 	stopA, stopB := s.run(t, a), s.run(t, b)
-	until(t, "every message handled", func() bool { return a.Stats().Handled+b.Stats().Handled >= n })
+	untilStats(t, "every message handled", func() bool { return a.Stats().Handled+b.Stats().Handled >= n }, a, b)
 	stopA()
 	stopB()
 	for _, m := range msgs {
@@ -475,7 +486,7 @@ func followUpsCommitWithTheHandler(t *testing.T, s *scenario) {
 		return nil
 	})
 	stop := s.run(t, c)
-	until(t, "both messages settled", func() bool { st := c.Stats(); return st.Handled == 1 && st.DeadLettered == 1 })
+	untilStats(t, "both messages settled", func() bool { st := c.Stats(); return st.Handled == 1 && st.DeadLettered == 1 }, c)
 	stop()
 	var bodies []string
 	rows, err := s.db.Query(`SELECT convert_from(body, 'UTF8') FROM "` + s.tables.Schema + `"."` + s.tables.TablePrefix + `outbox"`)

@@ -136,7 +136,13 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if ackWait <= 0 {
 		ackWait = 30 * time.Second
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(opts.Prefetch))
+	// A short pull expiry bounds a stall of the client's iterator: it asks
+	// for more messages only from Next, and skips the request while the
+	// previous one is still being published, which a loaded machine can
+	// stretch past the delivery and handling of the whole batch (seen with
+	// Prefetch 2); Next then waits with no request open until it misses two
+	// heartbeats, half the expiry each, and asks again.
+	it, err := cons.Messages(jetstream.PullMaxMessages(opts.Prefetch), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return fmt.Errorf("relayernats: consume: %w", err)
 	}
@@ -178,6 +184,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	workers.Stop() // nothing uncommitted is acknowledged: it is delivered again
 	return nil
 }
+
+// pullExpiry is how long a pull request of Consume waits on the server.
+const pullExpiry = 5 * time.Second
 
 // inProgress reports msg in progress every interval until the returned
 // function is called. It holds a timer, not a goroutine, while it waits.
