@@ -40,6 +40,15 @@
 //	                            messages, and their actions (--listen, --token, --read-only,
 //	                            --show-bodies, --allowed-host, --max-conns, --query-timeout)
 //
+// # Relay
+//
+//	relayer run --transport nats=nats://nats:4222 --http :9090
+//
+// delivers an outbox's messages as a process of its own: recovery, the
+// ordered lane workers and retention cleanup, configured by flags and
+// RELAYER_* environment variables, with /healthz, /readyz and /metrics (see
+// docs/relay.md).
+//
 // # Benchmarks
 //
 //	relayer bench [--database-url URL] [--scenario enlist,e2e,latency,drain,ordered] [--quick] [--json]
@@ -105,6 +114,7 @@ func commands() []command {
 		{"lanes", "show the lane assignment by member", runLanes},
 		{"dead", "list, show, requeue or purge dead letters", runDead},
 		{"parked", "list parked keys, retry them or skip their head", runParked},
+		{"run", "deliver an outbox's messages as a process of its own (a relay)", runRelay},
 		{"console", "serve the operator's web console of an outbox", runConsole},
 		{"bench", "measure enlistment, throughput, latency, drain and ordered dispatch on a database", runBench},
 		{"version", "print the version of the command and its library", runVersion},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,17 @@ import (
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+// asCommandEnv set to 1 makes the test binary the relayer command: the
+// process tests run it so.
+const asCommandEnv = "RELAYER_TEST_AS_COMMAND"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCommandEnv) == "1" {
+		main()
+		return
+	}
+	testdb.Main(m)
+}
 
 // result is the outcome of one in-process run of the command.
 type result struct {

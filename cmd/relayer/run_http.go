@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/console"
+	"github.com/relayer-go/relayer/dispatch"
+	relayerotel "github.com/relayer-go/relayer/otel"
+	"github.com/relayer-go/relayer/store"
+)
+
+// observability is the relay's metrics: the library's OpenTelemetry
+// instruments, read by a Prometheus exporter into a registry of its own.
+type observability struct {
+	registry *prometheus.Registry
+	provider *sdkmetric.MeterProvider
+	meter    metric.Meter
+	regs     []metric.Registration
+}
+
+func newObservability() (*observability, error) {
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	return &observability{registry: reg, provider: provider, meter: provider.Meter("github.com/relayer-go/relayer/cmd/relayer")}, nil
+}
+
+// wrap returns o's transport measured: sends, their durations and
+// failures, by transport and destination.
+func (obs *observability) wrap(o openedTransport) relayer.Transport {
+	return relayerotel.WrapTransport(o.tr, relayerotel.WithMeterProvider(obs.provider), relayerotel.WithTransportName(o.name),
+		relayerotel.WithMessagingSystem(messagingSystem(o.kind)))
+}
+
+// messagingSystem is the OpenTelemetry messaging.system of a transport
+// kind.
+func messagingSystem(kind string) string {
+	if kind == "amqp" {
+		return "rabbitmq"
+	}
+	return kind
+}
+
+// observe registers the workers' counters and the outbox's gauges.
+func (obs *observability) observe(r *dispatch.Runner, st *store.Store) error {
+	reg, err := relayerotel.ObserveRunner(obs.meter, r)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	obs.regs = append(obs.regs, reg)
+	if reg, err = relayerotel.ObserveStore(obs.meter, st, ""); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	obs.regs = append(obs.regs, reg)
+	return nil
+}
+
+func (obs *observability) shutdown() {
+	for _, r := range obs.regs {
+		_ = r.Unregister()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = obs.provider.Shutdown(ctx)
+}
+
+// endpoints is the relay's HTTP listener.
+type endpoints struct {
+	srv  *http.Server
+	ln   net.Listener
+	done <-chan error
+}
+
+// serveEndpoints listens on addr and serves /healthz, /readyz, /metrics and,
+// when cons is not nil, the console under /console/.
+func serveEndpoints(addr string, hosts []string, state *relayState, obs *observability, cons *console.Console, logger *slog.Logger) (*endpoints, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ok, checks := state.ready(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(struct {
+			Ready  bool    `json:"ready"`
+			Checks []check `json:"checks"`
+		}{ok, checks})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(obs.registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+	if cons != nil {
+		mux.Handle("/console/", http.StripPrefix("/console", cons))
+		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http: %w", err)
+	}
+	srv := newConsoleServer(hostCheck(mux, hosts, logger))
+	return &endpoints{srv: srv, ln: ln, done: serve(srv, ln)}, nil
+}
+
+// address is where the endpoints listen, "" without them.
+func (e *endpoints) address() string {
+	if e == nil {
+		return ""
+	}
+	return "http://" + e.ln.Addr().String()
+}
+
+// failed receives the error that ended the listener; never for no
+// listener.
+func (e *endpoints) failed() <-chan error {
+	if e == nil {
+		return nil
+	}
+	return e.done
+}
+
+func (e *endpoints) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), consoleShutdown)
+	defer cancel()
+	_ = e.srv.Shutdown(ctx)
+}
+
+// hostCheck answers 421 to a request whose Host header is a name other
+// than loopback's or the allowed ones: a page of another site whose name
+// was made to resolve to this address (DNS rebinding) sends its own name.
+// IP addresses pass, as probes and scrapers send the pod's or host's.
+func hostCheck(next http.Handler, allowed []string, logger *slog.Logger) http.Handler {
+	names := map[string]bool{}
+	for _, h := range allowed {
+		names[normalHost(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := normalHost(r.Host)
+		if host == "localhost" || net.ParseIP(host) != nil || names[host] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		logger.Warn("relayer run: refused a request for another host name", slog.String("host", oneLine(r.Host)), slog.String("remote", r.RemoteAddr))
+		http.Error(w, "421 misdirected request: this relay does not answer to this host name (allow it with --allowed-host)", http.StatusMisdirectedRequest)
+	})
+}
+
+// normalHost is a Host header's or an --allowed-host's host, without port
+// or brackets, in lower case, without a final dot.
+func normalHost(s string) string {
+	if h, _, err := net.SplitHostPort(s); err == nil {
+		s = h
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	return strings.TrimSuffix(strings.ToLower(s), ".")
+}
