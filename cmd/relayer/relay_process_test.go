@@ -35,11 +35,11 @@ type relayProcess struct {
 
 // startRelayProcess starts "relayer run args…" and waits until it
 // delivers.
-func startRelayProcess(t *testing.T, name string, args ...string) *relayProcess {
+func startRelayProcess(t *testing.T, name string, env []string, args ...string) *relayProcess {
 	t.Helper()
 	p := &relayProcess{name: name, stderr: new(lockedBuffer), exited: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], append([]string{"run", "--name", name}, args...)...)
-	p.cmd.Env = append(os.Environ(), asCommandEnv+"=1")
+	p.cmd.Env = append(append(os.Environ(), asCommandEnv+"=1"), env...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -95,9 +95,9 @@ func TestRelayProcessesDeliverThroughStopsAndCrashes(t *testing.T) {
 	args := []string{"--database-url", dbURL, "--schema", schema, "--lanes", "16", "--transport", "events=" + natsURL + "?stream=PROC",
 		"--shutdown-timeout", "20s"}
 	relays := []*relayProcess{
-		startRelayProcess(t, "relay-a", args...),
-		startRelayProcess(t, "relay-b", args...),
-		startRelayProcess(t, "relay-c", args...),
+		startRelayProcess(t, "relay-a", nil, args...),
+		startRelayProcess(t, "relay-b", nil, args...),
+		startRelayProcess(t, "relay-c", nil, args...),
 	}
 	w := relayWriter(t, db, schema, 16, func(r *relayer.Routes) error {
 		if err := relayer.AddType[relayPlaced](r, relayer.Route{Transport: "events", Destination: "proc.placed"}); err != nil {
@@ -133,13 +133,13 @@ func TestRelayProcessesDeliverThroughStopsAndCrashes(t *testing.T) {
 	// relay started again.
 	time.Sleep(time.Second)
 	relays[0].terminate(t)
-	relays[0] = startRelayProcess(t, "relay-a", args...)
+	relays[0] = startRelayProcess(t, "relay-a", nil, args...)
 	time.Sleep(time.Second)
 	relays[1].kill()
-	relays[1] = startRelayProcess(t, "relay-b", args...)
+	relays[1] = startRelayProcess(t, "relay-b", nil, args...)
 	time.Sleep(time.Second)
 	relays[2].terminate(t)
-	relays[2] = startRelayProcess(t, "relay-c", args...)
+	relays[2] = startRelayProcess(t, "relay-c", nil, args...)
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
@@ -210,24 +210,26 @@ func allAt(seen []int, n int) bool {
 	return true
 }
 
-// dbProxy forwards TCP connections to the database and can cut them, so
-// that a test sees the database go away and come back.
-type dbProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  []net.Conn
+// tcpProxy forwards TCP connections to a server (the database, a broker)
+// and can cut them or stall them, so that a test sees the server go away,
+// or stop answering, and come back.
+type tcpProxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	down    bool
+	stalled bool
+	conns   []net.Conn
 }
 
-func startDBProxy(t *testing.T, target string) *dbProxy {
+func startProxy(t *testing.T, target string) *tcpProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &dbProxy{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close(); p.setDown(true) })
+	p := &tcpProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.setStalled(false); p.setDown(true) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -240,7 +242,9 @@ func startDBProxy(t *testing.T, target string) *dbProxy {
 	return p
 }
 
-func (p *dbProxy) forward(c net.Conn) {
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) forward(c net.Conn) {
 	p.mu.Lock()
 	if p.down {
 		p.mu.Unlock()
@@ -256,14 +260,51 @@ func (p *dbProxy) forward(c net.Conn) {
 	p.mu.Lock()
 	p.conns = append(p.conns, c, up)
 	p.mu.Unlock()
-	go func() { _, _ = io.Copy(up, c); up.Close() }()
-	_, _ = io.Copy(c, up)
-	c.Close()
+	go p.pipe(up, c)
+	p.pipe(c, up)
+}
+
+// pipe copies src to dst, holding the bytes back while the proxy is
+// stalled, until either side closes.
+func (p *tcpProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		for p.isStalled() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			for p.isStalled() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *tcpProxy) isStalled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stalled
+}
+
+// setStalled holds every byte back, the connections staying open (true),
+// or lets them through again (false).
+func (p *tcpProxy) setStalled(stalled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = stalled
 }
 
 // setDown cuts every connection and refuses new ones (true), or lets them
 // through again (false).
-func (p *dbProxy) setDown(down bool) {
+func (p *tcpProxy) setDown(down bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.down = down
@@ -275,6 +316,96 @@ func (p *dbProxy) setDown(down bool) {
 	}
 }
 
+// A relay whose send hangs (its broker stopped answering) waits for it at
+// SIGTERM up to --shutdown-timeout, then exits 1; a second signal exits at
+// once. The message it held is delivered by the next relay.
+func TestRelayStopsWithinItsDeadline(t *testing.T) {
+	t.Parallel()
+	dbURL, schema := migrated(t)
+	db := testdb.Open(t, "pgx")
+	natsURL := startNATSServer(t)
+	js := natsStream(t, natsURL, "HUNG", "hung.>")
+	u, err := url.Parse(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	w := relayWriter(t, db, schema, relayer.LanesDefault, func(r *relayer.Routes) error {
+		return relayer.AddType[relayPlaced](r, relayer.Route{Transport: "events", Destination: "hung.placed"})
+	})
+	// Claims (which bound a send) longer than the test's waits for the
+	// hung relays, and short enough for the next relay to take their rows
+	// soon after.
+	shortClaims := []string{"RELAYER_RECOVERY_CLAIM_DURATION=8s"}
+	hang := func(timeout string) *relayProcess {
+		t.Helper()
+		p := startRelayProcess(t, "relay-hung", shortClaims, "--database-url", dbURL, "--schema", schema, "--transport", "events=nats://"+proxy.addr(),
+			"--shutdown-timeout", timeout)
+		proxy.setStalled(true)
+		if err := w.RunInTx(t.Context(), db, nil, func(tx *enlist.Tx) error { return tx.Publish(t.Context(), relayPlaced{1}) }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // the relay takes the row and sends it, and the send hangs
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	exited := func(p *relayProcess, within time.Duration) bool {
+		select {
+		case <-p.exited:
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+
+	// The deadline cuts the stop short.
+	p := hang("2s")
+	start := time.Now()
+	if !exited(p, 20*time.Second) {
+		t.Fatalf("the relay did not exit after its 2 s deadline: %s", p.stderr.String())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != exitFail || !strings.Contains(p.stderr.String(), "did not finish within --shutdown-timeout") {
+		t.Errorf("after the deadline (%s): exit code %d, stderr %s", time.Since(start), code, p.stderr.String())
+	}
+	proxy.setStalled(false)
+
+	// A second signal ends the wait at once.
+	p = hang("60s")
+	if exited(p, time.Second) {
+		t.Fatalf("the relay exited at once at the first signal although its send hangs: %s", p.stderr.String())
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !exited(p, 10*time.Second) {
+		t.Fatalf("the relay did not exit at the second signal: %s", p.stderr.String())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != exitFail || !strings.Contains(p.stderr.String(), "again: exiting at once") {
+		t.Errorf("after the second signal: exit code %d, stderr %s", code, p.stderr.String())
+	}
+	proxy.setStalled(false)
+
+	// Nothing was lost: the next relay delivers both messages.
+	next := startRelayProcess(t, "relay-next", shortClaims, "--database-url", dbURL, "--schema", schema, "--transport", "events="+natsURL)
+	cons, err := js.OrderedConsumer(t.Context(), "HUNG", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outbox int
+	for deadline := time.Now().Add(45 * time.Second); db.QueryRow(`SELECT count(*) FROM "`+schema+`".outbox`).Scan(&outbox) != nil || outbox > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows still in the outbox; stderr %s", outbox, next.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if info, err := cons.Info(t.Context()); err != nil || info.NumPending+info.Delivered.Stream < 2 {
+		t.Errorf("the stream holds fewer than the 2 messages written: %+v, %v", info, err)
+	}
+	next.terminate(t)
+}
+
 // /readyz reports the relay unready while its database is unreachable,
 // naming the check that fails, and ready again once it is back.
 func TestRunReadinessFollowsTheDatabase(t *testing.T) {
@@ -284,8 +415,8 @@ func TestRunReadinessFollowsTheDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := startDBProxy(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.addr()
 	natsURL := startNATSServer(t)
 	rr := startRelay(t, "--database-url", u.String(), "--schema", schema, "--transport", "events="+natsURL, "--http", "127.0.0.1:0")
 	readiness := func() (int, string) {

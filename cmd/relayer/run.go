@@ -65,7 +65,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"Workers' settings come from the environment, as dispatch.LoadRunnerOptions reads them with the\n"+
 			"prefix RELAYER_: RELAYER_ORDERED_WORKERS, RELAYER_RECOVERY_WORKERS, RELAYER_ORDERED_BATCH_SIZE,\n"+
 			"RELAYER_DISABLE_CLEANUP, RELAYER_LISTEN (default true here) and so on. Recovery takes rows at once\n"+
-			"(RELAYER_RECOVERY_MIN_AGE, default 0 here), as no process sends them right after their commit.\n\n"+
+			"(unless RELAYER_RECOVERY_MIN_AGE is set), as no process sends them right after their commit. Failed\n"+
+			"sends are retried as RELAYER_RETRY_MAX_ATTEMPTS, RELAYER_RETRY_BACKOFF and RELAYER_RETRY_MAX_BACKOFF\n"+
+			"say (default: 10 attempts, 1s doubling up to 5m); the producers' per-route policies are theirs.\n\n"+
 			transportHelp+"\n\n"+
 			"Endpoints (with --http ADDR): /healthz answers 200 while the process runs; /readyz 200 once the\n"+
 			"workers started while the database answers, the schema is current and the wake-up listener is\n"+
@@ -75,8 +77,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"and each --allowed-host; another host name gets 421.\n\n"+
 			"SIGTERM or SIGINT stop the workers, which finish what they hold within --shutdown-timeout, and\n"+
 			"the relay exits 0 (1 when the deadline cut them short: what they held is sent again by another\n"+
-			"relay); a second signal exits at once. A start that cannot work (bad configuration, an outdated\n"+
-			"schema, a broker that does not answer) exits 1 with the reason on one line.",
+			"relay); a second signal exits at once. A start that cannot work exits with the reason on one line:\n"+
+			"2 for a wrong command line or setting, 1 for the rest (an outdated schema, a broker that does not\n"+
+			"answer, a certificate that does not load).",
 		"DATABASE_URL=postgres://relay@db:5432/app relayer run --schema messaging --transport nats=nats://nats:4222 --http :9090", stderr)
 	f.register(fs, true)
 	fs.IntVar(&f.lanes, "lanes", 0, "the outbox's lane count; default: the count the outbox records (32 when none is)")
@@ -119,6 +122,10 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usagef("%v", err)
 	}
+	retry, err := dispatch.LoadRetry(dispatch.EnvSource(envPrefix + "RETRY_"))
+	if err != nil {
+		return usagef("the environment (%sRETRY_…): %v", envPrefix, err)
+	}
 	specs, err := transportEntries(f.transports)
 	if err != nil {
 		return usagef("%v", err)
@@ -160,7 +167,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, o := range open {
 		transports[o.name] = obs.wrap(o)
 	}
-	outbox := relayer.Outbox{Schema: sopts.Schema, TablePrefix: sopts.TablePrefix, Transports: transports, Lanes: lanes}
+	outbox := relayer.Outbox{Schema: sopts.Schema, TablePrefix: sopts.TablePrefix, Transports: transports, Lanes: lanes, Retry: retry}
 	runner, err := dispatch.NewRunner(db, outbox, ropts)
 	if err != nil {
 		return usagef("%v", err)
@@ -259,6 +266,9 @@ func relayOptions(name string, logger *slog.Logger) (dispatch.RunnerOptions, err
 	}
 	if o.Ordered.Name == "" {
 		o.Ordered.Name = name
+	}
+	if o.Cleanup.Owner == "" {
+		o.Cleanup.Owner = name
 	}
 	o.Logger = logger
 	return o, o.Validate()

@@ -426,6 +426,9 @@ func TestRunRefusesWhatCannotWork(t *testing.T) {
 	}{
 		{name: "no transport", code: exitUsage, want: "no transport"},
 		{name: "a password on the command line", args: []string{"--transport", "mail=amqp://guest:hunter2@127.0.0.1:5672/"}, code: exitUsage, want: "process listings"},
+		{name: "a token on the command line", args: []string{"--transport", "events=nats://s3cr3t-token@127.0.0.1:4222"}, code: exitUsage, want: "process listings"},
+		{name: "TLS files on a plain-text URL", args: []string{"--transport", "mail=amqp://127.0.0.1:5672/?ca=/etc/ssl/ca.pem"}, code: exitFail, want: "amqps://"},
+		{name: "a bad retry setting", env: [2]string{"RELAYER_RETRY_MAX_ATTEMPTS", "0x"}, args: []string{"--transport", "a=nats://h:1"}, code: exitUsage, want: "MaxAttempts"},
 		{name: "an unknown scheme", args: []string{"--transport", "x=http://127.0.0.1:1"}, code: exitUsage, want: `scheme "http"`},
 		{name: "a misspelt parameter", args: []string{"--transport", "events=nats://127.0.0.1:4222?strem=S"}, code: exitUsage, want: `unknown parameter "strem"`},
 		{name: "an unset variable", args: []string{"--transport", "events=env:RELAYER_TEST_EMPTY"}, code: exitUsage, want: "RELAYER_TEST_EMPTY is not set"},
@@ -447,12 +450,28 @@ func TestRunRefusesWhatCannotWork(t *testing.T) {
 			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("code %d, stderr %q; want code %d naming %q", r.code, r.stderr, tc.code, tc.want)
 			}
-			if strings.Contains(r.stderr, "hunter2") {
+			if strings.Contains(r.stderr, "hunter2") || strings.Contains(r.stderr, "s3cr3t-token") {
 				t.Errorf("the password is echoed: %q", r.stderr)
 			}
 			if lines := strings.Count(strings.TrimSpace(r.stderr), "\n"); r.code == exitUsage && lines > 0 {
 				t.Errorf("the reason takes %d lines, want one: %q", lines+1, r.stderr)
 			}
 		})
+	}
+}
+
+// Credentials may come in $RELAYER_TRANSPORTS, which process listings do
+// not show; the entries there are read when no --transport is given.
+func TestTransportEntriesFromTheEnvironment(t *testing.T) {
+	t.Setenv("RELAYER_TRANSPORTS", "mail=amqp://guest:guest@127.0.0.1:5672/?exchange=orders  events=nats://127.0.0.1:4222")
+	specs, err := transportEntries(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 2 || specs[0].name != "mail" || specs[1].name != "events" || specs[0].source != "$RELAYER_TRANSPORTS" {
+		t.Fatalf("specs %+v", specs)
+	}
+	if _, err := transportEntries([]string{"events=nats://127.0.0.1:4222"}); err != nil {
+		t.Errorf("--transport given: %v", err)
 	}
 }

@@ -55,7 +55,7 @@ var transportQuery = map[string][]string{
 const transportHelp = `Transports: --transport NAME=VALUE, repeated, one per transport name the producers' routes use;
 without --transport, $RELAYER_TRANSPORTS holds the same entries separated by white space. VALUE
 is a broker URL, or env:VAR (the URL is in the environment variable VAR), or file:PATH (the URL
-is the file's content): credentials (a password in the URL) are refused on the command line,
+is the file's content): credentials (user info in the URL) are refused on the command line,
 where process listings show them, and belong in the environment or a file.
   nats://host:4222[,nats://host2:4222][?stream=S&max_batch=N&creds=FILE&nkey=FILE&token_file=FILE]
       NATS JetStream; tls:// (or ca=, cert=, key=) for TLS
@@ -64,8 +64,9 @@ where process listings show them, and belong in the environment or a file.
   amqp://user:pass@host:5672/vhost[?exchange=E&channels=N&max_batch=N&allow_unroutable=true
       &transient=true]   RabbitMQ; amqps:// (with ca=, cert=, key=) for TLS`
 
-// parseTransport reads one NAME=VALUE entry.
-func parseTransport(entry string) (transportSpec, error) {
+// parseTransport reads one NAME=VALUE entry of from: "--transport" or
+// "$RELAYER_TRANSPORTS".
+func parseTransport(entry, from string) (transportSpec, error) {
 	name, value, ok := strings.Cut(entry, "=")
 	if !ok || name == "" || value == "" {
 		return transportSpec{}, fmt.Errorf("%q: want NAME=URL, NAME=env:VAR or NAME=file:PATH", redactEntry(entry))
@@ -73,7 +74,7 @@ func parseTransport(entry string) (transportSpec, error) {
 	if !transportName.MatchString(name) {
 		return transportSpec{}, fmt.Errorf("transport name %q: want letters, digits, '_', '.' or '-', at most 64", name)
 	}
-	spec := transportSpec{name: name, source: "--transport"}
+	spec := transportSpec{name: name, source: from}
 	raw := value
 	switch {
 	case strings.HasPrefix(value, "env:"):
@@ -100,8 +101,9 @@ func parseTransport(entry string) (transportSpec, error) {
 	if !ok {
 		return transportSpec{}, fmt.Errorf("transport %s: scheme %q: want nats, tls, kafka, amqp or amqps", name, u.Scheme)
 	}
-	if _, hasPassword := u.User.Password(); hasPassword && spec.source == "--transport" {
-		return transportSpec{}, fmt.Errorf("transport %s: a password on the command line shows in process listings: "+
+	if u.User != nil && spec.source == "--transport" {
+		// A user alone may be a token (nats://TOKEN@host).
+		return transportSpec{}, fmt.Errorf("transport %s: credentials on the command line show in process listings: "+
 			"give the URL as %s=env:VAR or %s=file:PATH", name, name, name)
 	}
 	if u.Host == "" {
@@ -131,16 +133,16 @@ func redactEntry(entry string) string {
 // transportEntries returns the --transport entries, or those of
 // $RELAYER_TRANSPORTS when none was given, each parsed, names unique.
 func transportEntries(flags []string) ([]transportSpec, error) {
-	entries := flags
+	entries, from := flags, "--transport"
 	if len(entries) == 0 {
-		entries = strings.Fields(os.Getenv("RELAYER_TRANSPORTS"))
+		entries, from = strings.Fields(os.Getenv("RELAYER_TRANSPORTS")), "$RELAYER_TRANSPORTS"
 	}
 	if len(entries) == 0 {
 		return nil, errors.New("no transport: give --transport NAME=URL (or $RELAYER_TRANSPORTS) for each transport name the producers route to")
 	}
 	var specs []transportSpec
 	for _, e := range entries {
-		spec, err := parseTransport(e)
+		spec, err := parseTransport(e, from)
 		if err != nil {
 			return nil, err
 		}
@@ -406,6 +408,9 @@ func openAMQP(_ context.Context, q *query, clientName string) (openedTransport, 
 	spec := q.spec
 	topts := relayeramqp.Options{Exchange: q.str("exchange"), MaxBatchSize: q.int("max_batch"), Channels: q.int("channels"),
 		AllowUnroutable: q.bool("allow_unroutable"), Transient: q.bool("transient")}
+	if spec.url.Scheme == "amqp" && (q.str("ca") != "" || q.str("cert") != "" || q.str("key") != "") {
+		q.fail("ca", "TLS settings need an amqps:// URL; amqp:// connects in plain text")
+	}
 	cfg := amqp.Config{Dial: amqp.DefaultDial(connectTimeout), Properties: amqp.Table{"connection_name": clientName},
 		TLSClientConfig: q.tlsConfig(spec.url.Scheme == "amqps")}
 	if q.err != nil {
