@@ -2,14 +2,19 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
+	"github.com/relayer-go/relayer/transport/memory"
 )
 
 // The chart has a rate axis in messages per second from 0 to above the
@@ -82,5 +87,122 @@ func TestRunSamplesWithoutAPageOpen(t *testing.T) {
 	}
 	if n := len(c.samples.rates()); n < 2 {
 		t.Errorf("Run took %d rates in its time, want at least 2", n)
+	}
+}
+
+// Typed messages of the delivery-rate test.
+type (
+	chartShipped struct{ N int }
+	chartRefused struct{ N int }
+)
+
+func (chartShipped) MessageType() string { return "charttest.Shipped" }
+func (chartRefused) MessageType() string { return "charttest.Refused" }
+
+// The chart's delivery rate counts the messages delivered, as the runners
+// record them: not the rows moved to the dead letters, nor the deletes of
+// transactions that rolled back, which the server's table statistics count
+// as deleted rows all the same.
+func TestChartCountsDeliveriesOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Open(t, "pgx")
+	opts := store.Options{Schema: testdb.NewSchema(t)}
+	if _, err := store.Migrate(ctx, db, opts); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := memory.New()
+	tr.FailWith(func(m *relayer.Message) error {
+		if m.Type == "charttest.Refused" {
+			return fmt.Errorf("refused: %w", relayer.ErrPermanent)
+		}
+		return nil
+	})
+	var routes relayer.Routes
+	for _, err := range []error{
+		relayer.AddType[chartShipped](&routes, relayer.Route{Transport: "mem", Destination: "shipped"}),
+		relayer.AddType[chartRefused](&routes, relayer.Route{Transport: "mem", Destination: "refused"}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	outbox := relayer.Outbox{Schema: opts.Schema, Routes: &routes, Transports: map[string]relayer.Transport{"mem": tr}}
+	w, err := enlist.NewWriter(outbox, enlist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shipped, refused = 30, 20
+	err = w.RunInTx(ctx, db, nil, func(tx *enlist.Tx) error {
+		for i := range shipped {
+			if err := tx.Publish(ctx, chartShipped{i}); err != nil {
+				return err
+			}
+		}
+		for i := range refused {
+			if err := tx.Publish(ctx, chartRefused{i}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(db, opts, Options{SampleEvery: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.sample(ctx, st)
+
+	// A delete that rolls back delivers nothing.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM "`+opts.Schema+`".outbox`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	runner, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{DisableCleanup: true,
+		Recovery: dispatch.RecoveryOptions{MinAge: time.Nanosecond, PollInterval: 20 * time.Millisecond}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var left int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM "`+opts.Schema+`".outbox`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows still in the outbox", left)
+		}
+	}
+	if err := runner.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Time for the server's statistics to take the deletes in, so that the
+	// count below does not depend on how late they come.
+	time.Sleep(2 * time.Second)
+	c.sample(ctx, st)
+	ring := c.samples.ring
+	if len(ring) != 2 {
+		t.Fatalf("%d samples, want 2", len(ring))
+	}
+	if got := deliveredSince(ring[0], ring[1]); got != shipped {
+		t.Errorf("the chart counts %d messages delivered, want the %d shipped (the table statistics count %d rows deleted)",
+			got, shipped, ring[1].deleted-ring[0].deleted)
 	}
 }

@@ -179,7 +179,19 @@ func (c *Console) sample(ctx context.Context, st *store.Store) {
 		c.opts.Logger.Warn("console: activity sample", slog.String("error", err.Error()))
 		return
 	}
-	c.samples.add(sample{at: now, inserted: ins, deleted: del})
+	x := sample{at: now, inserted: ins, deleted: del}
+	counts, recorded, err := st.DeliveredCounts(ctx)
+	if err != nil {
+		c.opts.Logger.Warn("console: activity sample", slog.String("error", err.Error()))
+		return
+	}
+	if recorded {
+		x.delivered = make(map[uuid.UUID]int64, len(counts))
+		for _, d := range counts {
+			x.delivered[d.Token] = d.Delivered
+		}
+	}
+	c.samples.add(x)
 }
 
 // laneRow is one lane on the lanes page.

@@ -3,15 +3,43 @@ package console
 import (
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // samplesKept is how many activity samples the throughput chart keeps.
 const samplesKept = 180
 
-// sample is the outbox table's activity counters at an instant.
+// sample is the outbox's activity counters at an instant: the rows
+// inserted into and deleted from its table, from the server's statistics,
+// and, when the outbox has the table of migration 8, what each runner
+// recorded it delivered (nil otherwise).
 type sample struct {
 	at                time.Time
 	inserted, deleted int64
+	delivered         map[uuid.UUID]int64
+}
+
+// deliveredSince returns how many rows were delivered between a and b:
+// from the runners' records when both samples have them, each runner's
+// growth summed (a runner first recorded after a counts from zero), and
+// from the rows deleted otherwise, which also counts rows moved to the dead
+// letters and deletes that rolled back.
+func deliveredSince(a, b sample) int64 {
+	if a.delivered == nil || b.delivered == nil {
+		return b.deleted - a.deleted
+	}
+	var n int64
+	for token, count := range b.delivered {
+		before, ok := a.delivered[token]
+		switch {
+		case !ok:
+			n += count
+		case count > before:
+			n += count - before
+		}
+	}
+	return n
 }
 
 // samples is a ring of activity samples, taken by Run and as the overview
@@ -63,7 +91,7 @@ func (s *samples) rates() []rate {
 		if secs <= 0 {
 			continue
 		}
-		out = append(out, rate{At: b.at, Written: float64(b.inserted-a.inserted) / secs, Delivered: float64(b.deleted-a.deleted) / secs})
+		out = append(out, rate{At: b.at, Written: float64(b.inserted-a.inserted) / secs, Delivered: float64(deliveredSince(a, b)) / secs})
 	}
 	return out
 }

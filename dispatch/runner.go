@@ -149,7 +149,10 @@ type Runner struct {
 
 	mu      sync.Mutex
 	started bool
-	stopped chan struct{} // closed by Stop
+	// activity records the workers' deliveries for consoles; nil before
+	// Start, and on tables older than migration 8.
+	activity *activityRecorder
+	stopped  chan struct{} // closed by Stop
 }
 
 // crew is a runner's workers.
@@ -451,7 +454,8 @@ func (r *Runner) Start(ctx context.Context) error {
 	if err := r.checkPool(); err != nil {
 		return err
 	}
-	if err := r.checkSchema(ctx); err != nil {
+	version, err := r.checkSchema(ctx)
+	if err != nil {
 		return err
 	}
 	r.started = true
@@ -479,7 +483,36 @@ func (r *Runner) Start(ctx context.Context) error {
 		}
 		started = append(started, w)
 	}
+	if version >= activitySchemaVersion && (c.direct != nil || c.recovery != nil || len(c.ordered) > 0) {
+		r.activity = newActivityRecorder(r.store, ownerOrDefault(r.opts.Recovery.Owner), r.delivered, r.opts.Logger)
+		if err := r.activity.Start(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	return nil
+}
+
+// activitySchemaVersion is the migration that made the table of the
+// runners' delivery records: on older tables a runner records nothing.
+const activitySchemaVersion = 8
+
+// delivered is how many rows the runner's workers have delivered (sent
+// and deleted) since it started.
+func (r *Runner) delivered() int64 {
+	s := r.Stats()
+	n := deref(s.Direct).Deleted + deref(s.Recovery).Deleted
+	for _, o := range s.Ordered {
+		n += o.Stats.Deleted
+	}
+	return int64(n)
+}
+
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }
 
 // joinOrdered makes several ordered workers join the membership together
@@ -521,14 +554,14 @@ func (c *crew) leaveUnstarted() {
 // another lane count than the outbox's; warns of (or refuses) a newer one;
 // and tells of a schema that lacks only migrations the runner can do
 // without.
-func (r *Runner) checkSchema(ctx context.Context) error {
+func (r *Runner) checkSchema(ctx context.Context) (version int, err error) {
 	v, err := r.store.CheckSchema(ctx)
 	if errors.Is(err, store.ErrSchemaNewer) && !r.opts.RefuseNewerSchema {
 		r.opts.Logger.Warn("dispatch: "+err.Error(), slog.Int("release_schema_version", store.SchemaVersion))
-		return nil
+		err = nil
 	}
 	if err != nil {
-		return fmt.Errorf("dispatch: %w", err)
+		return 0, fmt.Errorf("dispatch: %w", err)
 	}
 	// Writers and workers must count the lanes alike: the first to start
 	// records its count, the others check theirs against it.
@@ -537,14 +570,14 @@ func (r *Runner) checkSchema(ctx context.Context) error {
 		err = r.store.CheckLaneCount(ctx, lanes)
 	}
 	if err != nil {
-		return fmt.Errorf("dispatch: %w", err)
+		return 0, fmt.Errorf("dispatch: %w", err)
 	}
 	if v < store.SchemaVersion {
 		r.opts.Logger.Info("dispatch: the outbox "+r.store.Options().Label()+" lacks migrations that would make it faster; "+
 			"run `relayer migrate` or store.Migrate (safe while writers and workers run)",
 			slog.Int("schema_version", v), slog.Int("release_schema_version", store.SchemaVersion))
 	}
-	return nil
+	return v, nil
 }
 
 // worker is the lifecycle every worker kind shares.
@@ -597,6 +630,13 @@ func (r *Runner) Stop(ctx context.Context) error {
 		wg.Go(func() { errs[i] = w.Stop(ctx) })
 	}
 	wg.Wait()
+	r.mu.Lock()
+	activity := r.activity
+	r.mu.Unlock()
+	if activity != nil {
+		// Last, so that it records what the workers finished.
+		errs = append(errs, activity.Stop(ctx))
+	}
 	return errors.Join(errs...)
 }
 

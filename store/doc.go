@@ -11,13 +11,14 @@
 //
 // # Tables
 //
-// One outbox is five tables in Options.Schema, each name starting with
+// One outbox is seven tables in Options.Schema, each name starting with
 // Options.TablePrefix: <prefix>outbox (pending messages), <prefix>dead (dead
 // letters), <prefix>relayer_leases (lane and worker leases),
 // <prefix>relayer_pauses (the destinations workers have set aside, published
-// for operators) and <prefix>inbox (consumer deduplication), plus
-// <prefix>relayer_migrations, which records the
-// applied schema steps. Schema and prefix are validated as plain lowercase
+// for operators), <prefix>relayer_settings (what writers and workers must
+// agree on: the lane count), <prefix>relayer_activity (what each runner
+// delivered, for consoles) and <prefix>inbox (consumer deduplication), plus
+// <prefix>relayer_migrations, which records the applied schema steps. Schema and prefix are validated as plain lowercase
 // identifiers when a store is built, and every statement is built from them once.
 //
 // # Eligibility and claims

@@ -193,6 +193,25 @@ CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outb
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 `,
+	}, {
+		Version: 8,
+		Name:    "what each dispatching process delivered (for consoles' throughput)",
+		// Consoles drew the delivery rate from the server's table
+		// statistics, which count rows deleted by transactions that rolled
+		// back, and moves to the dead letters, as delivered, and which a
+		// busy session reports late, in bursts. Each runner now records
+		// here, about once a second while it delivers, how many rows it
+		// has delivered since it started (see Store.DeliveredCounts); a
+		// console sums the growth of these counters. Rows not updated for
+		// a day are deleted by the runners.
+		SQL: `CREATE TABLE IF NOT EXISTS ` + n.Activity + ` (
+    owner_token uuid        PRIMARY KEY,
+    owner       text        NOT NULL,
+    delivered   bigint      NOT NULL,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+`,
 	}}
 }
 

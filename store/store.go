@@ -32,6 +32,7 @@ type Store struct {
 	oq   *overviewQueries
 	vq   *versionQueries
 	lq   *laneCountQueries
+	aq   *activityQueries
 
 	// freshBytes is set when db's driver hands out the bytes of every row in
 	// memory of their own (see storesql.FreshBytes): rows then keep a large
@@ -55,7 +56,7 @@ func New(db DBTX, opts Options) (*Store, error) {
 func newStore(db DBTX, opts Options) *Store {
 	n := newNames(opts)
 	return &Store{db: db, opts: opts, q: buildQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n),
-		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), lq: buildLaneCountQueries(n), freshBytes: storesql.FreshBytes(db)}
+		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), lq: buildLaneCountQueries(n), aq: buildActivityQueries(n), freshBytes: storesql.FreshBytes(db)}
 }
 
 // Unbound returns a store with no database handle of its own, for writers that
@@ -90,7 +91,7 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	}
 	// A transaction or connection does not name its driver: it is taken to
 	// come from the store's own database, as the workers' do.
-	return &Store{db: db, opts: s.opts, q: s.q, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq, lq: s.lq, freshBytes: fresh}, nil
+	return &Store{db: db, opts: s.opts, q: s.q, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq, lq: s.lq, aq: s.aq, freshBytes: fresh}, nil
 }
 
 // Options returns the store's options with defaults applied.

@@ -14,6 +14,7 @@ type Names struct {
 	Inbox      string
 	Migrations string
 	Settings   string
+	Activity   string
 	prefix     string // raw prefix, for index names
 }
 
@@ -32,6 +33,7 @@ func Of(schema, prefix string) Names {
 		Inbox:      t("inbox"),
 		Migrations: t("relayer_migrations"),
 		Settings:   t("relayer_settings"),
+		Activity:   t("relayer_activity"),
 		prefix:     prefix,
 	}
 }

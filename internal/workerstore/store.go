@@ -68,6 +68,7 @@ type Store struct {
 	q  *queries
 	rq *retentionQueries
 	pq *pauseQueries
+	aq *activityQueries
 
 	// freshBytes is set when db's driver hands out the bytes of every row in
 	// memory of their own (see storesql.FreshBytes).
@@ -83,7 +84,7 @@ func New(db store.DBTX, opts store.Options) (*Store, error) {
 	}
 	n := tables.Of(base.Options().Schema, base.Options().TablePrefix)
 	return &Store{Store: base, db: db, q: buildQueries(n), rq: buildRetentionQueries(n), pq: buildPauseQueries(n),
-		freshBytes: storesql.FreshBytes(db)}, nil
+		aq: buildActivityQueries(n), freshBytes: storesql.FreshBytes(db)}, nil
 }
 
 // With returns a store for the same outbox that runs its statements on db,
@@ -99,7 +100,7 @@ func (s *Store) With(db store.DBTX) (*Store, error) {
 	}
 	// A transaction or connection does not name its driver: it is taken to
 	// come from the store's own database, as the workers' do.
-	return &Store{Store: base, db: db, q: s.q, rq: s.rq, pq: s.pq, freshBytes: fresh}, nil
+	return &Store{Store: base, db: db, q: s.q, rq: s.rq, pq: s.pq, aq: s.aq, freshBytes: fresh}, nil
 }
 
 // affected runs a statement that changes rows and returns how many.
