@@ -62,11 +62,14 @@ type Backlog struct {
 // LaneSummary is one lane's pending ordered rows.
 type LaneSummary struct {
 	Lane int
-	// Pending counts the lane's rows that are not parked (an estimate when
-	// the lanes were sampled); ParkedKeys its parked keys, exactly.
-	Pending, ParkedKeys int64
+	// Pending counts the lane's rows that are not parked and whose key is
+	// not held; Blocked those that wait behind their key, an earlier row of
+	// which is parked or waiting for its retry (both estimates when the
+	// lanes were sampled). ParkedKeys counts its parked keys, exactly.
+	Pending, Blocked, ParkedKeys int64
 	// HeadCreatedAt is the creation time of the lane's first row in id
-	// order that is not parked, or zero.
+	// order that is neither parked nor behind a held key: the oldest row a
+	// worker can send, or zero.
 	HeadCreatedAt time.Time
 }
 
@@ -131,13 +134,19 @@ GROUP BY transport, destination`,
         WHERE o.lane = lanes.l AND o.lane IS NOT NULL AND ` + eligO + `
           AND ` + unheldO + ` ORDER BY o.id LIMIT 1)
     FROM lanes WHERE lanes.l IS NOT NULL) AS firsts`,
-		lanePending: `SELECT lane, round(count(*) * 100 / $1::float8)::bigint
-FROM ` + n.Outbox + ` TABLESAMPLE SYSTEM ($1)
-WHERE lane IS NOT NULL AND parked_at IS NULL GROUP BY lane`,
+		// The held keys are few and found through their index; the sample
+		// joins them by hash to tell blocked rows from pending ones.
+		lanePending: storesql.HeldKeys(n, "now()") + `SELECT s.lane,
+    round(count(*) FILTER (WHERE h.lane IS NULL) * 100 / $1::float8)::bigint,
+    round(count(*) FILTER (WHERE h.lane IS NOT NULL) * 100 / $1::float8)::bigint
+FROM ` + n.Outbox + ` AS s TABLESAMPLE SYSTEM ($1)
+LEFT JOIN held AS h ON h.lane = s.lane AND h.ordering_key = s.ordering_key
+WHERE s.lane IS NOT NULL AND s.parked_at IS NULL GROUP BY s.lane`,
 		laneParked: `SELECT lane, count(DISTINCT ordering_key) FROM ` + n.Outbox + `
 WHERE lane IS NOT NULL AND parked_at IS NOT NULL GROUP BY lane`,
 		laneHeads: lanes + `SELECT lanes.l, (SELECT o.created_at FROM ` + n.Outbox + ` AS o
-    WHERE o.lane = lanes.l AND o.lane IS NOT NULL AND o.parked_at IS NULL ORDER BY o.id LIMIT 1)
+    WHERE o.lane = lanes.l AND o.lane IS NOT NULL AND o.parked_at IS NULL
+      AND ` + storesql.Unheld(n.Outbox) + ` ORDER BY o.id LIMIT 1)
 FROM lanes WHERE lanes.l IS NOT NULL`,
 		message: `SELECT ` + storesql.RowColumns + `, parked_at FROM ` + n.Outbox + ` WHERE id = $1::text::uuid`,
 		activity: `SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables
@@ -241,9 +250,9 @@ func (s *Store) Backlog(ctx context.Context, now time.Time, exactUpTo int64) (Ba
 	return b, nil
 }
 
-// Lanes returns, for each lane that holds ordered rows, its pending rows,
-// parked keys and the age of its first row, in lane order. Pending is
-// counted exactly on an outbox of at most exactUpTo rows (by the planner's
+// Lanes returns, for each lane that holds ordered rows, its pending and
+// blocked rows, parked keys and the creation time of the first row a worker
+// can send, in lane order. Pending and Blocked are counted exactly on an outbox of at most exactUpTo rows (by the planner's
 // estimate), and estimated from a sample of pages holding about exactUpTo
 // rows otherwise; the returned fraction is the share read (1: exact).
 func (s *Store) Lanes(ctx context.Context, exactUpTo int64) ([]LaneSummary, float64, error) {
@@ -271,9 +280,9 @@ func (s *Store) Lanes(ctx context.Context, exactUpTo int64) ([]LaneSummary, floa
 	}{
 		{s.oq.lanePending, []any{pct}, func(rows *sql.Rows) error {
 			var l int
-			var c int64
-			err := rows.Scan(&l, &c)
-			lane(l).Pending = c
+			var pending, blocked int64
+			err := rows.Scan(&l, &pending, &blocked)
+			lane(l).Pending, lane(l).Blocked = pending, blocked
 			return err
 		}},
 		{s.oq.laneParked, nil, func(rows *sql.Rows) error {

@@ -104,6 +104,16 @@ func TestBlockedRowsAreNotDue(t *testing.T) {
 			t.Errorf("Backlog total = %+v, oldest due %v; want 1 due, 2 blocked, 1 retrying, 1 parked, the longest wait from %v",
 				tot, backlog.OldestDueAt, b.t0)
 		}
+		// The lanes count the rows of held keys apart too, the retrying
+		// head with them, and date a lane by the first row a worker can
+		// send.
+		lanes, _, err := b.store.Lanes(ctx, 100_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lanes) != 1 || lanes[0].Pending != 1 || lanes[0].Blocked != 3 || lanes[0].ParkedKeys != 1 || !lanes[0].HeadCreatedAt.Equal(b.t0) {
+			t.Errorf("Lanes = %+v; want one lane with 1 pending, 3 blocked, 1 parked key, its head created %v (the free key's row)", lanes, b.t0)
+		}
 	})
 }
 
@@ -123,8 +133,8 @@ func TestLanesAndMessage(t *testing.T) {
 		for _, l := range lanes {
 			byLane[l.Lane] = l
 		}
-		if l := byLane[k1.Lane]; l.ParkedKeys != 1 || (k1.Lane != other.Lane && l.Pending != 1) {
-			t.Errorf("lane of k: %+v, want 1 parked key and k's second row pending", l)
+		if l := byLane[k1.Lane]; l.ParkedKeys != 1 || l.Blocked != 1 || (k1.Lane != other.Lane && l.Pending != 0) {
+			t.Errorf("lane of k: %+v, want 1 parked key and k's second row blocked behind it", l)
 		}
 		if l := byLane[other.Lane]; l.Pending < 1 || !l.HeadCreatedAt.Equal(b.t0) {
 			t.Errorf("lane of other: %+v", l)
