@@ -45,10 +45,11 @@
 // [MetricOperationDuration]), under the messaging semantic conventions' names;
 // the outbox's own gauges keep relayer.* names.
 //
-// [ObserveStore] registers gauges of an outbox table, read with one statement
-// per collection: the backlog of deliverable rows, how long the oldest of them
-// has waited, and the scheduled, claimed, parked and dead rows, including the
-// number of parked ordering keys.
+// [ObserveStore] registers gauges of an outbox table, read with three
+// statements per collection: the backlog of deliverable rows, how long the
+// oldest of them has waited, the rows blocked behind a parked or retrying
+// key, and the scheduled, claimed, retrying, parked and dead rows, including
+// the number of parked ordering keys and the dead letters by reason.
 //
 // [ObserveRunner] registers counters that read a dispatch.Runner's Stats:
 // sends, failures, expired claims, rows left for recovery, retention passes
