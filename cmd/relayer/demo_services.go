@@ -129,20 +129,11 @@ func connectJetStream(url, name string) (js jetstream.JetStream, stop func(), er
 			return nil, nil, err
 		}
 		cleanups = append(cleanups, func() { os.RemoveAll(dir) })
-		s, err := server.NewServer(&server.Options{
-			Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
-		})
+		s, err := startEmbeddedNATS(dir)
 		if err != nil {
-			return nil, nil, fmt.Errorf("embedded NATS server: %w", err)
+			return nil, nil, err
 		}
-		s.Start()
-		cleanups = append(cleanups, func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-		if !s.ReadyForConnections(10 * time.Second) {
-			return nil, nil, errors.New("embedded NATS server did not get ready within 10s")
-		}
+		cleanups = append(cleanups, func() { stopEmbeddedNATS(s) })
 		url = s.ClientURL()
 	}
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(0))
@@ -204,4 +195,28 @@ func (d *demo) consume(ctx context.Context) error {
 	}
 	d.onCleanup(cc.Stop)
 	return nil
+}
+
+// startEmbeddedNATS starts a NATS server with JetStream in this process, on
+// a free loopback port, storing in dir, and waits until it accepts
+// connections. Stop it with stopEmbeddedNATS.
+func startEmbeddedNATS(dir string) (*server.Server, error) {
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS server: %w", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		stopEmbeddedNATS(s)
+		return nil, errors.New("embedded NATS server did not get ready within 10s")
+	}
+	return s, nil
+}
+
+// stopEmbeddedNATS shuts s down and waits until it has.
+func stopEmbeddedNATS(s *server.Server) {
+	s.Shutdown()
+	s.WaitForShutdown()
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -83,26 +82,13 @@ func TestDemoInterrupted(t *testing.T) {
 // real one; the demo's stream is removed afterwards.
 func TestDemoWithNATSURL(t *testing.T) {
 	t.Parallel()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not get ready")
-	}
+	url := startNATSServer(t)
 	r := runCmd(t, "demo", "--messages", "41", "--workers", "1", "--database-url", testdb.URL(t),
-		"--schema", testdb.NewSchema(t), "--nats-url", s.ClientURL())
+		"--schema", testdb.NewSchema(t), "--nats-url", url)
 	if r.code != exitOK || !strings.Contains(r.stdout, "result: OK, all 41 messages delivered") {
 		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/common/expfmt"
@@ -46,16 +45,11 @@ func (relayLost) MessageType() string     { return "relaytest.Lost" }
 // test and returns its URL.
 func startNATSServer(t testing.TB) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	s, err := startEmbeddedNATS(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the embedded NATS server did not start")
-	}
-	t.Cleanup(s.Shutdown)
+	t.Cleanup(func() { stopEmbeddedNATS(s) })
 	return s.ClientURL()
 }
 
