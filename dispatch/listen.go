@@ -34,6 +34,20 @@ type NotificationWaiter interface {
 	Wait(ctx context.Context, driverConn any, statement string, listening, notified func()) error
 }
 
+// PayloadWaiter is a NotificationWaiter that hands each notification's
+// payload to the listener: writers send the lowest id of the unordered
+// rows their commits wrote, from which recovery then takes again, so that
+// a row whose transaction committed after later ids were taken waits for
+// no poll. pgxlisten.Waiter is one. With a waiter that is not, such rows
+// wait for recovery's next pass from the beginning (up to
+// RecoveryOptions.PollInterval).
+type PayloadWaiter interface {
+	NotificationWaiter
+	// WaitPayload is Wait, calling notified with each notification's
+	// payload.
+	WaitPayload(ctx context.Context, driverConn any, statement string, listening func(), notified func(payload string)) error
+}
+
 // listener holds one connection that LISTENs on the outbox's wake-up
 // channel and calls wake for each notification, and once each time it
 // starts listening (rows may have committed while it did not). When the
@@ -43,16 +57,18 @@ type listener struct {
 	db        *sql.DB
 	waiter    NotificationWaiter
 	listenSQL string
-	wake      func()
-	logger    *slog.Logger
-	loop      loop
+	// wake wakes the workers for a notification with payload ("" for
+	// none, and when the listener starts listening).
+	wake   func(payload string)
+	logger *slog.Logger
+	loop   loop
 	// listening is set while the LISTEN is in force; received counts
 	// notifications.
 	listening atomic.Bool
 	received  atomic.Uint64
 }
 
-func newListener(db *sql.DB, waiter NotificationWaiter, opts store.Options, wake func(), logger *slog.Logger) (*listener, error) {
+func newListener(db *sql.DB, waiter NotificationWaiter, opts store.Options, wake func(payload string), logger *slog.Logger) (*listener, error) {
 	if waiter == nil {
 		return nil, fmt.Errorf("%w: RunnerOptions.Listen needs RunnerOptions.Notifications, the way to wait for notifications on the pool's driver (pgxlisten.Waiter{} for pgx's)", ErrInvalidOptions)
 	}
@@ -104,16 +120,21 @@ func (l *listener) listen(ctx context.Context) (listened bool, err error) {
 		return false, err
 	}
 	defer conn.Close()
+	listening := func() {
+		listened = true
+		l.listening.Store(true)
+		l.logger.Debug("dispatch: wake-up listener listening", slog.String("statement", l.listenSQL))
+		l.wake("")
+	}
+	notified := func(payload string) {
+		l.received.Add(1)
+		l.wake(payload)
+	}
 	err = conn.Raw(func(dc any) error {
-		return l.waiter.Wait(ctx, dc, l.listenSQL, func() {
-			listened = true
-			l.listening.Store(true)
-			l.logger.Debug("dispatch: wake-up listener listening", slog.String("statement", l.listenSQL))
-			l.wake()
-		}, func() {
-			l.received.Add(1)
-			l.wake()
-		})
+		if pw, ok := l.waiter.(PayloadWaiter); ok {
+			return pw.WaitPayload(ctx, dc, l.listenSQL, listening, notified)
+		}
+		return l.waiter.Wait(ctx, dc, l.listenSQL, listening, func() { notified("") })
 	})
 	return listened, err
 }

@@ -22,7 +22,9 @@ import (
 func listeningRunner(t *testing.T, b *bundle, opts dispatch.RunnerOptions) *dispatch.Runner {
 	t.Helper()
 	opts.Listen = true
-	opts.Notifications = pgxlisten.Waiter{}
+	if opts.Notifications == nil {
+		opts.Notifications = pgxlisten.Waiter{}
+	}
 	opts.Logger = b.logger()
 	opts.DisableCleanup = true
 	opts.Recovery.PollInterval = 20 * time.Second
@@ -76,6 +78,71 @@ func TestWakeUpAcrossProcesses(t *testing.T) {
 	if r.Stats().WakeUpsReceived == 0 || w.WakeUps() == 0 {
 		t.Errorf("wake-ups sent %d, received %d; want some", w.WakeUps(), r.Stats().WakeUpsReceived)
 	}
+}
+
+// A row whose transaction commits after a later id was taken is behind
+// recovery's cursor; the writer's wake-up names the row's id, and recovery
+// takes from there at once rather than at its next pass from the beginning
+// (20 s away here), as a relay's recovery must, taking rows of any age.
+func TestWakeUpTakesRowsThatCommittedLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dispatch.DirectOptions{})
+	listeningRunner(t, b, dispatch.RunnerOptions{DisableDirect: true, DisableOrdered: true,
+		Recovery: dispatch.RecoveryOptions{MinAge: time.Nanosecond}})
+	w := wakingWriter(t, b)
+	ctx := context.Background()
+	late, err := w.Begin(ctx, b.db, nil)
+	must(t, err)
+	defer late.Rollback()
+	must(t, late.Publish(ctx, Placed{1})) // the lower id, committed last
+	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Placed{2}))
+	before := len(b.mem.All())
+	must(t, late.Commit())
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := b.mem.WaitFor(wctx, before+1); err != nil {
+		t.Fatalf("the row that committed late was not delivered within 2 s: recovery's cursor passed it")
+	}
+}
+
+// waitOnly is a NotificationWaiter that reads no payload, as the waiters
+// of earlier releases did.
+type waitOnly struct{ w pgxlisten.Waiter }
+
+func (o waitOnly) Check(db *sql.DB) error { return o.w.Check(db) }
+
+func (o waitOnly) Wait(ctx context.Context, dc any, statement string, listening, notified func()) error {
+	return o.w.Wait(ctx, dc, statement, listening, notified)
+}
+
+// The wake-up works between releases: a listener that reads no payload is
+// woken by this release's writers, whose NOTIFYs carry one, and this
+// release's listener is woken by a NOTIFY without a payload, as earlier
+// releases' writers send.
+func TestWakeUpAcrossReleases(t *testing.T) {
+	t.Parallel()
+	t.Run("a listener that reads no payload", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dispatch.DirectOptions{})
+		listeningRunner(t, b, dispatch.RunnerOptions{DisableDirect: true, Notifications: waitOnly{}})
+		deliveredWithin(t, b, wakingWriter(t, b), 2*time.Second, relayer.NewOutgoing(Placed{1}))
+	})
+	t.Run("a writer that sends no payload", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dispatch.DirectOptions{})
+		listeningRunner(t, b, dispatch.RunnerOptions{DisableDirect: true})
+		silent, err := enlist.NewWriter(b.outbox, enlist.Options{Logger: b.logger()})
+		must(t, err)
+		before := len(b.mem.All())
+		publishWith(t, b, silent, relayer.NewOutgoing(Placed{2}))
+		_, err = b.db.Exec(b.opts.NotifySQL())
+		must(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := b.mem.WaitFor(ctx, before+1); err != nil {
+			t.Fatal("a NOTIFY without a payload did not wake recovery")
+		}
+	})
 }
 
 // When the listener's session is killed, the listener reconnects and the

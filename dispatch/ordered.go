@@ -269,7 +269,7 @@ func (o *orderedWorker) tellPeers(ctx context.Context) {
 	}
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := o.store.Notify(nctx); err != nil {
+	if err := o.store.Notify(nctx, uuid.Nil); err != nil {
 		o.opts.Logger.Debug("dispatch: ordered worker could not notify the others; they see the change at their next read",
 			slog.String("worker", o.name), slog.String("error", err.Error()))
 	}

@@ -157,13 +157,19 @@ func (r *recoveryWorker) wakeFor(rows []relayer.Message) {
 				first = row.ID
 			}
 		}
-		r.scanMu.Lock()
-		if r.cursor != uuid.Nil && bytes.Compare(first[:], r.cursor[:]) <= 0 {
-			r.cursor = idBefore(first)
-		}
-		r.scanMu.Unlock()
+		r.rewindBefore(first)
 	}
 	r.Wake()
+}
+
+// rewindBefore moves a cursor already past id back to just before it, so
+// that the next take begins at id.
+func (r *recoveryWorker) rewindBefore(id uuid.UUID) {
+	r.scanMu.Lock()
+	defer r.scanMu.Unlock()
+	if r.cursor != uuid.Nil && bytes.Compare(id[:], r.cursor[:]) <= 0 {
+		r.cursor = idBefore(id)
+	}
 }
 
 // idBefore returns the id just below id, so that a take after it begins at

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
@@ -235,7 +237,7 @@ func (r *Runner) build() (*crew, error) {
 	}
 	if opts.Listen {
 		var err error
-		if c.listener, err = newListener(core.db, opts.Notifications, core.store.Options(), r.wakeAll, opts.Logger); err != nil {
+		if c.listener, err = newListener(core.db, opts.Notifications, core.store.Options(), r.wakeFrom, opts.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -382,6 +384,18 @@ func (c *crew) orderedPeersChanged() {
 
 // wakeAll makes recovery and every ordered worker scan now: rows committed
 // in another process may be waiting.
+// wakeFrom wakes the workers for a wake-up from another process, whose
+// payload, when it is a message id, is the lowest id of the unordered rows
+// its commits wrote: recovery takes from just before it.
+func (r *Runner) wakeFrom(payload string) {
+	if id, err := uuid.Parse(payload); err == nil && payload != "" {
+		if c := r.crew.Load(); c.recovery != nil {
+			c.recovery.rewindBefore(id)
+		}
+	}
+	r.wakeAll()
+}
+
 func (r *Runner) wakeAll() {
 	c := r.crew.Load()
 	if c.recovery != nil {

@@ -1,11 +1,14 @@
 package enlist
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/internal/workerstore"
@@ -39,9 +42,12 @@ type notifier struct {
 	interval time.Duration
 	logger   *slog.Logger
 
-	mu      sync.Mutex
-	busy    bool // a goroutine is sending or waiting out the interval
-	dirty   bool // requested since that goroutine's last NOTIFY
+	mu    sync.Mutex
+	busy  bool // a goroutine is sending or waiting out the interval
+	dirty bool // requested since that goroutine's last NOTIFY
+	// from is the lowest id of the unordered rows of the commits that
+	// requested the next NOTIFY, its payload; the zero UUID for none.
+	from    uuid.UUID
 	failing bool // the last NOTIFY failed (logged once until one succeeds)
 	sent    uint64
 }
@@ -54,9 +60,13 @@ func newNotifier(db *sql.DB, opts store.Options, interval time.Duration, logger 
 	return &notifier{store: st, interval: interval, logger: logger}, nil
 }
 
-// request asks for a NOTIFY; it never blocks.
-func (n *notifier) request() {
+// request asks for a NOTIFY for a commit whose lowest unordered id is
+// from (the zero UUID for none); it never blocks.
+func (n *notifier) request(from uuid.UUID) {
 	n.mu.Lock()
+	if from != uuid.Nil && (n.from == uuid.Nil || bytes.Compare(from[:], n.from[:]) < 0) {
+		n.from = from
+	}
 	if n.busy {
 		n.dirty = true
 		n.mu.Unlock()
@@ -69,8 +79,12 @@ func (n *notifier) request() {
 
 func (n *notifier) send() {
 	for {
+		n.mu.Lock()
+		from := n.from
+		n.from = uuid.Nil
+		n.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
-		err := n.store.Notify(ctx)
+		err := n.store.Notify(ctx, from)
 		cancel()
 		n.mu.Lock()
 		switch {
@@ -106,8 +120,9 @@ func (n *notifier) notified() uint64 {
 }
 
 // dueRows reports whether rows hold due ordered rows and due unordered
-// ones; scheduled rows are found by a poll in time.
-func dueRows(rows []relayer.Message) (ordered, unordered bool) {
+// ones, and the lowest id of the due unordered ones (the zero UUID when
+// there is none); scheduled rows are found by a poll in time.
+func dueRows(rows []relayer.Message) (ordered, unordered bool, from uuid.UUID) {
 	now := time.Now()
 	for i := range rows {
 		if !rows[i].DeliverAt.IsZero() && rows[i].DeliverAt.After(now) {
@@ -115,11 +130,14 @@ func dueRows(rows []relayer.Message) (ordered, unordered bool) {
 		}
 		if rows[i].Ordered {
 			ordered = true
-		} else {
-			unordered = true
+			continue
 		}
+		if id := rows[i].ID; !unordered || bytes.Compare(id[:], from[:]) < 0 {
+			from = id
+		}
+		unordered = true
 	}
-	return ordered, unordered
+	return ordered, unordered, from
 }
 
 // wakes reports whether a commit calls for waking the workers of other

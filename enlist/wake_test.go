@@ -1,11 +1,13 @@
 package enlist_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relayer-go/relayer"
@@ -64,8 +66,11 @@ func TestWakeUpIsDebounced(t *testing.T) {
 	}
 	burst := lastCommit.Sub(start)
 	// Collect the notifications until none comes for a few intervals.
+	// Each payload is the lowest id of the commits the NOTIFY stands for:
+	// of commits one after another, ids of a later time each.
 	var got int
 	var last time.Time
+	var from uuid.UUID
 	for {
 		wctx, cancel := context.WithTimeout(ctx, 5*interval)
 		n, err := conn.WaitForNotification(wctx)
@@ -73,9 +78,11 @@ func TestWakeUpIsDebounced(t *testing.T) {
 		if err != nil {
 			break
 		}
-		if n.Payload != "" || n.Channel != opts.WakeChannel() {
-			t.Errorf("notification %+v, want an empty payload on %s", n, opts.WakeChannel())
+		id, perr := uuid.Parse(n.Payload)
+		if perr != nil || n.Channel != opts.WakeChannel() || bytes.Compare(id[:], from[:]) <= 0 {
+			t.Errorf("notification %+v, want on %s a message id after %v", n, opts.WakeChannel(), from)
 		}
+		from = id
 		got++
 		last = time.Now()
 	}

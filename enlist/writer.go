@@ -403,15 +403,16 @@ func (e *Enlistment) Committed() {
 		return
 	}
 	var ordered, unordered bool
+	var from uuid.UUID
 	if e.w.notifier != nil { // before the rows belong to the listener
-		ordered, unordered = dueRows(rows)
+		ordered, unordered, from = dueRows(rows)
 	}
 	var err error
 	if e.w.listener != nil {
 		err = e.w.listener.Committed(rows)
 	}
 	if e.w.notifier != nil && wakes(ordered, unordered, e.w.listener, err) {
-		e.w.notifier.request()
+		e.w.notifier.request(from)
 	}
 	if err != nil {
 		left := len(rows)

@@ -9,8 +9,10 @@ import (
 const channelMaxLen = 63
 
 // WakeChannel returns the notification channel of the outbox's wake-up
-// across processes: writers NOTIFY it, without a payload, after commits
-// that left rows for workers, and workers LISTEN to it. It is
+// across processes: writers NOTIFY it after commits that left rows for
+// workers, and workers LISTEN to it. The payload is empty, or the lowest id
+// (in its text form) of the unordered rows the commits wrote, from which
+// recovery takes again. It is
 // "relayer.<schema>.<prefix>outbox" (defaults applied), or, when that is
 // longer than 63 bytes, its first 46 bytes, a dot and 16 hexadecimal digits
 // of its SHA-256, so that every outbox has its own channel.
@@ -27,6 +29,7 @@ func (o Options) WakeChannel() string {
 // wake-up channel ([Options.WakeChannel]).
 func (o Options) ListenSQL() string { return `LISTEN "` + o.WakeChannel() + `"` }
 
-// NotifySQL returns the statement that wakes the outbox's listening
-// workers: a NOTIFY on its wake-up channel, without a payload.
+// NotifySQL returns a statement that wakes the outbox's listening
+// workers: a NOTIFY on its wake-up channel, without a payload (every
+// unordered row is then looked for from the start of recovery's next pass).
 func (o Options) NotifySQL() string { return `NOTIFY "` + o.WakeChannel() + `"` }

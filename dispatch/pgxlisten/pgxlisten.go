@@ -43,7 +43,13 @@ func (Waiter) Check(db *sql.DB) error {
 // notified for each notification, until ctx ends or the connection fails;
 // it returns the error that ended it. It closes the connection before
 // returning, so that it never goes back to the pool still subscribed.
-func (Waiter) Wait(ctx context.Context, driverConn any, statement string, listening, notified func()) error {
+func (w Waiter) Wait(ctx context.Context, driverConn any, statement string, listening, notified func()) error {
+	return w.WaitPayload(ctx, driverConn, statement, listening, func(string) { notified() })
+}
+
+// WaitPayload is Wait, handing notified each notification's payload
+// (dispatch.PayloadWaiter).
+func (Waiter) WaitPayload(ctx context.Context, driverConn any, statement string, listening func(), notified func(payload string)) error {
 	sc, ok := driverConn.(*stdlib.Conn)
 	if !ok {
 		return fmt.Errorf("connection of type %T: %w", driverConn, ErrNotPgx)
@@ -59,9 +65,10 @@ func (Waiter) Wait(ctx context.Context, driverConn any, statement string, listen
 	}
 	listening()
 	for {
-		if _, err := pc.WaitForNotification(ctx); err != nil {
+		n, err := pc.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		notified()
+		notified(n.Payload)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/dispatch/pgxlisten"
 )
 
@@ -42,3 +43,6 @@ func TestWaiterRefusesOtherDrivers(t *testing.T) {
 		t.Errorf("Wait(another connection) = %v (callbacks called: %v), want ErrNotPgx and no call", err, called)
 	}
 }
+
+// The waiter hands runners the payloads recovery takes again from.
+var _ dispatch.PayloadWaiter = pgxlisten.Waiter{}

@@ -37,6 +37,12 @@ const (
 	// workers LISTEN (dispatch.RunnerOptions.Listen). Not run unless named
 	// in Config.Only.
 	PathOrderedWoken = "relayer ordered remote (wake)"
+	// PathRelay is unordered delivery as `relayer run` does it: recovery
+	// alone, in what stands for another process, taking rows of any age
+	// (MinAge 1 ns) and woken by the writers' NOTIFY (enlist.Options.Wake,
+	// RunnerOptions.Listen); the writer tells it of no commit. Not run
+	// unless named in Config.Only.
+	PathRelay = "relayer relay (wake)"
 )
 
 // orderedKeys is how many keys ordered messages are spread over.
@@ -57,7 +63,7 @@ func Relayer(path string) Contender {
 
 // remote reports whether the path's workers are as another process's.
 func (c relayerPath) remote() bool {
-	return c.path == PathOrderedRemote || c.path == PathOrderedWoken
+	return c.path == PathOrderedRemote || c.path == PathOrderedWoken || c.path == PathRelay
 }
 
 func (c relayerPath) Name() string {
@@ -114,17 +120,21 @@ func (c relayerPath) New(ctx context.Context, env Env) (Instance, error) {
 		if c.path == PathOrderedWoken {
 			opts.Listen, opts.Notifications = true, pgxlisten.Waiter{}
 		}
+	case PathRelay:
+		opts.DisableDirect, opts.DisableOrdered = true, true
+		opts.Recovery.MinAge = time.Nanosecond
+		opts.Listen, opts.Notifications = true, pgxlisten.Waiter{}
 	}
 	runner, err := dispatch.NewRunner(env.DB, outbox, opts)
 	if err != nil {
 		return nil, err
 	}
-	in := &relayerInstance{env: env, outbox: outbox, runner: runner, ordered: c.path == PathOrdered || c.remote()}
+	in := &relayerInstance{env: env, outbox: outbox, runner: runner, ordered: c.path == PathOrdered || (c.remote() && c.path != PathRelay)}
 	wopts := enlist.Options{Logger: quiet}
 	var next enlist.CommitListener = runner
 	if c.remote() {
 		next = nil // the writer of another process
-		if c.path == PathOrderedWoken {
+		if c.path == PathOrderedWoken || c.path == PathRelay {
 			wopts.Wake = env.DB
 		}
 	}

@@ -39,7 +39,7 @@ func (r *runner) all(scenario string) []Contender {
 		// latency at a moderate rate.
 		all = slices.Insert(all, len(all)-1, Contender(relayerPath{PathOrdered, 1}))
 	}
-	for _, path := range []string{PathOrderedRemote, PathOrderedWoken} { // only when named
+	for _, path := range []string{PathOrderedRemote, PathOrderedWoken, PathRelay} { // only when named
 		if slices.Contains(r.cfg.Only, path) {
 			all = append(all, relayerPath{path, 1})
 		}
