@@ -87,6 +87,9 @@ func (n *notifier) send() {
 		err := n.store.Notify(ctx, from)
 		cancel()
 		n.mu.Lock()
+		if err != nil && from != uuid.Nil && (n.from == uuid.Nil || bytes.Compare(from[:], n.from[:]) < 0) {
+			n.from = from // for the next NOTIFY
+		}
 		switch {
 		case err == nil:
 			n.sent++

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -258,6 +259,12 @@ func (p *tcpProxy) forward(c net.Conn) {
 		return
 	}
 	p.mu.Lock()
+	if p.down { // cut while this one was dialled
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
 	p.conns = append(p.conns, c, up)
 	p.mu.Unlock()
 	go p.pipe(up, c)
@@ -334,18 +341,20 @@ func TestRelayStopsWithinItsDeadline(t *testing.T) {
 		return relayer.AddType[relayPlaced](r, relayer.Route{Transport: "events", Destination: "hung.placed"})
 	})
 	// Claims (which bound a send) longer than the test's waits for the
-	// hung relays, and short enough for the next relay to take their rows
-	// soon after.
-	shortClaims := []string{"RELAYER_RECOVERY_CLAIM_DURATION=8s"}
+	// hung relays, and a recovery lease short enough for the next relay to
+	// take over soon after they are gone.
+	relayEnv := []string{"RELAYER_RECOVERY_CLAIM_DURATION=60s", "RELAYER_RECOVERY_LEASE_DURATION=3s"}
 	hang := func(timeout string) *relayProcess {
 		t.Helper()
-		p := startRelayProcess(t, "relay-hung", shortClaims, "--database-url", dbURL, "--schema", schema, "--transport", "events=nats://"+proxy.addr(),
+		p := startRelayProcess(t, "relay-hung", relayEnv, "--database-url", dbURL, "--schema", schema, "--transport", "events=nats://"+proxy.addr(),
 			"--shutdown-timeout", timeout)
 		proxy.setStalled(true)
 		if err := w.RunInTx(t.Context(), db, nil, func(tx *enlist.Tx) error { return tx.Publish(t.Context(), relayPlaced{1}) }); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1500 * time.Millisecond) // the relay takes the row and sends it, and the send hangs
+		// The relay takes the row (its take holds it locked) and sends it,
+		// and the send hangs.
+		waitTaken(t, db, schema)
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -371,10 +380,12 @@ func TestRelayStopsWithinItsDeadline(t *testing.T) {
 	}
 	proxy.setStalled(false)
 
-	// A second signal ends the wait at once.
+	// The first signal waits for the send up to the deadline, past the
+	// 10 s a Runner whose context ended would give it; a second signal
+	// ends the wait at once.
 	p = hang("60s")
-	if exited(p, time.Second) {
-		t.Fatalf("the relay exited at once at the first signal although its send hangs: %s", p.stderr.String())
+	if exited(p, 12*time.Second) {
+		t.Fatalf("the relay exited within 12 s of the first signal although its send hangs and its deadline is 60 s: %s", p.stderr.String())
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -388,7 +399,7 @@ func TestRelayStopsWithinItsDeadline(t *testing.T) {
 	proxy.setStalled(false)
 
 	// Nothing was lost: the next relay delivers both messages.
-	next := startRelayProcess(t, "relay-next", shortClaims, "--database-url", dbURL, "--schema", schema, "--transport", "events="+natsURL)
+	next := startRelayProcess(t, "relay-next", relayEnv, "--database-url", dbURL, "--schema", schema, "--transport", "events="+natsURL)
 	cons, err := js.OrderedConsumer(t.Context(), "HUNG", jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -450,4 +461,23 @@ func TestRunReadinessFollowsTheDatabase(t *testing.T) {
 	proxy.setDown(false)
 	waitFor(http.StatusOK, `"ready":true`)
 	rr.stop(t)
+}
+
+// waitTaken waits until every row of the outbox in schema is locked: taken
+// by a worker, whose transaction holds it while it sends.
+func waitTaken(t *testing.T, db *sql.DB, schema string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var free int
+		err := db.QueryRow(`SELECT count(*) FROM (SELECT 1 FROM "` + schema + `".outbox FOR UPDATE SKIP LOCKED) AS f`).Scan(&free)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if free == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows still not taken", free)
+		}
+	}
 }

@@ -78,8 +78,8 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"SIGTERM or SIGINT stop the workers, which finish what they hold within --shutdown-timeout, and\n"+
 			"the relay exits 0 (1 when the deadline cut them short: what they held is sent again by another\n"+
 			"relay); a second signal exits at once. A start that cannot work exits with the reason on one line:\n"+
-			"2 for a wrong command line or setting, 1 for the rest (an outdated schema, a broker that does not\n"+
-			"answer, a certificate that does not load).",
+			"2 for a wrong command line or setting (a transport's parameters included), 1 for the rest (an\n"+
+			"outdated schema, a broker that does not answer).",
 		"DATABASE_URL=postgres://relay@db:5432/app relayer run --schema messaging --transport nats=nats://nats:4222 --http :9090", stderr)
 	f.register(fs, true)
 	fs.IntVar(&f.lanes, "lanes", 0, "the outbox's lane count; default: the count the outbox records (32 when none is)")
@@ -155,7 +155,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	open, err := openTransports(ctx, specs, f.clientName)
 	if err != nil {
-		return err
+		return startFailed(ctx, err)
 	}
 	defer closeTransports(open)
 	obs, err := newObservability()
@@ -172,8 +172,8 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usagef("%v", err)
 	}
-	// The pool: what the workers pin and borrow, the headroom they leave
-	// (RELAYER_POOL_HEADROOM), which the endpoints use.
+	// The workers' pool: what they pin and borrow, and the headroom they
+	// leave (RELAYER_POOL_HEADROOM).
 	pinned, borrowed := runner.Connections()
 	headroom := ropts.PoolHeadroom
 	if headroom == 0 {
@@ -181,13 +181,27 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	db.SetMaxOpenConns(pinned + borrowed + headroom)
 	db.SetMaxIdleConns(pinned + borrowed + headroom)
-	if err := obs.observe(runner, st); err != nil {
-		return err
-	}
 
-	state := &relayState{db: db, store: st, runner: runner, listen: ropts.Listen}
 	var srv *endpoints
+	state := &relayState{runner: runner, listen: ropts.Listen}
 	if f.http != "" {
+		// The endpoints' pool, of their own: scrapes and probes, which
+		// anyone who reaches the port may send, never take the workers'
+		// connections.
+		_, edb, err := f.open(ctx)
+		if err != nil {
+			return startFailed(ctx, err)
+		}
+		defer edb.Close()
+		edb.SetMaxOpenConns(endpointConns)
+		edb.SetMaxIdleConns(endpointConns)
+		if state.store, err = st.With(edb); err != nil {
+			return err
+		}
+		state.db = edb
+		if err := obs.observe(runner, state.store); err != nil {
+			return err
+		}
 		var cons *console.Console
 		if f.console {
 			var cdb *sql.DB
@@ -196,13 +210,15 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			defer cdb.Close()
 		}
-		if srv, err = serveEndpoints(f.http, f.hosts, state, obs, cons, logger); err != nil {
+		if srv, err = serveEndpoints(f.http, allowedHosts(f.http, f.hosts), state, obs, cons, logger); err != nil {
 			return err
 		}
 		defer srv.close()
 	}
-	if err := runner.Start(ctx); err != nil {
-		return err
+	// The workers run until Stop, not until the first signal: a signal
+	// stops them gracefully within --shutdown-timeout, below.
+	if err := runner.Start(context.WithoutCancel(ctx)); err != nil {
+		return startFailed(ctx, err)
 	}
 	state.setStarted()
 	names := make([]string, len(open))
@@ -238,6 +254,15 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger.Info("relayer run: stopped")
 	return cause
+}
+
+// startFailed is the error of a start that failed with err: none when a
+// signal ended the start (the relay was told to stop before it ran).
+func startFailed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // relayOptions reads the workers' settings from the environment and sets
@@ -300,11 +325,13 @@ func lostBroker(open []openedTransport) <-chan error {
 			continue
 		}
 		go func() {
-			if err, ok := <-o.lost; ok || err != nil {
-				select {
-				case out <- fmt.Errorf("transport %s: the broker connection closed: %v", o.name, err):
-				default:
-				}
+			err := <-o.lost // a value, or the channel closed
+			if o.closing.Load() {
+				return // the relay closed it
+			}
+			select {
+			case out <- fmt.Errorf("transport %s: the broker connection closed: %v", o.name, err):
+			default:
 			}
 		}()
 	}
@@ -367,6 +394,9 @@ func (s *relayState) setStopping() {
 	defer s.mu.Unlock()
 	s.stopping = true
 }
+
+// endpointConns is the size of the endpoints' pool.
+const endpointConns = 2
 
 // readinessTimeout bounds the database checks of one /readyz.
 const readinessTimeout = 2 * time.Second

@@ -311,12 +311,9 @@ func TestRunDeliversThroughEveryTransport(t *testing.T) {
 
 	// The row for a transport the relay lacks stays, and the log says why.
 	var left int
-	if err := db.QueryRow(`SELECT count(*) FROM "` + schema + `".outbox`).Scan(&left); err != nil {
-		t.Fatal(err)
-	}
-	if left != 1 {
-		t.Errorf("%d rows left in the outbox, want the one for the transport ghost", left)
-	}
+	checkEventually(t, "one row left in the outbox, the one for the transport ghost", func() bool {
+		return db.QueryRow(`SELECT count(*) FROM "`+schema+`".outbox`).Scan(&left) == nil && left == 1
+	})
 	checkEventually(t, "the log names the missing transport", func() bool {
 		return strings.Contains(rr.stderr.String(), `"transport":"ghost"`)
 	})
@@ -421,7 +418,11 @@ func TestRunRefusesWhatCannotWork(t *testing.T) {
 		{name: "no transport", code: exitUsage, want: "no transport"},
 		{name: "a password on the command line", args: []string{"--transport", "mail=amqp://guest:hunter2@127.0.0.1:5672/"}, code: exitUsage, want: "process listings"},
 		{name: "a token on the command line", args: []string{"--transport", "events=nats://s3cr3t-token@127.0.0.1:4222"}, code: exitUsage, want: "process listings"},
-		{name: "TLS files on a plain-text URL", args: []string{"--transport", "mail=amqp://127.0.0.1:5672/?ca=/etc/ssl/ca.pem"}, code: exitFail, want: "amqps://"},
+		{name: "TLS files on a plain-text URL", args: []string{"--transport", "mail=amqp://127.0.0.1:5672/?ca=/etc/ssl/ca.pem"}, code: exitUsage, want: "amqps://"},
+		{name: "a bad parameter value", args: []string{"--transport", "events=nats://127.0.0.1:4222?max_batch=x"}, code: exitUsage, want: "max_batch"},
+		{name: "credentials of a second server on the command line", args: []string{"--transport", "events=nats://127.0.0.1:4222,nats://u:hunter2@127.0.0.1:4223"}, code: exitUsage, want: "process listings"},
+		{name: "a token reaching an unreachable server", env: [2]string{"RELAYER_TEST_TOKEN_URL", "nats://s3cr3t-token@127.0.0.1:1"}, args: []string{"--transport", "events=env:RELAYER_TEST_TOKEN_URL"}, code: exitFail, want: "//…@127.0.0.1:1"},
+		{name: "a URL without its name", env: [2]string{"RELAYER_TRANSPORTS", "amqp://guest:hunter2@127.0.0.1/?exchange=x"}, code: exitUsage, want: "not NAME=URL"},
 		{name: "a bad retry setting", env: [2]string{"RELAYER_RETRY_MAX_ATTEMPTS", "0x"}, args: []string{"--transport", "a=nats://h:1"}, code: exitUsage, want: "MaxAttempts"},
 		{name: "an unknown scheme", args: []string{"--transport", "x=http://127.0.0.1:1"}, code: exitUsage, want: `scheme "http"`},
 		{name: "a misspelt parameter", args: []string{"--transport", "events=nats://127.0.0.1:4222?strem=S"}, code: exitUsage, want: `unknown parameter "strem"`},

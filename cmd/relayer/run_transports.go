@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,8 +69,10 @@ where process listings show them, and belong in the environment or a file.
 // "$RELAYER_TRANSPORTS".
 func parseTransport(entry, from string) (transportSpec, error) {
 	name, value, ok := strings.Cut(entry, "=")
-	if !ok || name == "" || value == "" {
-		return transportSpec{}, fmt.Errorf("%q: want NAME=URL, NAME=env:VAR or NAME=file:PATH", redactEntry(entry))
+	if !ok || name == "" || value == "" || strings.ContainsAny(name, ":/@") {
+		// Nothing of the entry is printed: it may be a URL with its
+		// password, written without its NAME=.
+		return transportSpec{}, fmt.Errorf("an entry of %s is not NAME=URL, NAME=env:VAR or NAME=file:PATH", from)
 	}
 	if !transportName.MatchString(name) {
 		return transportSpec{}, fmt.Errorf("transport name %q: want letters, digits, '_', '.' or '-', at most 64", name)
@@ -101,7 +104,7 @@ func parseTransport(entry, from string) (transportSpec, error) {
 	if !ok {
 		return transportSpec{}, fmt.Errorf("transport %s: scheme %q: want nats, tls, kafka, amqp or amqps", name, u.Scheme)
 	}
-	if u.User != nil && spec.source == "--transport" {
+	if (u.User != nil || strings.Contains(raw, "@")) && spec.source == "--transport" {
 		// A user alone may be a token (nats://TOKEN@host).
 		return transportSpec{}, fmt.Errorf("transport %s: credentials on the command line show in process listings: "+
 			"give the URL as %s=env:VAR or %s=file:PATH", name, name, name)
@@ -116,18 +119,6 @@ func parseTransport(entry, from string) (transportSpec, error) {
 	}
 	spec.url = u
 	return spec, nil
-}
-
-// redactEntry keeps a malformed entry's name only: its value may hold a
-// password.
-func redactEntry(entry string) string {
-	if name, _, ok := strings.Cut(entry, "="); ok {
-		return name + "=…"
-	}
-	if len(entry) > 16 {
-		return entry[:16] + "…"
-	}
-	return entry
 }
 
 // transportEntries returns the --transport entries, or those of
@@ -250,6 +241,9 @@ type openedTransport struct {
 	// for a client that does not reconnect by itself (RabbitMQ's); nil
 	// for the others.
 	lost <-chan *amqp.Error
+	// closing is set once the relay closes the connection itself (nil for
+	// the clients without lost).
+	closing *atomic.Bool
 }
 
 // openTransports connects every spec's broker; on an error it closes those
@@ -285,6 +279,15 @@ func openTransport(ctx context.Context, spec transportSpec, clientName string) (
 	}
 }
 
+// userInfo matches the user info of every URL in a text, such as each
+// server of a NATS server list.
+var userInfo = regexp.MustCompile(`//[^/@,\s]*@`)
+
+// redacted returns text (a URL, a server list, a client's error) with the
+// user info of every URL in it replaced by "…@": a password or a token
+// never reaches a log or an error.
+func redacted(text string) string { return userInfo.ReplaceAllString(text, "//…@") }
+
 // withoutQuery returns u's text without its parameters, which are the
 // relay's, not the client's.
 func withoutQuery(u *url.URL) string {
@@ -318,15 +321,15 @@ func openNATS(ctx context.Context, q *query, clientName string) (openedTransport
 	}
 	topts := relayernats.Options{Stream: q.str("stream"), MaxBatchSize: q.int("max_batch")}
 	if q.err != nil {
-		return openedTransport{}, q.err
+		return openedTransport{}, usagef("%v", q.err)
 	}
 	if err := topts.Validate(); err != nil {
-		return openedTransport{}, fmt.Errorf("transport %s: %w", spec.name, err)
+		return openedTransport{}, usagef("transport %s: %v", spec.name, err)
 	}
 	// The comma-separated servers of one URL go to the client as they are.
 	nc, err := nats.Connect(withoutQuery(spec.url), opts...)
 	if err != nil {
-		return openedTransport{}, fmt.Errorf("transport %s: connecting to NATS at %s: %w", spec.name, spec.url.Redacted(), err)
+		return openedTransport{}, fmt.Errorf("transport %s: connecting to NATS at %s: %s", spec.name, redacted(withoutQuery(spec.url)), redacted(err.Error()))
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
@@ -336,7 +339,7 @@ func openNATS(ctx context.Context, q *query, clientName string) (openedTransport
 	}
 	if err != nil {
 		nc.Close()
-		return openedTransport{}, fmt.Errorf("transport %s: JetStream at %s: %w", spec.name, spec.url.Redacted(), err)
+		return openedTransport{}, fmt.Errorf("transport %s: JetStream at %s: %s", spec.name, redacted(withoutQuery(spec.url)), redacted(err.Error()))
 	}
 	tr, err := relayernats.New(js, topts)
 	if err != nil {
@@ -380,10 +383,10 @@ func openKafka(ctx context.Context, q *query, clientName string) (openedTranspor
 	}
 	topts := relayerkafka.Options{MaxBatchSize: q.int("max_batch")}
 	if q.err != nil {
-		return openedTransport{}, q.err
+		return openedTransport{}, usagef("%v", q.err)
 	}
 	if err := topts.Validate(); err != nil {
-		return openedTransport{}, fmt.Errorf("transport %s: %w", spec.name, err)
+		return openedTransport{}, usagef("transport %s: %v", spec.name, err)
 	}
 	client, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -394,7 +397,7 @@ func openKafka(ctx context.Context, q *query, clientName string) (openedTranspor
 	cancel()
 	if err != nil {
 		client.Close()
-		return openedTransport{}, fmt.Errorf("transport %s: connecting to Kafka at %s: %w", spec.name, strings.Join(seeds, ","), err)
+		return openedTransport{}, fmt.Errorf("transport %s: connecting to Kafka at %s: %s", spec.name, strings.Join(seeds, ","), redacted(err.Error()))
 	}
 	tr, err := relayerkafka.New(client, topts)
 	if err != nil {
@@ -406,6 +409,7 @@ func openKafka(ctx context.Context, q *query, clientName string) (openedTranspor
 
 func openAMQP(_ context.Context, q *query, clientName string) (openedTransport, error) {
 	spec := q.spec
+	var lost chan *amqp.Error
 	topts := relayeramqp.Options{Exchange: q.str("exchange"), MaxBatchSize: q.int("max_batch"), Channels: q.int("channels"),
 		AllowUnroutable: q.bool("allow_unroutable"), Transient: q.bool("transient")}
 	if spec.url.Scheme == "amqp" && (q.str("ca") != "" || q.str("cert") != "" || q.str("key") != "") {
@@ -414,20 +418,26 @@ func openAMQP(_ context.Context, q *query, clientName string) (openedTransport, 
 	cfg := amqp.Config{Dial: amqp.DefaultDial(connectTimeout), Properties: amqp.Table{"connection_name": clientName},
 		TLSClientConfig: q.tlsConfig(spec.url.Scheme == "amqps")}
 	if q.err != nil {
-		return openedTransport{}, q.err
+		return openedTransport{}, usagef("%v", q.err)
 	}
 	if err := topts.Validate(); err != nil {
-		return openedTransport{}, fmt.Errorf("transport %s: %w", spec.name, err)
+		return openedTransport{}, usagef("transport %s: %v", spec.name, err)
 	}
 	conn, err := amqp.DialConfig(withoutQuery(spec.url), cfg)
+	if err == nil {
+		// Before anything else, so that a connection that closes at once
+		// is seen too.
+		lost = conn.NotifyClose(make(chan *amqp.Error, 1))
+	}
 	if err != nil {
-		return openedTransport{}, fmt.Errorf("transport %s: connecting to RabbitMQ at %s: %w", spec.name, spec.url.Redacted(), err)
+		return openedTransport{}, fmt.Errorf("transport %s: connecting to RabbitMQ at %s: %s", spec.name, redacted(withoutQuery(spec.url)), redacted(err.Error()))
 	}
 	tr, err := relayeramqp.New(conn, topts)
 	if err != nil {
 		conn.Close()
 		return openedTransport{}, fmt.Errorf("transport %s: %w", spec.name, err)
 	}
-	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
-	return openedTransport{name: spec.name, kind: "amqp", tr: tr, close: func() { _ = tr.Close(); _ = conn.Close() }, lost: lost}, nil
+	closing := new(atomic.Bool)
+	return openedTransport{name: spec.name, kind: "amqp", tr: tr, lost: lost, closing: closing,
+		close: func() { closing.Store(true); _ = tr.Close(); _ = conn.Close() }}, nil
 }

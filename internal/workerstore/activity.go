@@ -20,14 +20,14 @@ const activityStale = "1 day"
 func buildActivityQueries(n tables.Names) *activityQueries {
 	return &activityQueries{
 		record: `INSERT INTO ` + n.Activity + ` AS a (owner_token, owner, delivered) VALUES ($1, $2, $3)
-ON CONFLICT (owner_token) DO UPDATE SET delivered = excluded.delivered, updated_at = now()`,
+ON CONFLICT (owner_token) DO UPDATE SET delivered = GREATEST(a.delivered, excluded.delivered), updated_at = now()`,
 		prune: `DELETE FROM ` + n.Activity + ` WHERE updated_at < now() - interval '` + activityStale + `'`,
 	}
 }
 
 // RecordDelivered records that the runner token (of the process owner)
 // has delivered delivered rows since it started. A runner calls it with
-// counts that only grow.
+// counts that only grow; a record that arrives late never lowers the count.
 func (s *Store) RecordDelivered(ctx context.Context, token uuid.UUID, owner string, delivered int64) error {
 	_, err := s.affected(ctx, "record deliveries", s.aq.record, token, owner, delivered)
 	return err
