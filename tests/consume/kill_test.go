@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,9 +37,10 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 
 // Consumers in processes of their own: the test binary runs itself again
 // as a consumer (TestConsumerProcess, selected by the environment variable
-// below), which kills itself with SIGKILL, now and then, right after a
-// message's transaction committed and before the broker was acknowledged:
-// the one moment the inbox is there for.
+// below), which kills itself with SIGKILL right after a message's
+// transaction committed and before the broker was acknowledged (after a
+// number of commits drawn for each process): the one moment the inbox is
+// there for.
 
 // consumerProcessEnv carries a consumer process's configuration, as JSON.
 const consumerProcessEnv = "RELAYER_CONSUMER_PROCESS"
@@ -54,8 +56,9 @@ type processConfig struct {
 	Stream string        `json:"stream,omitempty"`
 	Dead   string        `json:"dead"`
 	Tables store.Options `json:"tables"`
-	// KillOdds is the chance that the process kills itself after a commit.
-	KillOdds float64 `json:"kill_odds"`
+	// KillAfter is the commit after which the process kills itself; 0:
+	// never.
+	KillAfter int `json:"kill_after"`
 }
 
 // TestConsumerProcess is a consumer process's body; it is skipped in a
@@ -72,12 +75,13 @@ func TestConsumerProcess(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	db := testdb.Open(t, "pgx")
+	var commits atomic.Int64
 	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+effects(cfg.Tables)+` (message_id, pid) VALUES ($1, $2)`, m.ID, os.Getpid()); err != nil {
 			return err
 		}
 		tx.OnCommit(func() {
-			if rand.Float64() < cfg.KillOdds {
+			if cfg.KillAfter > 0 && commits.Add(1) == int64(cfg.KillAfter) {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {} // the signal is on its way: acknowledge nothing
 			}
@@ -177,7 +181,7 @@ func killBetweenCommitAndAcknowledgement(t *testing.T, r rig) {
 			t.Fatal(err)
 		}
 	}
-	r.cfg.Tables, r.cfg.KillOdds = tables, 0.04
+	r.cfg.Tables = tables
 	handled := func() (n int) {
 		if err := db.QueryRow(`SELECT count(DISTINCT message_id) FROM ` + effects(tables)).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -190,8 +194,12 @@ func killBetweenCommitAndAcknowledgement(t *testing.T, r rig) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %d kills, %d of %d messages handled", kills, handled(), n)
 		}
+		// Each process handles 5 to 25 new messages, then dies between a
+		// commit and its acknowledgement: 8 kills take at most 200 of the
+		// 300 messages, whatever the draws. Then the last one finishes.
+		r.cfg.KillAfter = 5 + rand.IntN(21)
 		if kills >= minKills {
-			r.cfg.KillOdds = 0 // enough kills: let the last process finish
+			r.cfg.KillAfter = 0
 		}
 		killed := runConsumer(t, r.cfg, deadline, func() bool { return handled() >= n })
 		if killed {
