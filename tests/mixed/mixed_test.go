@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -81,12 +82,26 @@ func buildReleases(t *testing.T) releases {
 	if err := os.WriteFile(filepath.Join(oldDir, "mixedworker", "main.go"), worker, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(oldDir, "mixedworker", "listen.go"), []byte(previousListen), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	bin := t.TempDir()
 	oldBin, newBin := filepath.Join(bin, "old")+"/", filepath.Join(bin, "new")+"/"
 	goBuild(t, oldDir, oldBin, ".", "./mixedworker")
 	goBuild(t, root, newBin, "./cmd/relayer", "./tests/mixed/worker")
 	return releases{oldCLI: oldBin + "relayer", oldWorker: oldBin + "mixedworker", newCLI: newBin + "relayer", newWorker: newBin + "worker"}
 }
+
+// previousListen is the worker program's listen.go for the previous
+// release, whose wake-up listener waits on the pool's connections itself.
+const previousListen = `package main
+
+import "github.com/relayer-go/relayer/dispatch"
+
+func listen(o *dispatch.RunnerOptions) { o.Listen = true }
+
+func listening(r *dispatch.Runner) bool { return r.Listening() }
+`
 
 // goBuild builds pkgs in dir (in the workspace dir is in) into out.
 func goBuild(t *testing.T, dir, out string, pkgs ...string) {
@@ -127,6 +142,7 @@ func TestMixedVersions(t *testing.T) {
 	rel := buildReleases(t)
 	t.Run("this release refuses the previous schema", func(t *testing.T) { previousSchema(t, rel) })
 	t.Run("both releases side by side", func(t *testing.T) { sideBySide(t, rel) })
+	t.Run("wake-ups across releases", func(t *testing.T) { wakeUps(t, rel) })
 }
 
 // previousSchema: tables the previous release created are refused by this
@@ -178,11 +194,11 @@ func (s *syncBuffer) String() string {
 }
 
 // startWorker starts a worker process of the program bin; dir holds the
-// arrivals file and the refusal's end marker.
-func startWorker(t *testing.T, bin, schema, name, dir string) *worker {
+// arrivals file and the refusal's end marker; args are more flags.
+func startWorker(t *testing.T, bin, schema, name, dir string, args ...string) *worker {
 	t.Helper()
-	cmd := exec.Command(bin, "-database-url", testdb.URL(t), "-schema", schema, "-name", name,
-		"-arrivals", filepath.Join(dir, "arrivals"), "-refuse-until", filepath.Join(dir, "healed"))
+	cmd := exec.Command(bin, append([]string{"-database-url", testdb.URL(t), "-schema", schema, "-name", name,
+		"-arrivals", filepath.Join(dir, "arrivals"), "-refuse-until", filepath.Join(dir, "healed")}, args...)...)
 	w := &worker{name: name, cmd: cmd, started: make(chan struct{}), done: make(chan struct{}), stderr: &syncBuffer{}}
 	cmd.Stderr = w.stderr
 	out, err := cmd.StdoutPipe()
@@ -416,6 +432,95 @@ func sideBySide(t *testing.T, rel releases) {
 		w.stop()
 	}
 	checkArrivals(t, filepath.Join(dir, "arrivals"), pub, refusedKeys)
+}
+
+// wakeUps runs each release's writers against the other release's worker,
+// alone on its schema, with a poll of a minute (and leases of four): the writer's wake-ups
+// across processes (a NOTIFY with a payload from this release, without one
+// from the previous) must bring every message, ordered and unordered, to
+// the worker well before its poll would.
+func wakeUps(t *testing.T, rel releases) {
+	const poll, within = time.Minute, 15 * time.Second
+	for _, run := range []struct{ name, writer, worker string }{
+		{"this release's writer, the previous release's worker", "", rel.oldWorker},
+		{"the previous release's writer, this release's worker", rel.oldWorker, rel.newWorker},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			ctx := context.Background()
+			schema := testdb.NewSchema(t)
+			mustRun(t, rel.newCLI, "migrate", "--schema", schema)
+			dir := t.TempDir()
+			w := startWorker(t, run.worker, schema, "waker", dir, "-listen", "-poll", poll.String(), "-lease", (4 * poll).String())
+			if err := w.waitStarted(); err != nil {
+				t.Fatalf("%v\n%s", err, w.stderr.String())
+			}
+			// Past the worker's first probe and recovery's first take, which
+			// run at its start.
+			time.Sleep(time.Second)
+			pub := &published{byKey: map[string][]uuid.UUID{}, ids: map[uuid.UUID]bool{}}
+			const key, n = "woken", 20
+			if run.writer != "" {
+				out := mustRun(t, run.writer, "-database-url", testdb.URL(t), "-schema", schema, "-publish", strconv.Itoa(n), "-key", key)
+				for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+					fields := strings.Fields(line)
+					if len(fields) != 3 || fields[0] != "published" {
+						t.Fatalf("publisher's line %q", line)
+					}
+					stepID, err1 := uuid.Parse(fields[1])
+					eventID, err2 := uuid.Parse(fields[2])
+					if err := errors.Join(err1, err2); err != nil {
+						t.Fatalf("publisher's line %q: %v", line, err)
+					}
+					pub.add(key, stepID)
+					pub.add("", eventID)
+				}
+			} else {
+				publishWoken(t, ctx, schema, key, n, pub)
+			}
+			if len(pub.ids) != 2*n {
+				t.Fatalf("%d messages published, want %d", len(pub.ids), 2*n)
+			}
+			// Every message arrives within far less than a poll.
+			arrivals := filepath.Join(dir, "arrivals")
+			deadline := time.Now().Add(within)
+			for {
+				b, _ := os.ReadFile(arrivals)
+				got := strings.Count(string(b), "\n")
+				if got >= 2*n {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d messages arrived %s after the last commit, with a poll of %s: the wake-ups did not wake the worker\n%s",
+						got, 2*n, within, poll, w.stderr.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			w.stop()
+			checkArrivals(t, arrivals, pub, nil)
+		})
+	}
+}
+
+// publishWoken commits n transactions of one step on key and one event
+// each with this release's writer, waking the workers of other processes.
+func publishWoken(t *testing.T, ctx context.Context, schema, key string, n int, pub *published) {
+	var routes relayer.Routes
+	must(t, relayer.AddType[Step](&routes, relayer.Route{Transport: "file", Destination: "steps", Ordered: true}))
+	must(t, relayer.AddType[Event](&routes, relayer.Route{Transport: "file", Destination: "events"}))
+	db, err := sql.Open("pgx", testdb.URL(t))
+	must(t, err)
+	defer db.Close()
+	writer, err := enlist.NewWriter(relayer.Outbox{Schema: schema, Routes: &routes}, enlist.Options{Wake: db})
+	must(t, err)
+	for i := range n {
+		step := relayer.NewOutgoing(Step{Key: key, Seq: i + 1}, relayer.Key(key))
+		event := relayer.NewOutgoing(Event{Seq: i + 1})
+		step.ID, event.ID = uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+		must(t, writer.RunInTx(ctx, db, nil, func(tx *enlist.Tx) error { return tx.PublishAll(ctx, step, event) }))
+		pub.add(key, step.ID)
+		pub.add("", event.ID)
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // checkArrivals checks that every published message arrived, and each

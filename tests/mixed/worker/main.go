@@ -2,12 +2,15 @@
 // (package mixed): a Runner of whichever Relayer release it is compiled
 // against, sending the outbox's messages to a file.
 //
-// The test compiles this one file twice, against this release and inside
-// the previous release's source tree, so it uses only what both releases
-// offer: relayer.Outbox and Routes, dispatch.NewRunner and the fields of
-// dispatch.RunnerOptions both have.
+// The test compiles this file twice, against this release and inside the
+// previous release's source tree, so it uses only what both releases offer:
+// relayer.Outbox and Routes, dispatch.NewRunner and the fields of
+// dispatch.RunnerOptions both have, enlist.Writer. What differs, turning on
+// the wake-up listener, is in listen.go, of which the test writes the
+// previous release's version (see package mixed).
 //
-//	worker -database-url URL -schema S -name N -arrivals FILE -refuse-until FILE [-lease D]
+//	worker -database-url URL -schema S -name N -arrivals FILE -refuse-until FILE [-lease D] [-poll D] [-listen]
+//	worker -database-url URL -schema S -publish N -key K
 //
 // Each message sent is appended to the arrivals file as one line, "<id>
 // <key> <body>", by one write to a file opened with O_APPEND, so that the
@@ -15,9 +18,15 @@
 // sends. Messages whose key starts with "refused-" are refused while the
 // file named by -refuse-until does not exist, so that their keys park.
 // Lane, membership and recovery leases last -lease (default 2s), and the
-// workers poll every 100 ms, so that a killed worker's lanes move on soon.
-// The process prints "started" once its Runner runs, and stops it on
-// SIGTERM.
+// workers poll every -poll (default 100 ms), so that a killed worker's lanes
+// move on soon. With -listen the Runner listens for the writers' wake-ups,
+// and recovery takes rows at once. The process prints "started" once its
+// Runner runs (and listens, with -listen), and stops it on SIGTERM.
+//
+// With -publish the program is a writer instead: it commits N transactions
+// of one ordered message on key K and one unordered message each, with the
+// wake-up across processes on, prints "published <ordered id> <unordered
+// id>" for each, and exits.
 package main
 
 import (
@@ -35,8 +44,11 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/google/uuid"
+
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/enlist"
 )
 
 func main() {
@@ -53,7 +65,17 @@ func run() error {
 	arrivals := flag.String("arrivals", "", "file the sent messages are appended to")
 	refuseUntil := flag.String("refuse-until", "", "while this file does not exist, keys starting with refused- are refused")
 	lease := flag.Duration("lease", 2*time.Second, "lease duration of lanes, members and recovery")
+	poll := flag.Duration("poll", 100*time.Millisecond, "poll interval of the ordered workers and recovery")
+	wake := flag.Bool("listen", false, "listen for the writers' wake-ups")
+	publishN := flag.Int("publish", 0, "publish this many transactions instead of running workers")
+	key := flag.String("key", "", "the ordering key of the published messages")
 	flag.Parse()
+	if *publishN > 0 {
+		if *url == "" || *schema == "" || *key == "" {
+			return errors.New("-database-url, -schema and -key are required with -publish")
+		}
+		return publish(*url, *schema, *key, *publishN)
+	}
 	if *url == "" || *schema == "" || *name == "" || *arrivals == "" || *refuseUntil == "" {
 		return errors.New("-database-url, -schema, -name, -arrivals and -refuse-until are required")
 	}
@@ -73,10 +95,15 @@ func run() error {
 	}
 	outbox := relayer.Outbox{Schema: *schema, Routes: &routes,
 		Transports: map[string]relayer.Transport{"file": &fileTransport{out: out, refuseUntil: *refuseUntil}}}
-	poll := 100 * time.Millisecond
 	opts := dispatch.RunnerOptions{
-		Ordered:  dispatch.OrderedOptions{Name: *name, LeaseDuration: *lease, PollInterval: poll},
-		Recovery: dispatch.RecoveryOptions{LeaseDuration: *lease, PollInterval: poll, MinAge: 300 * time.Millisecond},
+		Ordered:  dispatch.OrderedOptions{Name: *name, LeaseDuration: *lease, PollInterval: *poll},
+		Recovery: dispatch.RecoveryOptions{LeaseDuration: *lease, PollInterval: *poll, MinAge: 300 * time.Millisecond},
+	}
+	if *wake {
+		// No writer of this process tells direct dispatch of its commits:
+		// recovery takes what the wake-ups point at, however young.
+		opts.Recovery.MinAge = time.Millisecond
+		listen(&opts)
 	}
 	db, err := sql.Open("pgx", *url)
 	if err != nil {
@@ -92,12 +119,64 @@ func run() error {
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
+	for *wake && !listening(r) {
+		select {
+		case <-ctx.Done():
+			return r.Stop(context.Background())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	fmt.Println("started")
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return r.Stop(sctx)
 }
+
+// publish commits n transactions of one step on key and one event each,
+// waking the workers of other processes after each commit.
+func publish(url, schema, key string, n int) error {
+	var routes relayer.Routes
+	if err := routes.Add("mixed.step", relayer.Route{Transport: "file", Destination: "steps", Ordered: true}); err != nil {
+		return err
+	}
+	if err := routes.Add("mixed.event", relayer.Route{Transport: "file", Destination: "events"}); err != nil {
+		return err
+	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	w, err := enlist.NewWriter(relayer.Outbox{Schema: schema, Routes: &routes}, enlist.Options{Wake: db})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	for i := range n {
+		s := relayer.NewOutgoing(step{Key: key, Seq: i + 1}, relayer.Key(key))
+		e := relayer.NewOutgoing(event{Seq: i + 1})
+		s.ID, e.ID = uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+		if err := w.RunInTx(ctx, db, nil, func(tx *enlist.Tx) error { return tx.PublishAll(ctx, s, e) }); err != nil {
+			return err
+		}
+		fmt.Println("published", s.ID, e.ID)
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// step and event are the test's messages, as the routes name them.
+type (
+	step struct {
+		Key string
+		Seq int
+	}
+	event struct{ Seq int }
+)
+
+func (step) MessageType() string  { return "mixed.step" }
+func (event) MessageType() string { return "mixed.event" }
 
 // fileTransport appends each message it sends to a file.
 type fileTransport struct {
