@@ -3,6 +3,8 @@ package storesql
 import (
 	"bytes"
 	"database/sql"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -43,8 +45,17 @@ type Scratch struct {
 	lane                    sql.NullInt32
 	deliverAt, claimedUntil sql.NullTime
 	retryAt                 sql.NullTime
-	dest                    []any
-	arena                   []byte
+	// The destinations of lent rows (see Lent): pgx decodes into its own
+	// types with its binary plans, where database/sql's Null types and a
+	// uuid.UUID cost a Scan method call, reflection and an allocation a
+	// column.
+	lentID                                pgtype.UUID
+	lentKey, lentLastErr                  pgtype.Text
+	lentTraceParent, lentTraceSt          pgtype.Text
+	lentLane                              pgtype.Int4
+	lentDeliverAt, lentClaimed, lentRetry pgtype.Timestamptz
+	dest                                  []any
+	arena                                 []byte
 	// FreshBytes: the driver's bytes are the row's own (see [FreshBytes]),
 	// so that Keep need not copy a large body.
 	FreshBytes bool
@@ -93,15 +104,23 @@ func (sc *Scratch) RawHeaders() []byte { return sc.rawHeaders }
 // badHeaders; err reports a row that could not be read at all.
 func (sc *Scratch) Scan(rows Scanner, f Fields, extra ...any) (badHeaders, err error) {
 	m := f.Message
-	var body, hdrs any = &sc.rawBody, &sc.rawHeaders
 	if sc.Lent {
-		body, hdrs = (*pgtype.DriverBytes)(&sc.rawBody), (*pgtype.DriverBytes)(&sc.rawHeaders)
+		sc.dest = append(sc.dest[:0], &sc.lentID, &m.Type, &m.Transport, &m.Destination,
+			(*pgtype.DriverBytes)(&sc.rawBody), (*pgtype.DriverBytes)(&sc.rawHeaders),
+			&sc.lentKey, &sc.lentLane, &m.CreatedAt, &sc.lentDeliverAt, f.Attempts, &sc.lentLastErr,
+			&sc.lentTraceParent, &sc.lentTraceSt, &sc.lentClaimed, &sc.lentRetry)
+	} else {
+		sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, &sc.rawBody, &sc.rawHeaders,
+			&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, f.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil, &sc.retryAt)
 	}
-	sc.dest = append(sc.dest[:0], &m.ID, &m.Type, &m.Transport, &m.Destination, body, hdrs,
-		&sc.key, &sc.lane, &m.CreatedAt, &sc.deliverAt, f.Attempts, &sc.lastErr, &sc.traceParent, &sc.traceSt, &sc.claimedUntil, &sc.retryAt)
 	sc.dest = append(sc.dest, extra...)
 	if err := rows.Scan(sc.dest...); err != nil {
 		return nil, err
+	}
+	if sc.Lent {
+		if err := sc.fromLent(m); err != nil {
+			return nil, err
+		}
 	}
 	m.Body = sc.Keep(sc.rawBody)
 	hs, err := headers.Decode(sc.rawHeaders, nil)
@@ -120,6 +139,33 @@ func (sc *Scratch) Scan(rows Scanner, f Fields, extra ...any) (badHeaders, err e
 	m.Headers = hs
 	sc.fill(f)
 	return nil, nil
+}
+
+// fromLent moves what a lent row was scanned into (see Lent) where Scan
+// reads a database/sql row into.
+func (sc *Scratch) fromLent(m *relayer.Message) error {
+	m.ID = sc.lentID.Bytes
+	sc.key = sql.NullString{String: sc.lentKey.String, Valid: sc.lentKey.Valid}
+	sc.lastErr = sql.NullString{String: sc.lentLastErr.String, Valid: sc.lentLastErr.Valid}
+	sc.traceParent = sql.NullString{String: sc.lentTraceParent.String, Valid: sc.lentTraceParent.Valid}
+	sc.traceSt = sql.NullString{String: sc.lentTraceSt.String, Valid: sc.lentTraceSt.Valid}
+	sc.lane = sql.NullInt32{Int32: sc.lentLane.Int32, Valid: sc.lentLane.Valid}
+	var err [3]error
+	sc.deliverAt, err[0] = LentTime("deliver_at", sc.lentDeliverAt)
+	sc.claimedUntil, err[1] = LentTime("claimed_until", sc.lentClaimed)
+	sc.retryAt, err[2] = LentTime("retry_at", sc.lentRetry)
+	return errors.Join(err[:]...)
+}
+
+// LentTime returns a timestamptz column scanned from a lent row as
+// database/sql's nullable time, and refuses an infinite one, which no
+// statement of ours stores and which a time.Time cannot hold, as
+// database/sql's scan does.
+func LentTime(column string, t pgtype.Timestamptz) (sql.NullTime, error) {
+	if t.Valid && t.InfinityModifier != pgtype.Finite {
+		return sql.NullTime{}, fmt.Errorf("column %s: an infinite timestamp cannot be read into a time.Time", column)
+	}
+	return sql.NullTime{Time: t.Time, Valid: t.Valid}, nil
 }
 
 // fill sets f's fields from the scanned nullable columns.

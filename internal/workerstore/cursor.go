@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/relayer-go/relayer/internal/storesql"
 	"github.com/relayer-go/relayer/store"
@@ -266,12 +267,26 @@ func (s *Store) scanLaneReads(rows laneRows, lent bool, dst []store.Row, limit i
 		life      sql.RawBytes
 		held      sql.RawBytes
 		err       error
+		// pgx's own destinations when lent (see storesql.Scratch).
+		lentAcquired, lentNextRetry pgtype.Timestamptz
+		extra                       = []any{&snap, &acquired, &nextRetry, &life, &held}
 	)
+	if lent {
+		extra = []any{(*pgtype.DriverBytes)(&snap), &lentAcquired, &lentNextRetry, (*pgtype.DriverBytes)(&life), (*pgtype.DriverBytes)(&held)}
+	}
 	for rows.Next() {
 		dst = append(dst, store.Row{})
 		r := &dst[len(dst)-1]
-		if err := scanKeepingCorrupt(&sc, rows, r, &snap, &acquired, &nextRetry, &life, &held); err != nil {
+		if err := scanKeepingCorrupt(&sc, rows, r, extra...); err != nil {
 			return dst, nil, err
+		}
+		if lent {
+			var errSince, errRetry error
+			acquired, errSince = storesql.LentTime("since", lentAcquired)
+			nextRetry, errRetry = storesql.LentTime("next_retry", lentNextRetry)
+			if err := errors.Join(errSince, errRetry); err != nil {
+				return dst, nil, err
+			}
 		}
 		if n := len(dst); n > 1 && !inLaneOrder(&dst[n-2], r) {
 			return dst, nil, errLaneReadUnordered

@@ -6,6 +6,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -340,6 +342,75 @@ func TestLockAndReadLanesKeepsEachRowsBytes(t *testing.T) {
 			if !bytes.Equal(r.Body, msgs[i].Body) || len(r.Headers) != 1 || string(r.Headers[0].Value) != string(msgs[i].Headers[0].Value) {
 				t.Errorf("row %d: body of %d bytes (want %d of %q), headers %v", i, len(r.Body), len(msgs[i].Body), msgs[i].Body[:1], r.Headers)
 			}
+		}
+	})
+}
+
+// A row read with the lock (pgx's own rows on a pinned connection, decoded
+// into pgx's types) is the row a read through database/sql returns, every
+// nullable column null and set; and a timestamp no time.Time can hold fails
+// the read, naming its column, on both, rather than reading as zero (a row
+// due at once).
+func TestLockAndReadLanesReadsWhatReadLanesReads(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		key := keysOnLanes(t, 3)[0]
+		plain, traced, failed := b.ordered(t, key, pipelineLanes), b.ordered(t, key, pipelineLanes), b.ordered(t, key, pipelineLanes)
+		traced.DeliverAt = time.Now().Add(-time.Hour).Truncate(time.Microsecond).UTC()
+		traced.TraceParent, traced.TraceState = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "k=v"
+		traced.Headers = append(traced.Headers, headers.Header{Name: "x", Value: []byte("y")})
+		b.insert(t, plain, traced, failed)
+		table := b.opts.Schema + ".orders_outbox"
+		if _, err := b.db.ExecContext(ctx, `UPDATE `+table+` SET attempts = 2, last_error = 'refused',
+			retry_at = now() - interval '1 minute', claimed_until = now() - interval '2 minutes' WHERE id = $1`, failed.ID.String()); err != nil {
+			t.Fatal(err)
+		}
+		token := uuid.New()
+		if _, err := acquireLanes(ctx, b.store, []int{3}, "me", token, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		from := []workerstore.LaneCursor{workerstore.NewLaneCursor(3)}
+		conn, st := b.pinned(t, b.db)
+		read := func() ([]store.Row, []workerstore.LaneRead, error) {
+			t.Helper()
+			mustExecOn(t, conn, "BEGIN")
+			defer mustExecOn(t, conn, "ROLLBACK")
+			_, rows, reads, err := st.LockAndReadLanes(ctx, []int{3}, token, 0, nil, from, 10)
+			return rows, reads, err
+		}
+		rows, reads, err := read()
+		if err != nil || len(rows) != 3 {
+			t.Fatalf("LockAndReadLanes = %d rows, %v", len(rows), err)
+		}
+		want, wantReads, err := b.store.ReadLanes(ctx, nil, from, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if !reflect.DeepEqual(rows[i], want[i]) {
+				t.Errorf("row %d read with the lock:\n%+v\nread through database/sql:\n%+v", i, rows[i], want[i])
+			}
+		}
+		// The reads' snapshots differ (two transactions); what they read of
+		// the lane must not.
+		snapshot := regexp.MustCompile(`xmax:\S* xip:\{[^}]*\} lowest:\S* probes:\{[^}]*\} `)
+		if got, want := snapshot.ReplaceAllString(fmt.Sprintf("%+v", reads), ""), snapshot.ReplaceAllString(fmt.Sprintf("%+v", wantReads), ""); got != want {
+			t.Errorf("lane reads with the lock %s, through database/sql %s", got, want)
+		}
+		if rows[2].Attempts != 2 || rows[2].LastError != "refused" || rows[2].RetryAt.IsZero() || rows[2].ClaimedUntil.IsZero() ||
+			!rows[1].DeliverAt.Equal(traced.DeliverAt) || rows[1].TraceState != "k=v" || len(rows[1].Headers) != 2 {
+			t.Errorf("rows read with the lock lost columns: %+v", rows)
+		}
+
+		if _, err := b.db.ExecContext(ctx, `UPDATE `+table+` SET deliver_at = 'infinity' WHERE id = $1`, plain.ID.String()); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := read(); err == nil || b.driver == "pgx" && !strings.Contains(err.Error(), "deliver_at") {
+			t.Errorf("LockAndReadLanes of a row due at infinity = %v, want an error naming deliver_at", err)
+		}
+		if _, _, err := b.store.ReadLanes(ctx, nil, from, 10); err == nil {
+			t.Error("ReadLanes of a row due at infinity succeeded, want an error")
 		}
 	})
 }

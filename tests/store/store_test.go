@@ -24,10 +24,11 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 
 // bundle is one test's outbox: its own schema, migrated, on one driver.
 type bundle struct {
-	db    *sql.DB
-	store *workerstore.Store
-	opts  store.Options
-	t0    time.Time // a fixed instant the test reasons from
+	driver string // the database/sql driver's name
+	db     *sql.DB
+	store  *workerstore.Store
+	opts   store.Options
+	t0     time.Time // a fixed instant the test reasons from
 	// heldKeys are the keys a laneRound's settle held (parked, or made wait
 	// for a retry), for the cursor's digest; laneRound takes them.
 	heldKeys []string
@@ -45,7 +46,7 @@ func setup(t *testing.T, driver string) *bundle {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return &bundle{db: db, store: s, opts: opts, t0: time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)}
+	return &bundle{driver: driver, db: db, store: s, opts: opts, t0: time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)}
 }
 
 // eachDriver runs f once per database/sql driver, in parallel subtests: the
