@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/proccpu"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
@@ -373,7 +374,7 @@ func benchLockAndReadLanes(b *testing.B, driver string, inTx bool) {
 			}
 			var buf []store.Row
 			b.ReportAllocs()
-			cpu := processCPU()
+			cpu := proccpu.Self()
 			for b.Loop() {
 				held, rows, _, err := st.LockAndReadLanes(ctx, lanes, token, 0, buf, from, 100)
 				if err != nil || len(held) != len(lanes) || len(rows) != len(msgs) {
@@ -381,7 +382,7 @@ func benchLockAndReadLanes(b *testing.B, driver string, inTx bool) {
 				}
 				buf = rows
 			}
-			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N)/1e3, "client-cpu-µs/op")
+			b.ReportMetric(float64(proccpu.Self()-cpu)/float64(b.N)/1e3, "client-cpu-µs/op")
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/relayer-go/relayer/internal/proccpu"
 )
 
 // CPU per transaction or message. On a machine whose cores the producers share with
@@ -61,7 +63,7 @@ type cpuSample struct {
 // sample reads the CPU time spent so far by this process and, when the
 // meter found it, by the database server.
 func (m cpuMeter) sample() cpuSample {
-	s := cpuSample{self: selfCPU()}
+	s := cpuSample{self: proccpu.Self()}
 	if m.postmaster == 0 {
 		return s
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/internal/proccpu"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
@@ -65,7 +65,7 @@ func BenchmarkConsume(b *testing.B) {
 						close(finished)
 					}
 				}
-				before := cpuTime()
+				before := proccpu.Self()
 				b.ResetTimer()
 				start := time.Now()
 				stopped := make(chan struct{})
@@ -108,7 +108,7 @@ func BenchmarkConsume(b *testing.B) {
 				}
 				elapsed := time.Since(start)
 				b.StopTimer()
-				used := cpuTime() - before
+				used := proccpu.Self() - before
 				cancel()
 				<-stopped
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
@@ -314,11 +314,4 @@ func kafkaLoop(ctx context.Context, b *testing.B, r rig, work func(context.Conte
 			return
 		}
 	}
-}
-
-// cpuTime is the CPU this process used so far, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,14 +1,13 @@
 //go:build unix
 
-package store_test
+package proccpu
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the user and system CPU time this process has spent.
-func processCPU() time.Duration {
+func self() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

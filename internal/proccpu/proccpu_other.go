@@ -1,0 +1,7 @@
+//go:build !unix
+
+package proccpu
+
+import "time"
+
+func self() time.Duration { return 0 }
