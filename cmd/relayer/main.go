@@ -216,6 +216,7 @@ func oneLine(s string) string {
 // the flags. Parse errors are returned, not printed twice.
 func newFlagSet(name, summary, example string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("relayer "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr) // its Output is where the command warns (see parseArgs)
 	fs.Usage = func() {
 		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "usage: relayer %s [flags]\n\n%s\n\nexample:\n  %s\n\nflags:\n", name, summary, example)
@@ -243,10 +244,10 @@ func parse(fs *flag.FlagSet, args []string) error {
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	// The flag package prints the error and the whole usage on a bad flag; the
 	// error is reported once, by run, and the usage only on -h.
-	help := fs.Usage
+	help, out := fs.Usage, fs.Output()
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
-	defer func() { fs.Usage = help }()
+	defer func() { fs.Usage = help; fs.SetOutput(out) }()
 	var positional []string
 	for {
 		err := fs.Parse(args)

@@ -120,6 +120,30 @@ func TestBadDatabaseURLIsOneLine(t *testing.T) {
 	}
 }
 
+// A password in --database-url, which the process list shows, is warned of
+// once, without printing it; a URL without one is not.
+func TestDatabaseURLPasswordIsWarnedOf(t *testing.T) {
+	t.Parallel()
+	const warning = "relayer stats: warning: --database-url carries a password"
+	for _, url := range []string{
+		"postgres://nobody:s3cret@127.0.0.1:1/nothing?connect_timeout=2",
+		"postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=2&password=s3cret",
+		"host=127.0.0.1 port=1 user=nobody password=s3cret connect_timeout=2",
+	} {
+		r := runCmd(t, "stats", "--database-url", url)
+		if r.code != exitFail || !strings.HasPrefix(r.stderr, warning) || strings.Count(r.stderr, "warning") != 1 {
+			t.Errorf("%s: code %d, stderr %q; want exit %d after one warning", url, r.code, r.stderr, exitFail)
+		}
+		if strings.Contains(r.stderr+r.stdout, "s3cret") {
+			t.Errorf("%s: the password is printed: %q", url, r.stderr)
+		}
+	}
+	r := runCmd(t, "stats", "--database-url", "postgres://nobody@127.0.0.1:1/nothing?connect_timeout=2")
+	if strings.Contains(r.stderr, "warning") {
+		t.Errorf("a URL without a password is warned of: %q", r.stderr)
+	}
+}
+
 // relayer version and --version print the command's and the library's
 // versions from the build information.
 func TestVersion(t *testing.T) {

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,9 +32,14 @@ type outboxFlags struct {
 	databaseURL string
 	schema      string
 	prefix      string
+	// fs is the command's flag set, whose output is its standard error;
+	// warned is set once open has warned of a password in --database-url.
+	fs     *flag.FlagSet
+	warned bool
 }
 
 func (f *outboxFlags) register(fs *flag.FlagSet, needDB bool) {
+	f.fs = fs
 	if needDB {
 		// The environment is read after parsing, so that -h never prints a
 		// password from it.
@@ -115,12 +122,30 @@ func (f *outboxFlags) open(ctx context.Context) (store.Options, *sql.DB, error) 
 	url := f.databaseURL
 	if url == "" {
 		url = os.Getenv("DATABASE_URL")
+	} else if hasPassword(url) && !f.warned && f.fs != nil {
+		f.warned = true
+		fmt.Fprintf(f.fs.Output(), "%s: warning: --database-url carries a password, which the process list shows to "+
+			"every user of this machine; set it in DATABASE_URL, PGPASSWORD or a password file instead\n", f.fs.Name())
 	}
 	db, err := openDB(ctx, url)
 	if err != nil {
 		return store.Options{}, nil, err
 	}
 	return opts, db, nil
+}
+
+// keywordPassword matches the password setting of a connection string in
+// PostgreSQL's keyword/value form.
+var keywordPassword = regexp.MustCompile(`(^|\s)password\s*=\s*\S`)
+
+// hasPassword reports whether a connection string carries a password: in a
+// URL's user information, its password parameter, or the password keyword.
+func hasPassword(conn string) bool {
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		p, _ := u.User.Password()
+		return p != "" || u.Query().Get("password") != ""
+	}
+	return keywordPassword.MatchString(conn)
 }
 
 // openDB opens url with pgx's database/sql driver and checks that the server
