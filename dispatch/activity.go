@@ -53,16 +53,7 @@ func (a *activityRecorder) run(ctx context.Context) {
 		a.logger.Debug("dispatch: pruning old delivery records failed", slog.String("error", err.Error()))
 	}
 	a.record(ctx)
-	t := time.NewTicker(activityEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			a.record(ctx)
-		}
-	}
+	every(ctx, activityEvery, func() { a.record(ctx) })
 }
 
 // record writes the count when it changed since the last record.

@@ -116,14 +116,19 @@ func (c *outboxCore) leave() {
 // measureClock measures the database's clock every clockSyncEvery until
 // ctx ends.
 func (c *outboxCore) measureClock(ctx context.Context, logger *slog.Logger) {
-	t := time.NewTicker(clockSyncEvery)
+	every(ctx, clockSyncEvery, func() { c.syncClock(ctx, logger) })
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.syncClock(ctx, logger)
+			f()
 		}
 	}
 }
