@@ -189,8 +189,13 @@ type Consumer struct {
 	stats counters
 	// run handles a message in a transaction of its own: it reports
 	// whether the handler ran, and an error when the transaction did not
-	// commit.
+	// commit; an error of the consumer's own statements (begin, the inbox
+	// record, commit) is an *ownStatement.
 	run func(ctx context.Context, m *relayer.Message) (handled bool, err error)
+	// check asks the database whether the consumer can work on it (Check).
+	check func(ctx context.Context) error
+	// outage holds the deliveries the database failed until it answers.
+	outage *outage
 }
 
 // New returns a consumer that runs handler on db for each message, in a
@@ -212,6 +217,22 @@ func New(db *sql.DB, handler Handler, opts Options) (*Consumer, error) {
 		return nil, err
 	}
 	c.run = func(ctx context.Context, m *relayer.Message) (bool, error) { return c.runSQL(ctx, db, handler, m) }
+	c.check = func(ctx context.Context) error {
+		if err := c.checkOn(ctx, db); err != nil {
+			return err
+		}
+		if c.opts.Writer == nil {
+			return nil
+		}
+		st, err := store.New(db, c.opts.Writer.StoreOptions())
+		if err != nil {
+			return err
+		}
+		if _, err := st.CheckSchema(ctx); err != nil && !errors.Is(err, store.ErrSchemaNewer) {
+			return fmt.Errorf("consume: the writer's outbox: %w", err)
+		}
+		return nil
+	}
 	return c, nil
 }
 
@@ -249,7 +270,7 @@ func NewTx[T any](begin func(ctx context.Context, opts *sql.TxOptions) (T, Txn, 
 	c.run = func(ctx context.Context, m *relayer.Message) (handled bool, err error) {
 		tx, txn, err := begin(ctx, c.opts.TxOptions)
 		if err != nil {
-			return false, fmt.Errorf("consume: begin: %w", err)
+			return false, &ownStatement{fmt.Errorf("consume: begin: %w", err)}
 		}
 		if txn == nil {
 			return false, errors.New("consume: begin returned no Txn")
@@ -260,19 +281,41 @@ func NewTx[T any](begin func(ctx context.Context, opts *sql.TxOptions) (T, Txn, 
 				_ = txn.Rollback()
 			}
 		}()
-		handled, err = c.inbox.HandleMessage(ctx, txn, c.opts.Name, m, func(ctx context.Context) error {
-			return c.call(m, func() error { return handler(ctx, tx, m) })
-		})
+		handled, err = c.handleIn(ctx, txn, m, func(ctx context.Context) error { return handler(ctx, tx, m) })
 		if err != nil {
 			return handled, err
 		}
 		if err := txn.Commit(); err != nil {
-			return handled, fmt.Errorf("consume: commit: %w", err)
+			return handled, &ownStatement{fmt.Errorf("consume: commit: %w", err)}
 		}
 		committed = true
 		return handled, nil
 	}
+	c.check = func(ctx context.Context) error {
+		_, txn, err := begin(ctx, c.opts.TxOptions)
+		if err != nil {
+			return fmt.Errorf("consume: begin: %w", err)
+		}
+		if txn == nil {
+			return errors.New("consume: begin returned no Txn")
+		}
+		defer func() { _ = txn.Rollback() }()
+		return c.checkOn(ctx, txn)
+	}
 	return c, nil
+}
+
+// handleIn records m in the inbox through q and, unless it was recorded
+// before, runs handle (the handler) in the same transaction. An error of
+// the record is an *ownStatement; the handler's is returned as it is.
+func (c *Consumer) handleIn(ctx context.Context, q store.DBTX, m *relayer.Message, handle func(ctx context.Context) error) (handled bool, err error) {
+	handled, err = c.inbox.HandleMessage(ctx, q, c.opts.Name, m, func(ctx context.Context) error {
+		return c.call(m, func() error { return handle(ctx) })
+	})
+	if err != nil && !handled { // the handler runs only once the record succeeded
+		return false, &ownStatement{err}
+	}
+	return handled, err
 }
 
 // newConsumer validates opts and makes the consumer around them.
@@ -287,7 +330,61 @@ func newConsumer(opts Options) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Tables: %w", ErrInvalidOptions, err)
 	}
-	return &Consumer{opts: opts, retry: opts.Retry.WithDefaults(), inbox: ib}, nil
+	c := &Consumer{opts: opts, retry: opts.Retry.WithDefaults(), inbox: ib}
+	c.outage = &outage{logger: opts.Logger, name: opts.Name, probe: func(ctx context.Context) error { return c.check(ctx) }}
+	return c, nil
+}
+
+// Check asks the consumer's database, in one statement, whether the
+// consumer can work on it: its inbox table exists, its role may read and
+// insert into it, and its transactions are not read-only; with a Writer,
+// also whether the writer's outbox tables carry the migrations this
+// release needs. A table or privilege that is missing returns an error
+// wrapping [ErrNotReady] that says what to run (for the inbox table, the
+// `relayer migrate` command for Options.Tables), an outdated outbox one
+// wrapping store.ErrSchemaOutdated; a database that cannot be asked
+// returns its error.
+func (c *Consumer) Check(ctx context.Context) error { return c.check(ctx) }
+
+// AwaitDatabase is what an adapter runs before it fetches: it checks the
+// database as [Consumer.Check] does and returns at once an error that
+// someone must act on (ErrNotReady, an outdated outbox schema). While the
+// database fails with a fault that passes (it is unreachable, restarting,
+// or read-only), it logs once and checks again, waiting up to 5 s between
+// checks, until the database answers or ctx ends; then it returns
+// ctx.Err().
+func (c *Consumer) AwaitDatabase(ctx context.Context) error {
+	logged := false
+	delay := outageBackoff
+	for {
+		err := c.check(ctx)
+		if err == nil {
+			if logged {
+				c.opts.Logger.Info("consume: the database answers; starting", slog.String("consumer", c.opts.Name))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrNotReady) || errors.Is(err, store.ErrSchemaOutdated) || errors.Is(err, store.ErrSchemaIncomplete) ||
+			classify(err, false) != fault {
+			return err
+		}
+		if !logged {
+			logged = true
+			c.opts.Logger.Warn("consume: the database does not answer; waiting for it before consuming",
+				slog.String("consumer", c.opts.Name), slog.String("error", err.Error()))
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, outageMaxBackoff)
+	}
 }
 
 // Options returns the consumer's options with defaults applied.
@@ -376,7 +473,7 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 		return DeadLettered, c.settle(ctx, DeadLettered, func(sctx context.Context) error { return d.DeadLetter(sctx, cause) })
 	}
 	liftTraceContext(&m)
-	handled, err := c.run(ctx, &m)
+	handled, err := c.runThroughOutages(ctx, &m)
 	attempt := max(d.Attempt(), 1)
 	switch {
 	case err == nil && handled:
@@ -400,6 +497,42 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 	c.stats.retried.Add(1)
 	c.opts.Logger.Warn("consume: handler failed; the message is delivered again", append(attrs, slog.Duration("after", delay))...)
 	return Retried, c.settle(ctx, Retried, func(sctx context.Context) error { return d.Retry(sctx, delay) })
+}
+
+// runThroughOutages runs m's transaction until it commits, fails for a
+// reason of the message's, or ctx ends. A transaction the database failed
+// (see classify) spends no attempt: the delivery waits, as every other one
+// the database fails meanwhile, until a probe of the database succeeds,
+// then runs again. A lost connection met by the handler is the database's
+// only when a probe at once fails too: it may be any server the handler
+// calls.
+func (c *Consumer) runThroughOutages(ctx context.Context, m *relayer.Message) (handled bool, err error) {
+	for {
+		handled, err = c.run(ctx, m)
+		if err == nil {
+			c.outage.committed()
+			return handled, nil
+		}
+		if ctx.Err() != nil {
+			return handled, err
+		}
+		var own *ownStatement
+		switch classify(err, !errors.As(err, &own)) {
+		case notFault:
+			return handled, err
+		case maybeFault:
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			perr := c.check(pctx)
+			cancel()
+			if perr == nil || ctx.Err() != nil {
+				return handled, err
+			}
+		}
+		c.stats.databaseWaits.Add(1)
+		if werr := c.outage.wait(ctx, err); werr != nil {
+			return handled, err
+		}
+	}
 }
 
 // liftTraceContext moves the W3C trace context headers of m, which carry
@@ -454,11 +587,11 @@ func (c *Consumer) runSQL(ctx context.Context, db *sql.DB, handler Handler, m *r
 	tx := &Tx{}
 	if c.opts.Writer != nil {
 		if tx.out, err = c.opts.Writer.Begin(ctx, db, c.opts.TxOptions); err != nil {
-			return false, fmt.Errorf("consume: begin: %w", err)
+			return false, &ownStatement{fmt.Errorf("consume: begin: %w", err)}
 		}
 		tx.Tx = tx.out.Tx
 	} else if tx.Tx, err = db.BeginTx(ctx, c.opts.TxOptions); err != nil {
-		return false, fmt.Errorf("consume: begin: %w", err)
+		return false, &ownStatement{fmt.Errorf("consume: begin: %w", err)}
 	}
 	committed := false
 	defer func() {
@@ -466,14 +599,12 @@ func (c *Consumer) runSQL(ctx context.Context, db *sql.DB, handler Handler, m *r
 			tx.rollback()
 		}
 	}()
-	handled, err = c.inbox.HandleMessage(ctx, tx.Tx, c.opts.Name, m, func(ctx context.Context) error {
-		return c.call(m, func() error { return handler(ctx, tx, m) })
-	})
+	handled, err = c.handleIn(ctx, tx.Tx, m, func(ctx context.Context) error { return handler(ctx, tx, m) })
 	if err != nil {
 		return handled, err
 	}
 	if err := tx.commit(); err != nil {
-		return handled, fmt.Errorf("consume: commit: %w", err)
+		return handled, &ownStatement{fmt.Errorf("consume: commit: %w", err)}
 	}
 	committed = true
 	for _, f := range tx.onCommit {
@@ -544,15 +675,21 @@ type Stats struct {
 	// SettleFailures counts broker calls (acknowledgement, retry, dead
 	// letter) that failed; the broker then delivers the message again.
 	SettleFailures uint64
+	// DatabaseWaits counts transactions the database failed for a reason
+	// not the message's (unreachable, restarting, read-only, a missing
+	// table or privilege, a serialization failure): each delivery waited
+	// for the database and ran again, spending no attempt.
+	DatabaseWaits uint64
 }
 
 type counters struct {
-	handled, duplicates, retried, deadLettered, abandoned, settleFailures atomic.Uint64
+	handled, duplicates, retried, deadLettered, abandoned, settleFailures, databaseWaits atomic.Uint64
 }
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() Stats {
 	s := &c.stats
 	return Stats{Handled: s.handled.Load(), Duplicates: s.duplicates.Load(), Retried: s.retried.Load(),
-		DeadLettered: s.deadLettered.Load(), Abandoned: s.abandoned.Load(), SettleFailures: s.settleFailures.Load()}
+		DeadLettered: s.deadLettered.Load(), Abandoned: s.abandoned.Load(), SettleFailures: s.settleFailures.Load(),
+		DatabaseWaits: s.databaseWaits.Load()}
 }

@@ -6,17 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit/dbproxy"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -581,5 +586,169 @@ func TestTraceContextHeadersBecomeTheMessagesTraceContext(t *testing.T) {
 	}
 	if len(msg.Headers) != 3 {
 		t.Errorf("the delivery's own headers changed: %v", msg.Headers)
+	}
+}
+
+// proxied opens the test database through a proxy that can take it away.
+func proxied(t *testing.T) (*dbproxy.Proxy, *sql.DB) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		t.Fatalf("the test database is reached through a socket (%s); the proxy forwards TCP", cfg.Host)
+	}
+	p := dbproxy.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	host, port, _ := net.SplitHostPort(p.Addr())
+	cfg.Host = host
+	n, _ := strconv.Atoi(port)
+	cfg.Port = uint16(n)
+	cfg.ConnectTimeout = 2 * time.Second
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { db.Close() })
+	return p, db
+}
+
+// lockedBuffer is a log's output, written by several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A database that goes away is not the messages' fault: deliveries on
+// their last attempt wait for it instead of going to the dead letters, are
+// handled once it answers, and the outage is logged once when it begins
+// and once when it ends.
+func TestDatabaseOutageSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	proxy, db := proxied(t)
+	var logs lockedBuffer
+	c, err := consume.New(db, b.writeEffect, consume.Options{Name: "billing", Tables: b.tables,
+		Retry:  relayer.Retry{MaxAttempts: 3, Backoff: time.Millisecond, MaxBackoff: time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Down()
+	const n = 4
+	ds := make([]*delivery, n)
+	outcomes := make(chan consume.Outcome, n)
+	for i := range ds {
+		ds[i] = &delivery{msg: message(), attempt: 3}
+		go func() {
+			o, err := c.Handle(ctx, ds[i])
+			if err != nil {
+				t.Errorf("Handle: %v", err)
+			}
+			outcomes <- o
+		}()
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for c.Stats().DatabaseWaits < n && len(outcomes) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the deliveries did not wait for the database: %+v", c.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Asserting an absence: while the database is away, nothing settles.
+	time.Sleep(500 * time.Millisecond)
+	if len(outcomes) != 0 {
+		t.Fatalf("a delivery settled while the database was away: %v; stats %+v", <-outcomes, c.Stats())
+	}
+	proxy.Up(t)
+	for range n {
+		select {
+		case o := <-outcomes:
+			if o != consume.Handled {
+				t.Errorf("outcome %v, want handled", o)
+			}
+		case <-ctx.Done():
+			t.Fatalf("the deliveries were not handled once the database answered: %+v", c.Stats())
+		}
+	}
+	for _, d := range ds {
+		if acks, retries, dead := d.calls(); acks != 1 || retries != 0 || dead != 0 {
+			t.Errorf("delivery settled with %d acks, %d retries, %d dead letters; want one ack", acks, retries, dead)
+		}
+		if got := b.effects(t, d.msg.ID); got != 1 {
+			t.Errorf("message %v has %d effects, want 1", d.msg.ID, got)
+		}
+	}
+	out := logs.String()
+	if got := strings.Count(out, "the database failed, not the message"); got != 1 {
+		t.Errorf("the outage's start was logged %d times, want once:\n%s", got, out)
+	}
+	if got := strings.Count(out, "the database answers again"); got != 1 {
+		t.Errorf("the outage's end was logged %d times, want once:\n%s", got, out)
+	}
+}
+
+// A handler whose call to another server fails with a lost connection
+// spends its attempt, as any failing handler does, when the consumer's
+// database answers: a lost connection is the database's fault only when
+// the database fails too.
+func TestHandlersLostConnectionElsewhereSpendsAnAttempt(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	c := b.consumer(t, func(ctx context.Context, _ *consume.Tx, _ *relayer.Message) error {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", closed)
+		if err == nil {
+			conn.Close()
+			return errors.New("the closed port answered")
+		}
+		return fmt.Errorf("calling the payment service: %w", err)
+	}, consume.Options{Retry: relayer.Retry{MaxAttempts: 2, Backoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	d := &delivery{msg: message(), attempt: 1}
+	o, err := c.Handle(context.Background(), d)
+	if err != nil || o != consume.Retried {
+		t.Fatalf("Handle = %v, %v; want retried", o, err)
+	}
+	if st := c.Stats(); st.DatabaseWaits != 0 {
+		t.Errorf("the handler's failed call waited for the database: %+v", st)
+	}
+}
+
+// Check names the migration to run for a consumer whose inbox table does
+// not exist, and passes on a migrated one.
+func TestCheckRefusesAnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	if err := b.consumer(t, b.writeEffect, consume.Options{}).Check(ctx); err != nil {
+		t.Fatalf("Check on migrated tables = %v", err)
+	}
+	c := b.consumer(t, b.writeEffect, consume.Options{Tables: store.Options{Schema: b.tables.Schema + "_none", TablePrefix: "x_"}})
+	err := c.Check(ctx)
+	want := "relayer migrate --database-url URL --schema " + b.tables.Schema + "_none --prefix x_"
+	if !errors.Is(err, consume.ErrNotReady) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Check = %v; want consume.ErrNotReady naming %q", err, want)
+	}
+	if err := c.AwaitDatabase(ctx); !errors.Is(err, consume.ErrNotReady) {
+		t.Fatalf("AwaitDatabase = %v; want consume.ErrNotReady at once", err)
 	}
 }

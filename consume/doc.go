@@ -78,4 +78,29 @@
 // documentation says where dead letters go. A panicking handler counts as
 // a failing one: a message that panics every time ends in the dead
 // letters instead of crashing the consumer at each delivery.
+//
+// # The database's faults
+//
+// A transaction that fails because of the consumer's database, not of the
+// message, spends no attempt: a server that does not answer or lost the
+// connection, that is shutting down or out of connections, a database or
+// standby whose transactions are read-only, an inbox table, schema or
+// privilege that is missing, a serialization failure or deadlock. The
+// delivery waits, and so does every other delivery the database fails
+// meanwhile; one probe ([Consumer.Check]'s statement) asks the database
+// again after 250 ms, then twice as long after each failure up to 5 s, and
+// once it answers the waiting deliveries run again. The adapters fetch no
+// more than their workers hold meanwhile, and keep what they hold in
+// progress with the broker. The outage is logged once, at warn, when it
+// begins, again each minute it lasts, and once, at info, when a
+// transaction commits again; [Stats].DatabaseWaits counts the transactions
+// it held. A lost connection met by the handler itself (it may call other
+// servers) is the database's only when the probe fails too; an error
+// matching relayer.ErrPermanent is always the message's.
+//
+// Before they fetch, the adapters run [Consumer.AwaitDatabase]: a
+// consumer whose inbox table does not exist, or whose role may not write
+// it, refuses to start with an error wrapping [ErrNotReady] that names the
+// `relayer migrate` command for its Options.Tables, instead of failing
+// every message; a database that does not answer yet is waited for.
 package consume

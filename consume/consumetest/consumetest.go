@@ -21,7 +21,13 @@
 //   - follow-up messages a handler publishes commit with its effects, or
 //     roll back with them;
 //   - a consumer that stops lets the message being handled commit and be
-//     acknowledged.
+//     acknowledged;
+//   - a transaction the database fails for a reason not the message's (here
+//     its inbox table is away for a while) spends no attempt: nothing is
+//     retried nor dead-lettered, and every message is handled once the
+//     database is whole again;
+//   - a consumer whose inbox table does not exist refuses to start, naming
+//     the migration to run.
 //
 // What only one broker does (its dead-letter format, its consumer's
 // settings, its ordering) stays in that adapter's own tests.
@@ -102,6 +108,8 @@ func Run(t *testing.T, b Broker) {
 		{"PermanentErrorDeadLettersAtOnce", permanentErrorDeadLettersAtOnce},
 		{"FollowUpsCommitWithTheHandler", followUpsCommitWithTheHandler},
 		{"StopDrainsTheMessageBeingHandled", stopDrainsTheMessageBeingHandled},
+		{"DatabaseFaultsSpendNoAttempt", databaseFaultsSpendNoAttempt},
+		{"RefusesAnUnmigratedDatabase", refusesAnUnmigratedDatabase},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -530,5 +538,61 @@ func stopDrainsTheMessageBeingHandled(t *testing.T, s *scenario) {
 	}
 	if n := s.quiet(t); n != 0 {
 		t.Errorf("the message handled during the stop was delivered again %d times", n)
+	}
+}
+
+func databaseFaultsSpendNoAttempt(t *testing.T, s *scenario) {
+	ctx := context.Background()
+	inboxTable := `"` + s.tables.Schema + `"."` + s.tables.TablePrefix + `inbox"`
+	away := s.tables.TablePrefix + "inbox_away"
+	// Two attempts 10 ms apart: an outage that spent attempts would
+	// dead-letter every message well within the wait below.
+	c := s.consumer(t, "billing", consume.Options{Retry: relayer.Retry{MaxAttempts: 2, Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}}, nil)
+	stop := s.run(t, c)
+	defer stop()
+	// The consumer starts with its tables whole, then loses its inbox.
+	s.send(t, s.message(t, "k", "before"))
+	untilStats(t, "the first message handled", func() bool { return c.Stats().Handled == 1 }, c)
+	if _, err := s.db.ExecContext(ctx, `ALTER TABLE `+inboxTable+` RENAME TO "`+away+`"`); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]*relayer.Message, 5)
+	for i := range msgs {
+		msgs[i] = s.message(t, fmt.Sprintf("k%d", i), "while the inbox is away")
+	}
+	s.send(t, msgs...)
+	untilStats(t, "deliveries waiting for the database", func() bool { st := c.Stats(); return st.DatabaseWaits > 0 || st.DeadLettered > 0 }, c)
+	// Asserting an absence: for a while, nothing is retried nor
+	// dead-lettered while the inbox is away.
+	time.Sleep(time.Second)
+	if st := c.Stats(); st.Retried != 0 || st.DeadLettered != 0 || st.Handled != 1 {
+		t.Fatalf("while the inbox table was away: %+v; want deliveries waiting, none retried, dead-lettered or handled", st)
+	}
+	if _, err := s.db.ExecContext(ctx, `ALTER TABLE "`+s.tables.Schema+`"."`+away+`" RENAME TO "`+s.tables.TablePrefix+`inbox"`); err != nil {
+		t.Fatal(err)
+	}
+	untilStats(t, "every message handled once the inbox is back", func() bool { return c.Stats().Handled == uint64(1+len(msgs)) }, c)
+	stop()
+	for _, m := range msgs {
+		if n := s.effects(t, m.ID); n != 1 {
+			t.Errorf("message %v has %d effects, want 1", m.ID, n)
+		}
+	}
+	if st := c.Stats(); st.Retried != 0 || st.DeadLettered != 0 {
+		t.Errorf("stats %+v: a database fault spent attempts", st)
+	}
+}
+
+func refusesAnUnmigratedDatabase(t *testing.T, s *scenario) {
+	c, err := consume.New(s.db, func(context.Context, *consume.Tx, *relayer.Message) error { return nil },
+		consume.Options{Name: "billing", Tables: store.Options{Schema: "consumetest_never_migrated"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = s.e.Consume(ctx, c)
+	if !errors.Is(err, consume.ErrNotReady) || !strings.Contains(err.Error(), "relayer migrate") {
+		t.Fatalf("Consume on a schema never migrated = %v; want an error wrapping consume.ErrNotReady that names relayer migrate", err)
 	}
 }

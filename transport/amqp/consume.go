@@ -161,6 +161,12 @@ func Consume(ctx context.Context, conn *amqp.Connection, queue string, c *consum
 	if err := checkTopology(conn, queue, opts.DeadLetterExchange); err != nil {
 		return err
 	}
+	if err := c.AwaitDatabase(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("relayeramqp: consume: %w", err)
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return unavailable("consume: opening a channel", err)

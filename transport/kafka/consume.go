@@ -134,6 +134,12 @@ func Consume(ctx context.Context, c *consume.Consumer, opts ConsumeOptions, clie
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if err := c.AwaitDatabase(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("relayerkafka: consume: %w", err)
+	}
 	// The handlers' context outlives ctx by up to DrainTimeout, so that a
 	// stop lets the records being handled commit.
 	hctx, endHandlers := context.WithCancel(context.WithoutCancel(ctx))

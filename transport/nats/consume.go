@@ -132,6 +132,12 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 		return fmt.Errorf("%w: consumer %q delivers a message at most %d times, fewer than the %d attempts of the consume.Consumer's Retry: a failing message would stop short of the dead letters",
 			ErrInvalidOptions, cfg.Durable, cfg.MaxDeliver, attempts)
 	}
+	if err := c.AwaitDatabase(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("relayernats: consume: %w", err)
+	}
 	ackWait := cfg.AckWait
 	if ackWait <= 0 {
 		ackWait = 30 * time.Second
@@ -167,8 +173,10 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 			opts.Logger.Warn("relayernats: consume: fetching failed; trying again", slog.String("error", err.Error()))
 			continue
 		}
+		// In progress from the fetch on: a message waits here for a worker
+		// while every worker waits, say, for the consumer's database.
+		keepAlive := inProgress(msg, ackWait/2)
 		taken := workers.Go(ctx, func(hctx context.Context) {
-			keepAlive := inProgress(msg, ackWait/2)
 			defer keepAlive()
 			d := &delivery{msg: msg, js: js, dead: opts.DeadLetterSubject, consumer: name}
 			if _, err := c.Handle(hctx, d); err != nil && hctx.Err() == nil {
@@ -177,6 +185,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 			}
 		})
 		if !taken {
+			keepAlive()
 			_ = msg.Nak() // fetched but not handled: delivered again at once
 		}
 	}
