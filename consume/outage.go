@@ -239,54 +239,53 @@ func (o *outage) committed() {
 	o.active.Store(false)
 }
 
-// readiness is the one-statement check of a consumer's database: its
-// inbox table exists, its role may read and write it, and its transactions
-// are not read-only.
-func readinessQuery() string {
-	return `SELECT to_regclass($1::text) IS NOT NULL,
-	coalesce(has_table_privilege(to_regclass($1::text), 'SELECT, INSERT'), false),
-	pg_catalog.current_setting('transaction_read_only') = 'on'`
+// The markers of the readiness check's exceptions.
+const (
+	markNoInbox  = "relayer: no inbox table"
+	markNoRights = "relayer: the inbox is not writable"
+	markReadOnly = "relayer: transactions are read-only"
+)
+
+// readinessStatement is the one-statement check of a consumer's database,
+// run through ExecContext alone (as every data layer's transaction can):
+// the inbox table exists, the consumer's role may read and insert into
+// it, and its transactions are not read-only; each failure raises an
+// exception with its marker and SQLSTATE. inbox is the quoted, qualified
+// table name, made of validated identifiers.
+func readinessStatement(inbox string) string {
+	lit := "'" + strings.ReplaceAll(inbox, "'", "''") + "'"
+	return "DO $relayer$\nBEGIN\n" +
+		"    IF to_regclass(" + lit + ") IS NULL THEN\n" +
+		"        RAISE EXCEPTION '" + markNoInbox + "' USING ERRCODE = '42P01';\n" +
+		"    END IF;\n" +
+		"    IF NOT has_table_privilege(" + lit + ", 'SELECT, INSERT') THEN\n" +
+		"        RAISE EXCEPTION '" + markNoRights + "' USING ERRCODE = '42501';\n" +
+		"    END IF;\n" +
+		"    IF current_setting('transaction_read_only') = 'on' THEN\n" +
+		"        RAISE EXCEPTION '" + markReadOnly + "' USING ERRCODE = '25006';\n" +
+		"    END IF;\n" +
+		"END\n$relayer$"
 }
 
 // checkOn runs the readiness check through q. It returns an error wrapping
-// [ErrNotReady] for a missing table or privilege, one carrying SQLSTATE
-// 25006's meaning for a read-only database, and the database's error when
-// it could not be asked.
+// [ErrNotReady] for a missing table or privilege, and otherwise the
+// database's error (a read-only database's carries SQLSTATE 25006).
 func (c *Consumer) checkOn(ctx context.Context, q store.DBTX) error {
 	opts := c.inbox.Options()
 	inboxTable := tables.Of(opts.Schema, opts.TablePrefix).Inbox
-	rows, err := q.QueryContext(ctx, readinessQuery(), inboxTable)
-	if err != nil {
-		return fmt.Errorf("consume: checking the database: %w", err)
-	}
-	defer rows.Close()
-	var exists, writable, readOnly bool
-	if rows.Next() {
-		err = rows.Scan(&exists, &writable, &readOnly)
-	}
-	if err == nil {
-		err = rows.Err()
-	}
-	if err != nil {
-		return fmt.Errorf("consume: checking the database: %w", err)
-	}
+	_, err := q.ExecContext(ctx, readinessStatement(inboxTable))
 	switch {
-	case !exists:
+	case err == nil:
+		return nil
+	case strings.Contains(err.Error(), markNoInbox):
 		return fmt.Errorf("%w: the inbox table %s does not exist (Options.Tables: %s): run `%s` or store.Migrate",
 			ErrNotReady, inboxTable, opts.Label(), migrateCommand(opts))
-	case !writable:
+	case strings.Contains(err.Error(), markNoRights):
 		return fmt.Errorf("%w: the consumer's role may not read and insert into the inbox table %s: grant it SELECT and INSERT",
 			ErrNotReady, inboxTable)
-	case readOnly:
-		return errReadOnly
 	}
-	return nil
+	return fmt.Errorf("consume: checking the database: %w", err)
 }
-
-// errReadOnly is the check's error for a database whose transactions are
-// read-only (a standby, or default_transaction_read_only): a fault that
-// passes, as after a failover.
-var errReadOnly = &pgconn.PgError{Code: "25006", Message: "consume: the database's transactions are read-only (a standby?)"}
 
 // migrateCommand is the command that migrates opts' tables.
 func migrateCommand(opts store.Options) string {

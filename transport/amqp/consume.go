@@ -103,8 +103,10 @@ func (o ConsumeOptions) Validate() error {
 // Consume hands the messages of queue to c, one [consume.Delivery] each,
 // until ctx ends; then it stops consuming, waits up to DrainTimeout for
 // the messages being handled, and returns nil. It returns an error at once
-// for options that cannot work or a queue or dead-letter exchange that
-// does not exist, and later when the connection or its channel closes
+// for options that cannot work, a queue or dead-letter exchange that
+// does not exist, or a consume.Consumer whose database is not ready
+// (consume.ErrNotReady: its inbox table does not exist; a database that
+// does not answer yet is waited for), and later when the connection or its channel closes
 // under it (the broker then delivers again what was not acknowledged; dial
 // again and call Consume again).
 //

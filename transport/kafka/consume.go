@@ -96,8 +96,10 @@ func (o ConsumeOptions) Validate() error {
 // of opts.Topics to c, one [consume.Delivery] each, until ctx ends; then it
 // stops fetching, waits up to DrainTimeout for the records being handled,
 // commits the offsets of what committed, leaves the group and returns nil.
-// It returns an error at once for options that cannot work or a client
-// that cannot be made.
+// It returns an error at once for options that cannot work, a client
+// that cannot be made, or a consume.Consumer whose database is not ready
+// (consume.ErrNotReady: its inbox table does not exist; a database that
+// does not answer yet is waited for).
 //
 // Each partition's records are handled one at a time, in offset order, so
 // a key's messages are handled in the order they were produced; the

@@ -83,7 +83,10 @@ func (o ConsumeOptions) Validate() error {
 // Consume hands the messages of the JetStream consumer cons to c, one
 // [consume.Delivery] each, until ctx ends; then it stops fetching, waits up
 // to DrainTimeout for the messages being handled, and returns nil. It
-// returns an error at once for options or a consumer that cannot work.
+// returns an error at once for options or a consumer that cannot work, and for a consume.Consumer whose database is not ready
+// (consume.ErrNotReady: its inbox table does not exist, naming the
+// migration to run); a database that does not answer yet is waited for
+// (consume.Consumer.AwaitDatabase).
 //
 // cons must acknowledge explicitly (jetstream.AckExplicitPolicy). Each
 // message is settled once its transaction ended: acknowledged when it was

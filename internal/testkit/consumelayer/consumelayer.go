@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,57 @@ func Run(t *testing.T, l Layer) {
 		}
 		if n, ib := b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"inbox"); n != 0 || ib != 0 {
 			t.Errorf("%d effect rows, %d inbox rows after a failure; want none", n, ib)
+		}
+	})
+	t.Run("CheckNamesTheMigration", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, l.Driver)
+		ctx := context.Background()
+		if err := l.Consumer(t, b.db, b.tables, nil, b.writeEffect).Check(ctx); err != nil {
+			t.Fatalf("Check on migrated tables = %v", err)
+		}
+		none := store.Options{Schema: b.tables.Schema + "_none"}
+		err := l.Consumer(t, b.db, none, nil, b.writeEffect).Check(ctx)
+		if !errors.Is(err, consume.ErrNotReady) || !strings.Contains(err.Error(), "relayer migrate --database-url URL --schema "+none.Schema) {
+			t.Fatalf("Check on a schema never migrated = %v; want consume.ErrNotReady naming relayer migrate", err)
+		}
+	})
+	t.Run("InboxAwaySpendsNoAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, l.Driver)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		inbox := `"` + b.tables.Schema + `"."` + b.tables.TablePrefix + `inbox"`
+		away := b.tables.TablePrefix + "inbox_away"
+		c := l.Consumer(t, b.db, b.tables, nil, b.writeEffect)
+		if _, err := b.db.ExecContext(ctx, `ALTER TABLE `+inbox+` RENAME TO "`+away+`"`); err != nil {
+			t.Fatal(err)
+		}
+		d := &delivery{msg: newMessage()}
+		type result struct {
+			out consume.Outcome
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, err := c.Handle(ctx, d)
+			done <- result{out, err}
+		}()
+		for c.Stats().DatabaseWaits == 0 && len(done) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if len(done) != 0 {
+			r := <-done
+			t.Fatalf("Handle with the inbox table away = %s, %v; want it to wait for the table", r.out, r.err)
+		}
+		if _, err := b.db.ExecContext(ctx, `ALTER TABLE "`+b.tables.Schema+`"."`+away+`" RENAME TO "`+b.tables.TablePrefix+`inbox"`); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.out != consume.Handled || r.err != nil || d.retries != 0 || d.dead != 0 {
+			t.Fatalf("Handle once the table is back = %s, %v (%d retries, %d dead letters); want handled", r.out, r.err, d.retries, d.dead)
+		}
+		if n := b.count(t, "effects"); n != 1 {
+			t.Errorf("%d effect rows, want 1", n)
 		}
 	})
 	t.Run("FollowUpsCommitWithTheHandler", func(t *testing.T) {
