@@ -48,7 +48,12 @@ type Outgoing struct {
 	// route.
 	Message any
 	// Key is the ordering key. Ordered routes require one; on unordered routes it
-	// is stored and sent but orders nothing.
+	// is stored and sent but orders nothing. A key orders across the whole
+	// outbox: the messages of one key are delivered in commit order whatever
+	// their type and destination (the lane is a hash of the key alone), so
+	// "customer-7" on an orders route and on an invoices route is one
+	// sequence, where a Kafka user might expect one per topic. Prefix keys
+	// (for example "invoice:" + id) to keep sequences apart.
 	Key string
 	// DeliverAt delays delivery until the given time. Zero means immediately.
 	DeliverAt time.Time
@@ -70,7 +75,8 @@ func NewOutgoing(msg any, opts ...Option) Outgoing {
 	return o
 }
 
-// Key sets the ordering key.
+// Key sets the ordering key. Keys order across the outbox, whatever the
+// message's type and destination: see [Outgoing].Key.
 func Key(key string) Option { return func(o *Outgoing) { o.Key = key } }
 
 // DeliverAt delays delivery until t.

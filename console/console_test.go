@@ -352,7 +352,7 @@ func TestBlockedMessagesAndWaitingCounts(t *testing.T) {
 	// that is due by its own columns but blocked by its key.
 	for _, want := range []string{
 		`<td>ledger</td><td class="r">0</td><td class="r"><a href="parked?destination=ledger">1</a></td>`,
-		"Blocked messages wait behind a key whose head is parked or waiting for its retry",
+		"Blocked messages wait behind a key whose head is parked, waiting for its retry or for a paused destination",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview: no %q in the page", want)

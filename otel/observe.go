@@ -34,8 +34,10 @@ const ObserveTimeout = 5 * time.Second
 // Gauge names registered by [ObserveStore].
 const (
 	MetricBacklog = "relayer.outbox.backlog"
-	// MetricBlocked counts rows that are due but wait behind their key: an
-	// earlier message of the key is parked or waiting for its retry time.
+	// MetricBlocked counts rows that are due but no worker can send yet:
+	// behind their key (an earlier message of the key is parked, waiting
+	// for its retry time or for a paused destination) or for a paused
+	// destination themselves.
 	MetricBlocked    = "relayer.outbox.blocked"
 	MetricOldestAge  = "relayer.outbox.oldest_age"
 	MetricScheduled  = "relayer.outbox.scheduled"
@@ -104,7 +106,7 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		return g
 	}
 	backlog := gauge(MetricBacklog, "{message}", "Outbox rows deliverable now: due, not parked, not claimed, not behind a held key.")
-	blocked := gauge(MetricBlocked, "{message}", "Due outbox rows waiting behind their key: an earlier message of the key is parked or waiting for a retry.")
+	blocked := gauge(MetricBlocked, "{message}", "Due outbox rows no worker can send yet: behind their key (an earlier message of the key is parked, waiting for a retry or for a paused destination) or for a paused destination.")
 	scheduled := gauge(MetricScheduled, "{message}", "Outbox rows whose delivery time is ahead.")
 	claimed := gauge(MetricClaimed, "{message}", "Outbox rows held by a live claim, being sent.")
 	parked := gauge(MetricParked, "{message}", "Parked outbox rows.")

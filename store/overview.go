@@ -102,16 +102,17 @@ func buildOverviewQueries(n names) *overviewQueries {
     coalesce(o.due, 0), coalesce(o.blocked, 0), coalesce(o.scheduled, 0), coalesce(o.claimed, 0), coalesce(d.dead, 0),
     o.oldest_due
 FROM (
-    SELECT transport, destination,
-        round(count(*) FILTER (WHERE ` + elig + ` AND h.lane IS NULL) * 100 / $2::float8)::bigint AS due,
-        round(count(*) FILTER (WHERE ` + elig + ` AND h.lane IS NOT NULL) * 100 / $2::float8)::bigint AS blocked,
+    SELECT s.transport, s.destination,
+        round(count(*) FILTER (WHERE ` + elig + ` AND NOT ` + blockedRow + `) * 100 / $2::float8)::bigint AS due,
+        round(count(*) FILTER (WHERE ` + elig + ` AND ` + blockedRow + `) * 100 / $2::float8)::bigint AS blocked,
         round(count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1) * 100 / $2::float8)::bigint AS scheduled,
         round(count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
             AND claimed_until > $1) * 100 / $2::float8)::bigint AS claimed,
-        min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + ` AND h.lane IS NULL) AS oldest_due
+        min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + ` AND NOT ` + blockedRow + `) AS oldest_due
     FROM ` + n.Outbox + ` AS s TABLESAMPLE SYSTEM ($2)
     LEFT JOIN held AS h ON h.lane = s.lane AND h.ordering_key = s.ordering_key
-    GROUP BY transport, destination) AS o
+    LEFT JOIN paused AS pd ON s.lane IS NULL AND pd.transport = s.transport AND pd.destination = s.destination
+    GROUP BY s.transport, s.destination) AS o
 FULL JOIN (
     SELECT transport, destination, round(count(*) * 100 / $3::float8)::bigint AS dead
     FROM ` + n.Dead + ` TABLESAMPLE SYSTEM ($3) GROUP BY transport, destination) AS d

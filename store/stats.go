@@ -8,6 +8,12 @@ import (
 	"github.com/relayer-go/relayer/internal/storesql"
 )
 
+// blockedRow is the predicate of a row (joined with held as h and paused
+// as pd, see storesql.HeldKeys) that no worker can send before something
+// else happens: an ordered row whose key is held, or an unordered row for a
+// paused destination.
+const blockedRow = `(h.lane IS NOT NULL OR pd.transport IS NOT NULL)`
+
 // statsQueries holds the aggregate statement behind [Store.Stats]. Like
 // queries, it is built once per store from validated names.
 type statsQueries struct {
@@ -28,13 +34,14 @@ func buildStatsQueries(n names) *statsQueries {
 	//
 	// A parked key is a (lane, ordering key) pair of ordered rows, the unit the
 	// lane scan skips; parked unordered rows are counted as rows only. The
-	// held keys (parked or waiting for a retry) are joined by hash to count
-	// the eligible rows they block.
+	// held keys (parked, waiting for a retry, or with a row for a paused
+	// destination) are joined by hash to count the eligible rows they block,
+	// and the paused destinations to count their unordered rows blocked too.
 	return &statsQueries{
 		deadByReason: `SELECT reason, count(*) FROM ` + n.Dead + ` GROUP BY reason ORDER BY reason`,
 		stats: storesql.HeldKeys(n, "$1") + `SELECT
     count(*) FILTER (WHERE ` + elig + `),
-    count(*) FILTER (WHERE ` + elig + ` AND h.lane IS NOT NULL),
+    count(*) FILTER (WHERE ` + elig + ` AND ` + blockedRow + `),
     count(*) FILTER (WHERE parked_at IS NULL AND deliver_at > $1),
     count(*) FILTER (WHERE parked_at IS NULL AND (deliver_at IS NULL OR deliver_at <= $1)
         AND claimed_until > $1),
@@ -44,10 +51,11 @@ func buildStatsQueries(n names) *statsQueries {
     count(*) FILTER (WHERE parked_at IS NOT NULL),
     min(parked_at),
     count(DISTINCT (o.lane, o.ordering_key)) FILTER (WHERE parked_at IS NOT NULL AND o.lane IS NOT NULL),
-    min(created_at) FILTER (WHERE ` + elig + ` AND h.lane IS NULL),
-    min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + ` AND h.lane IS NULL),
+    min(created_at) FILTER (WHERE ` + elig + ` AND NOT ` + blockedRow + `),
+    min(GREATEST(created_at, deliver_at)) FILTER (WHERE ` + elig + ` AND NOT ` + blockedRow + `),
     (SELECT count(*) FROM ` + n.Dead + `)
-FROM ` + n.Outbox + ` AS o LEFT JOIN held AS h ON h.lane = o.lane AND h.ordering_key = o.ordering_key`,
+FROM ` + n.Outbox + ` AS o LEFT JOIN held AS h ON h.lane = o.lane AND h.ordering_key = o.ordering_key
+LEFT JOIN paused AS pd ON o.lane IS NULL AND pd.transport = o.transport AND pd.destination = o.destination`,
 	}
 }
 
@@ -59,9 +67,11 @@ type Stats struct {
 	// due, and unclaimed or with an expired claim. It equals what
 	// [Store.CountEligible] returns for the same instant.
 	Eligible int64
-	// Blocked counts, of the Eligible rows, the ordered ones whose key is
-	// held: a row of the same key is parked or waiting for its retry. They
-	// are not sent until it is, and wait for the key, not for a worker.
+	// Blocked counts, of the Eligible rows, those no worker can send yet:
+	// the ordered ones whose key is held (a row of the same key is parked,
+	// waiting for its retry, or goes to a destination a worker has paused,
+	// see [Store.Pauses]) and the unordered ones for a paused destination.
+	// They wait for the key or the destination, not for a worker.
 	Blocked int64
 	// Scheduled counts the rows not parked whose delivery time is still ahead.
 	Scheduled int64

@@ -20,13 +20,23 @@ const eligible = `parked_at IS NULL
 // time equal to now has passed.
 func Eligible(now string) string { return strings.ReplaceAll(eligible, "$now", now) }
 
-// HeldKeys returns a WITH clause naming held the keys (lane, ordering_key)
-// that are held at the instant now (a parameter such as "$1"): one of their
-// rows is parked or waiting for its retry. It reads the held-key index alone.
+// HeldKeys returns a WITH clause naming paused the destinations a worker
+// has paused (transport, destination), and held the keys (lane,
+// ordering_key) that are held at the instant now (a parameter such as
+// "$1"): one of their rows is parked or waiting for its retry, or, not
+// parked, goes to a paused destination, which no worker sends to until its
+// probe succeeds. The first part reads the held-key index alone; the
+// second reads the rows of paused destinations, and nothing when none is.
 func HeldKeys(n tables.Names, now string) string {
-	return `WITH held AS (
-    SELECT DISTINCT lane, ordering_key FROM ` + n.Outbox + `
-    WHERE lane IS NOT NULL AND (parked_at IS NOT NULL OR retry_at > ` + now + `))
+	return `WITH paused AS (
+    SELECT DISTINCT transport, destination FROM ` + n.Pauses + `),
+held AS (
+    SELECT lane, ordering_key FROM ` + n.Outbox + `
+    WHERE lane IS NOT NULL AND (parked_at IS NOT NULL OR retry_at > ` + now + `)
+    UNION
+    SELECT o.lane, o.ordering_key FROM ` + n.Outbox + ` AS o
+    JOIN paused AS p ON p.transport = o.transport AND p.destination = o.destination
+    WHERE o.lane IS NOT NULL AND o.parked_at IS NULL)
 `
 }
 

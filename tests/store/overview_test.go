@@ -117,6 +117,46 @@ func TestBlockedRowsAreNotDue(t *testing.T) {
 	})
 }
 
+// Rows no worker can send while a destination is paused are blocked, not
+// due: the paused destination's unordered rows, its ordered head and the
+// rows of that key behind it, whatever their destination. Other keys and
+// destinations stay due.
+func TestRowsBehindAPausedDestinationAreBlocked(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		now := b.t0.Add(time.Hour)
+		pausedHead, behind := b.ordered(t, "k", 1), b.ordered(t, "k", 1)
+		pausedHead.Destination, behind.Destination = "ledger", "orders.placed"
+		free := b.ordered(t, "free", 1)
+		free.Destination = "orders.placed"
+		pausedUnordered, due := b.unordered(t), b.unordered(t)
+		pausedUnordered.Destination = "ledger"
+		b.insert(t, pausedHead, behind, free, pausedUnordered, due)
+		b.exec(t, `INSERT INTO $pauses (owner_token, transport, destination, owner, since, next_probe)
+VALUES (gen_random_uuid(), 'nats', 'ledger', 'w1', now(), now() + interval '1 minute')`)
+
+		st, err := b.store.Stats(ctx, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Eligible != 5 || st.Blocked != 3 {
+			t.Errorf("Stats = %+v; want 5 eligible of which 3 blocked (the paused destination's rows and the row behind its head)", st)
+		}
+		backlog, err := b.store.Backlog(ctx, now, 100_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []store.DestinationBacklog{
+			{Transport: "nats", Destination: "ledger", Blocked: 2},
+			{Transport: "nats", Destination: "orders.placed", Due: 2, Blocked: 1, OldestDueAt: b.t0},
+		}
+		if got := backlog.Destinations; !slices.Equal(got, want) {
+			t.Errorf("Backlog =\n%+v\nwant\n%+v", got, want)
+		}
+	})
+}
+
 func TestLanesAndMessage(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {

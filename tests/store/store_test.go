@@ -104,6 +104,7 @@ func (b *bundle) exec(t *testing.T, query string, args ...any) {
 	t.Helper()
 	query = strings.ReplaceAll(query, "$outbox", `"`+b.opts.Schema+`"."`+b.opts.TablePrefix+`outbox"`)
 	query = strings.ReplaceAll(query, "$dead", `"`+b.opts.Schema+`"."`+b.opts.TablePrefix+`dead"`)
+	query = strings.ReplaceAll(query, "$pauses", `"`+b.opts.Schema+`"."`+b.opts.TablePrefix+`relayer_pauses"`)
 	if _, err := b.db.Exec(query, args...); err != nil {
 		t.Fatalf("exec %q: %v", query, err)
 	}
