@@ -63,8 +63,8 @@ type Backlog struct {
 type LaneSummary struct {
 	Lane int
 	// Pending counts the lane's rows that are not parked and whose key is
-	// not held; Blocked those that wait behind their key, an earlier row of
-	// which is parked or waiting for its retry (both estimates when the
+	// not held; Blocked those that wait behind their key, a row of which is
+	// parked, waiting for its retry or for a paused destination (both estimates when the
 	// lanes were sampled). ParkedKeys counts its parked keys, exactly.
 	Pending, Blocked, ParkedKeys int64
 	// HeadCreatedAt is the creation time of the lane's first row in id

@@ -270,10 +270,10 @@ type statsReport struct {
 	// Eligible is the store's count of rows a read could return.
 	Due      int64 `json:"due"`
 	Eligible int64 `json:"eligible"`
-	// Blocked counts, of Eligible, the ordered rows whose key is held (a
-	// row of the key parked or waiting for its retry): they wait for the
-	// key, not for a worker, and oldest_eligible_age_seconds passes over
-	// them.
+	// Blocked counts, of Eligible, the rows no worker can send yet: the
+	// ordered ones whose key is held (a row of the key parked, waiting for
+	// its retry or for a paused destination) and the unordered ones for a
+	// paused destination; oldest_eligible_age_seconds passes over them.
 	Blocked     int64     `json:"blocked"`
 	Scheduled   int64     `json:"scheduled"`
 	Claimed     int64     `json:"claimed"`
