@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
@@ -589,27 +586,6 @@ func TestTraceContextHeadersBecomeTheMessagesTraceContext(t *testing.T) {
 	}
 }
 
-// proxied opens the test database through a proxy that can take it away.
-func proxied(t *testing.T) (*dbproxy.Proxy, *sql.DB) {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(testdb.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(cfg.Host, "/") {
-		t.Fatalf("the test database is reached through a socket (%s); the proxy forwards TCP", cfg.Host)
-	}
-	p := dbproxy.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	host, port, _ := net.SplitHostPort(p.Addr())
-	cfg.Host = host
-	n, _ := strconv.Atoi(port)
-	cfg.Port = uint16(n)
-	cfg.ConnectTimeout = 2 * time.Second
-	db := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { db.Close() })
-	return p, db
-}
-
 // lockedBuffer is a log's output, written by several goroutines.
 type lockedBuffer struct {
 	mu sync.Mutex
@@ -635,7 +611,7 @@ func (l *lockedBuffer) String() string {
 func TestDatabaseOutageSpendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	proxy, db := proxied(t)
+	proxy, db := dbproxy.Open(t, testdb.URL(t))
 	var logs lockedBuffer
 	c, err := consume.New(db, b.writeEffect, consume.Options{Name: "billing", Tables: b.tables,
 		Retry:  relayer.Retry{MaxAttempts: 3, Backoff: time.Millisecond, MaxBackoff: time.Millisecond},

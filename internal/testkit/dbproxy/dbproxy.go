@@ -6,10 +6,17 @@
 package dbproxy
 
 import (
+	"database/sql"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // Proxy forwards TCP connections to a target address until it is taken
@@ -133,4 +140,33 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 	for _, c := range cs {
 		delete(p.conns, c)
 	}
+}
+
+// Open starts a proxy to the PostgreSQL server of url (a pgx connection
+// string reaching it over TCP) and opens a database/sql pool, with pgx's
+// driver, through it; both are closed when the test ends. Connections time
+// out after 2 s, so that a client sees the proxy down promptly.
+func Open(tb testing.TB, url string) (*Proxy, *sql.DB) {
+	tb.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("dbproxy: %v", err)
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		tb.Fatalf("dbproxy: the database is reached through a socket (%s); the proxy forwards TCP", cfg.Host)
+	}
+	p := New(tb, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	host, port, err := net.SplitHostPort(p.Addr())
+	if err != nil {
+		tb.Fatalf("dbproxy: %v", err)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		tb.Fatalf("dbproxy: %v", err)
+	}
+	cfg.Host, cfg.Port = host, uint16(n)
+	cfg.ConnectTimeout = 2 * time.Second
+	db := stdlib.OpenDB(*cfg)
+	tb.Cleanup(func() { db.Close() })
+	return p, db
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/consume/consumetest"
+	"github.com/relayer-go/relayer/internal/testkit/dbproxy"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	relayernats "github.com/relayer-go/relayer/transport/nats"
@@ -241,5 +242,67 @@ func TestConsumeKeepsALongHandlersMessage(t *testing.T) {
 	}
 	if st := c.Stats(); runs.Load() != 1 || st.Duplicates != 0 {
 		t.Errorf("the handler ran %d times, %d duplicates; want one run, no redelivery", runs.Load(), st.Duplicates)
+	}
+}
+
+// The consumer's database down for longer than the JetStream consumer's
+// AckWait, with messages arriving meanwhile: nothing is retried nor
+// dead-lettered (two attempts 10 ms apart would have dead-lettered them
+// all at once), and every message commits its effects once when the
+// database is back.
+func TestConsumeThroughTheConsumersDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	b := setupConsume(t, nil) // AckWait 5 s
+	ctx := testContext(t)
+	proxy, db := dbproxy.Open(t, testdb.URL(t))
+	if _, err := b.db.ExecContext(ctx, `CREATE TABLE "`+b.tables.Schema+`".effects (message_id uuid NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO "`+b.tables.Schema+`".effects (message_id) VALUES ($1)`, m.ID)
+		return err
+	}, consume.Options{Name: "billing", Tables: b.tables, Retry: relayer.Retry{MaxAttempts: 2, Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := b.run(t, c, relayernats.ConsumeOptions{Concurrency: 2, Prefetch: 4})
+	send := func(n int) []uuid.UUID {
+		ids := make([]uuid.UUID, n)
+		for i := range ids {
+			ids[i] = uuid.Must(relayer.NewID())
+			m := &relayer.Message{ID: ids[i], Type: "orders.OrderPlaced", Destination: b.subject("orders.placed"), Body: []byte("x")}
+			if err := b.tr.Send(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ids
+	}
+	ids := send(3)
+	until(t, "the first messages handled", func() bool { return c.Stats().Handled == 3 })
+	proxy.Down()
+	ids = append(ids, send(12)...)
+	until(t, "deliveries waiting for the database", func() bool { st := c.Stats(); return st.DatabaseWaits > 0 || st.DeadLettered > 0 })
+	// Asserting an absence: past the consumer's AckWait, nothing was retried,
+	// dead-lettered or handled while the database was down.
+	time.Sleep(6 * time.Second)
+	if st := c.Stats(); st.Retried != 0 || st.DeadLettered != 0 || st.Handled != 3 {
+		t.Fatalf("while the database was down: %+v; want deliveries waiting, none retried, dead-lettered or handled", st)
+	}
+	proxy.Up(t)
+	until(t, "every message handled once the database answers", func() bool { return c.Stats().Handled == uint64(len(ids)) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		var n int
+		if err := b.db.QueryRowContext(ctx, `SELECT count(*) FROM "`+b.tables.Schema+`".effects WHERE message_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("message %v has %d effects, want 1", id, n)
+		}
+	}
+	if st := c.Stats(); st.Retried != 0 || st.DeadLettered != 0 {
+		t.Errorf("stats %+v: the outage spent attempts", st)
 	}
 }
