@@ -40,6 +40,20 @@
 // waits on the inbox record until the first transaction ends (see package
 // inbox).
 //
+// # Typed handlers
+//
+// [Typed] turns a handler of one message type into a [Handler]: it checks
+// the message's type (relayer.TypeName of the handler's type, as the
+// producer routed it) and content type, decodes the body with relayer.JSON
+// ([TypedWith] takes the outbox's own Serializer), and hands the handler
+// the value. A [Mux] routes the messages of several types, each to the
+// typed handler registered for it with [On]. What cannot be decoded, or
+// has no handler, is dead-lettered at once ([ErrDecode], [ErrUnknownType]):
+// delivering it again would not change it. Both work for [NewTx]'s data
+// layers too, whose transaction type they take as a type parameter. A
+// handler marks an error of its own as one retries cannot fix with
+// [Permanent].
+//
 // # Follow-up messages
 //
 // With [Options.Writer] set, a handler publishes follow-up messages through

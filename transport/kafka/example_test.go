@@ -3,7 +3,6 @@ package relayerkafka_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"log"
 	"time"
@@ -78,8 +77,13 @@ func Example() {
 	}
 }
 
-// Invoice is what the billing service writes for each order it consumes.
-type Invoice struct{ Order string }
+// OrderPlaced is the message the orders service's outbox publishes.
+type OrderPlaced struct {
+	Order string `json:"order"`
+}
+
+// MessageType names the message as the producer routes it.
+func (OrderPlaced) MessageType() string { return "orders.OrderPlaced" }
 
 // A service consumes the orders another service's outbox produced, each
 // once in effect and each key's in order: the handler's writes and the
@@ -90,14 +94,12 @@ func ExampleConsume() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
-		var inv Invoice
-		if err := json.Unmarshal(m.Body, &inv); err != nil {
-			return fmt.Errorf("%w: %w", relayer.ErrPermanent, err) // to the dead letters at once
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, inv.Order)
+	// The handler gets the body decoded; a message of another type, or whose
+	// body does not decode, goes to the dead letters at once.
+	c, err := consume.New(db, consume.Typed(func(ctx context.Context, tx *consume.Tx, _ *relayer.Message, o OrderPlaced) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, o.Order)
 		return err
-	}, consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	}), consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
 	if err != nil {
 		log.Fatal(err)
 	}
