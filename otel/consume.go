@@ -6,11 +6,16 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.30.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relayer-go/relayer"
 )
+
+// MetricProcessDuration is the histogram of handler runs [WrapHandler]
+// records, as the messaging conventions name it.
+const MetricProcessDuration = "messaging.process.duration"
 
 // processName is the verb of a consumer span's name and of
 // messaging.operation.name.
@@ -27,10 +32,14 @@ const processName = "process"
 // parent, ties the message's processing to the operation that wrote it,
 // as the conventions ask of consumers. h's error marks the span.
 //
+// Each run is also measured: messaging.process.duration, in seconds, with
+// the span's messaging.system, operation and destination, and error.type
+// when h fails, as the messaging conventions name it.
+//
 // It fits consume.New's handlers (T is *consume.Tx) and consume.NewTx's,
 // whatever the data layer's transaction T; a duplicate, whose handler does
-// not run, makes no span. Only [WithTracerProvider] and
-// [WithMessagingSystem] apply.
+// not run, makes no span and no measure. [WithTracerProvider],
+// [WithMeterProvider] and [WithMessagingSystem] apply.
 func WrapHandler[T any](h func(ctx context.Context, tx T, m *relayer.Message) error, opts ...Option) func(ctx context.Context, tx T, m *relayer.Message) error {
 	c := newConfig(opts)
 	tp := c.tracerProvider
@@ -38,6 +47,16 @@ func WrapHandler[T any](h func(ctx context.Context, tx T, m *relayer.Message) er
 		tp = otel.GetTracerProvider()
 	}
 	tracer := tp.Tracer(ScopeName)
+	mp := c.meterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	duration, err := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)).Float64Histogram(MetricProcessDuration,
+		metric.WithUnit("s"), metric.WithDescription("Duration of each handler run, in the consumer's transaction."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	if err != nil {
+		otel.Handle(err) // the API still returns a usable no-op instrument
+	}
 	var system []attribute.KeyValue
 	if c.system != "" {
 		system = []attribute.KeyValue{semconv.MessagingSystemKey.String(c.system)}
@@ -53,7 +72,14 @@ func WrapHandler[T any](h func(ctx context.Context, tx T, m *relayer.Message) er
 		}
 		ctx, span := tracer.Start(ctx, processName+" "+m.Destination, spanOpts...)
 		err := h(ctx, tx, m)
-		endSpan(span, err, time.Now())
+		end := time.Now()
+		endSpan(span, err, end)
+		measured := append(system[:len(system):len(system)], semconv.MessagingOperationName(processName),
+			semconv.MessagingDestinationName(m.Destination))
+		if err != nil {
+			measured = append(measured, semconv.ErrorTypeKey.String(errorType(err)))
+		}
+		duration.Record(ctx, end.Sub(start).Seconds(), metric.WithAttributeSet(attribute.NewSet(measured...)))
 		return err
 	}
 }

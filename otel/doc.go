@@ -57,6 +57,13 @@
 // [ObserveCleanup] register the same counters for anything that reports
 // them through the small interfaces [Worker] and [CleanupWorker].
 //
+// On the consumer's side, [ObserveConsumer] counts what a consume.Consumer
+// did with its deliveries (relayer.consumer.messages by relayer.outcome:
+// handled, duplicate, retried, dead_lettered, abandoned), the settling calls
+// that failed and the transactions that waited for the database, by
+// messaging.consumer.group.name; [WrapHandler] measures each handler run as
+// messaging.process.duration.
+//
 // # Providers
 //
 // Everything defaults to the global providers (otel.GetTracerProvider,

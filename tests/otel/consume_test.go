@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relayer-go/relayer"
@@ -98,5 +100,69 @@ func TestWrapHandlerLinksToTheCreationContext(t *testing.T) {
 	last := b.rec.Ended()[len(b.rec.Ended())-1]
 	if last.SpanKind() != trace.SpanKindConsumer || last.Status().Code != codes.Error || !strings.Contains(last.Status().Description, "ledger down") {
 		t.Errorf("the failing handler's span: %s, status %v", last.Name(), last.Status())
+	}
+}
+
+// A consumer's outcomes are counted by ObserveConsumer, every outcome at
+// zero too, and WrapHandler measures each handler run, marking failures.
+func TestConsumerMetrics(t *testing.T) {
+	t.Parallel()
+	mb := setupMeter(t)
+	db := testdb.Open(t, "pgx")
+	tables := store.Options{Schema: testdb.NewSchema(t)}
+	if _, err := store.Migrate(context.Background(), db, tables); err != nil {
+		t.Fatal(err)
+	}
+	c, err := consume.New(db, relayerotel.WrapHandler(func(_ context.Context, _ *consume.Tx, m *relayer.Message) error {
+		if string(m.Body) == "fail" {
+			return errors.New("ledger down")
+		}
+		return nil
+	}, relayerotel.WithMeterProvider(mb.mp), relayerotel.WithMessagingSystem("nats")), consume.Options{Name: "billing", Tables: tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relayerotel.ObserveConsumer(mb.mp.Meter("test"), c); err != nil {
+		t.Fatal(err)
+	}
+	ok := relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "t", Destination: "orders", Body: []byte("ok")}
+	failing := relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "t", Destination: "orders", Body: []byte("fail")}
+	for _, m := range []relayer.Message{ok, ok, failing} {
+		if _, err := c.Handle(context.Background(), &received{msg: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rm := mb.mustCollect(t)
+	for outcome, want := range map[string]int64{"handled": 1, "duplicate": 1, "retried": 1, "dead_lettered": 0, "abandoned": 0} {
+		got, found := total(t, rm, "relayer.consumer.messages", map[string]string{"messaging.consumer.group.name": "billing", "relayer.outcome": outcome})
+		if !found || got != want {
+			t.Errorf("relayer.consumer.messages{%s} = %d (reported: %v), want %d", outcome, got, found, want)
+		}
+	}
+	for _, name := range []string{"relayer.consumer.settle_failures", "relayer.consumer.database_waits"} {
+		if got, found := total(t, rm, name, map[string]string{"messaging.consumer.group.name": "billing"}); !found || got != 0 {
+			t.Errorf("%s = %d (reported: %v), want 0", name, got, found)
+		}
+	}
+	m, found := find(rm, relayerotel.MetricProcessDuration)
+	if !found {
+		t.Fatalf("no %s", relayerotel.MetricProcessDuration)
+	}
+	hist, isHist := m.Data.(metricdata.Histogram[float64])
+	if !isHist {
+		t.Fatalf("%s holds %T", relayerotel.MetricProcessDuration, m.Data)
+	}
+	var runs, failed uint64
+	for _, p := range hist.DataPoints {
+		if !matches(p.Attributes, map[string]string{"messaging.system": "nats", "messaging.destination.name": "orders", "messaging.operation.name": "process"}) {
+			t.Errorf("a handler run measured with %v", p.Attributes.ToSlice())
+		}
+		runs += p.Count
+		if _, ok := p.Attributes.Value("error.type"); ok {
+			failed += p.Count
+		}
+	}
+	if runs != 2 || failed != 1 {
+		t.Errorf("%d handler runs measured, %d failed; want 2 and 1 (a duplicate runs no handler)", runs, failed)
 	}
 }
