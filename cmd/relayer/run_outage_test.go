@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -174,6 +175,53 @@ func TestRunListenerBackSoonAfterTheDatabase(t *testing.T) {
 	rr.waitReadyz(t, 8*time.Second, http.StatusOK, `"ready":true`, `"listener","ok":true`)
 	if log := rr.stderr.String(); !strings.Contains(log, "wake-up listener subscribed again") {
 		t.Errorf("the listener's return is not logged:\n%s", log)
+	}
+	rr.stop(t)
+}
+
+// A destination the broker refuses (a subject no stream captures) is
+// logged once as paused, not once per held lane and try: before, 79 keys
+// on it logged one warning per lane about every second. /readyz names it.
+func TestRunLogsAMisroutedDestinationOnce(t *testing.T) {
+	t.Parallel()
+	dbURL, schema := migrated(t)
+	db := testdb.Open(t, "pgx")
+	natsURL := startNATSServer(t)
+	natsStream(t, natsURL, "ROUTED", "routed.>")
+	rr := startRelay(t, "--database-url", dbURL, "--schema", schema, "--transport", "events="+natsURL+"?stream=ROUTED", "--http", "127.0.0.1:0")
+	w := relayWriter(t, db, schema, relayer.LanesDefault, func(r *relayer.Routes) error {
+		if err := relayer.AddType[relayActivity](r, relayer.Route{Transport: "events", Destination: "nowhere.activity", Ordered: true}); err != nil {
+			return err
+		}
+		return relayer.AddType[relayPlaced](r, relayer.Route{Transport: "events", Destination: "nowhere.placed"})
+	})
+	err := w.RunInTx(t.Context(), db, nil, func(tx *enlist.Tx) error {
+		for k := range 79 {
+			err := tx.PublishAll(t.Context(), relayer.NewOutgoing(relayActivity{k}, relayer.Key(fmt.Sprintf("key-%d", k))), relayer.NewOutgoing(relayPlaced{k}))
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEventually(t, "the log names both destinations", func() bool {
+		log := rr.stderr.String()
+		return strings.Contains(log, "nowhere.activity") && strings.Contains(log, "nowhere.placed")
+	})
+	time.Sleep(8 * time.Second)
+	log := rr.stderr.String()
+	for _, d := range []string{"nowhere.activity", "nowhere.placed"} {
+		if n := linesWith(log, "level=WARN", d) + linesWith(log, "level=ERROR", d); n != 1 {
+			t.Errorf("%d warnings and errors name %s in about 8 s, want 1:\n%s", n, d, log)
+		}
+	}
+	rr.waitReadyz(t, 10*time.Second, http.StatusServiceUnavailable, `"destination":"nowhere.activity"`, `"destination":"nowhere.placed"`)
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM "` + schema + `".outbox WHERE attempts = 0`).Scan(&n); err != nil || n != 2*79 {
+		t.Errorf("%d rows of %d wait with their attempts unspent (%v)", n, 2*79, err)
 	}
 	rr.stop(t)
 }
