@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,10 +87,15 @@ type endpoints struct {
 	srv  *http.Server
 	ln   net.Listener
 	done <-chan error
+	// stopSampling ends the console's sampler, which sampling waits for.
+	stopSampling context.CancelFunc
+	sampling     sync.WaitGroup
 }
 
 // serveEndpoints listens on addr and serves /healthz, /readyz, /metrics and,
-// when cons is not nil, the console under /console/.
+// when cons is not nil, the console under /console/, whose sampler then runs
+// until the endpoints close, so that its chart covers the relay's life and
+// not only the moments a page was open.
 func serveEndpoints(addr string, hosts []string, state *relayState, obs *observability, cons *console.Console, logger *slog.Logger) (*endpoints, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -118,7 +124,13 @@ func serveEndpoints(addr string, hosts []string, state *relayState, obs *observa
 		return nil, fmt.Errorf("--http: %w", err)
 	}
 	srv := newConsoleServer(hostCheck(mux, hosts, logger))
-	return &endpoints{srv: srv, ln: ln, done: serve(srv, ln)}, nil
+	e := &endpoints{srv: srv, ln: ln, done: serve(srv, ln), stopSampling: func() {}}
+	if cons != nil {
+		var ctx context.Context
+		ctx, e.stopSampling = context.WithCancel(context.Background())
+		e.sampling.Go(func() { _ = cons.Run(ctx) })
+	}
+	return e, nil
 }
 
 // address is where the endpoints listen, "" without them.
@@ -142,6 +154,8 @@ func (e *endpoints) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), consoleShutdown)
 	defer cancel()
 	_ = e.srv.Shutdown(ctx)
+	e.stopSampling()
+	e.sampling.Wait()
 }
 
 // hostCheck answers 421 to a request whose Host header is a name other
