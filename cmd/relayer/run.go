@@ -200,7 +200,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		state.db = edb
-		if err := obs.observe(runner, state.store); err != nil {
+		if err := obs.observe(state); err != nil {
 			return err
 		}
 		var cons *console.Console
