@@ -21,12 +21,13 @@ import (
 // them unavailable: first for setAsideMin (setAsideUnavailableMin when
 // unavailable), then twice as long after each further failure, up to
 // setAsideMax (setAsideUnavailableMax when unavailable), each interval
-// jittered by up to a fifth so that instances do not come back in step. When an interval ends, the destination stays paused
-// until one probe send, made by whichever worker claims it first, finds it
-// back: one send at a time tests a sick destination, never a flood. A send
-// that has been running for a sixth of its deadline sets its destination
-// aside while it runs, so that the other workers stop taking that
-// destination's rows before it even times out.
+// jittered by up to a fifth so that instances do not come back in step. When
+// an interval ends, the destination stays paused until one probe send, made
+// by whichever worker claims it first, finds it back: one send at a time
+// tests a sick destination, never a flood. A send that has been running for
+// a sixth of its deadline sets its destination aside while it runs, so that
+// the other workers stop taking that destination's rows before it even times
+// out.
 const (
 	setAsideMin = 5 * time.Second
 	setAsideMax = time.Minute
