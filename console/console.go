@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/relayer-go/relayer"
@@ -77,12 +78,13 @@ type Options struct {
 	// "Authorization: Bearer <token>" header, or by the cookie the console
 	// sets when a page is opened with "?token=<token>" (and then redirects
 	// to the same page of the console without it). The cookie holds an
-	// HMAC-SHA256 keyed by the token, not the token; it is HttpOnly,
-	// SameSite=Strict, and Secure when the request came over TLS (to the
-	// console's own server: behind a proxy that ends TLS, the console
-	// cannot tell). Requests without the token get 401. Serve the console
-	// on any address but loopback with a token, and over TLS. Default:
-	// none.
+	// HMAC-SHA256 keyed by the token, not the token; its path is the one
+	// the console is served under (the prefix http.StripPrefix took off,
+	// or "/"); it is HttpOnly, SameSite=Strict, and Secure when the
+	// request came over TLS (to the console's own server: behind a proxy
+	// that ends TLS, the console cannot tell). Requests without the token
+	// get 401. Serve the console on any address but loopback with a token,
+	// and over TLS. Default: none.
 	Token string
 	// ReadOnly hides every action and refuses every POST with 403.
 	ReadOnly bool
@@ -259,7 +261,7 @@ func (c *Console) authenticate(next http.Handler) http.Handler {
 	session := []byte(sessionValue(c.opts.Token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && equal(t) {
-			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: string(session), Path: "/", HttpOnly: true,
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: string(session), Path: mountPath(r), HttpOnly: true,
 				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			q := r.URL.Query()
 			q.Del("token")
@@ -279,6 +281,24 @@ func (c *Console) authenticate(next http.Handler) http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="relayer console"`)
 		http.Error(w, "401 unauthorized: this console needs its access token (open it with ?token=…, or send Authorization: Bearer …)", http.StatusUnauthorized)
 	})
+}
+
+// mountPath is the path the console is served under, ending in '/': the
+// prefix that http.StripPrefix took off r's path (the request line keeps
+// it), or "/" for a console served at the root. The session cookie is
+// scoped to it, so that a server's other handlers (a relay's /metrics and
+// /readyz) never receive it.
+func mountPath(r *http.Request) string {
+	u, err := url.ParseRequestURI(r.RequestURI)
+	if err != nil {
+		return "/"
+	}
+	full, rest := u.EscapedPath(), r.URL.EscapedPath()
+	if !strings.HasSuffix(full, rest) {
+		return "/"
+	}
+	prefix := strings.TrimSuffix(full[:len(full)-len(rest)], "/")
+	return prefix + "/"
 }
 
 // sessionValue is what the session cookie holds for token: an HMAC-SHA256

@@ -222,3 +222,35 @@ func TestMissingTablesNameTheMigrateCommand(t *testing.T) {
 		}
 	}
 }
+
+// The session cookie is scoped to the path the console is served under, so
+// that the server's other handlers (a relay's /metrics, /readyz) never
+// receive it; at the root, it is "/". Before, it was always "/".
+func TestSessionCookieIsScopedToTheConsole(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Options{Token: "s3cret"})
+	mux := http.NewServeMux()
+	mux.Handle("/ops/console/", http.StripPrefix("/ops/console", h))
+	for _, tc := range []struct {
+		handler    http.Handler
+		page, want string
+	}{{mux, "/ops/console/dead?token=s3cret", "/ops/console/"}, {mux, "/ops/console/?token=s3cret", "/ops/console/"}, {h, "/dead?token=s3cret", "/"}} {
+		srv := httptest.NewServer(tc.handler)
+		resp, err := noRedirects(&http.Client{}).Get(srv.URL + tc.page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		srv.Close()
+		var path string
+		for _, k := range resp.Cookies() {
+			if k.Name == "relayer_console_token" {
+				path = k.Path
+			}
+		}
+		if path != tc.want {
+			t.Errorf("GET %s: the session cookie's path is %q, want %q", tc.page, path, tc.want)
+		}
+	}
+}

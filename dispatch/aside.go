@@ -20,16 +20,27 @@ import (
 // Destinations are set aside (paused) after a send to them times out or finds
 // them unavailable: first for setAsideMin (setAsideUnavailableMin when
 // unavailable), then twice as long after each further failure, up to
-// setAsideMax, each interval jittered by up to a fifth so that instances do
-// not come back in step. When an interval ends, the destination stays paused
-// until one probe send, made by whichever worker claims it first, finds it
-// back: one send at a time tests a sick destination, never a flood. A send
-// that has been running for a sixth of its deadline sets its destination
-// aside while it runs, so that the other workers stop taking that
-// destination's rows before it even times out.
+// setAsideMax (setAsideUnavailableMax when unavailable), each interval
+// jittered by up to a fifth so that instances do not come back in step. When
+// an interval ends, the destination stays paused until one probe send, made
+// by whichever worker claims it first, finds it back: one send at a time
+// tests a sick destination, never a flood. A send that has been running for
+// a sixth of its deadline sets its destination aside while it runs, so that
+// the other workers stop taking that destination's rows before it even times
+// out.
 const (
 	setAsideMin = 5 * time.Second
 	setAsideMax = time.Minute
+	// setAsideUnavailableMax caps the interval of a destination found
+	// unavailable: such a probe is refused at once (the connection is down,
+	// no stream captures the subject), so probing every few seconds costs
+	// one refused call, and delivery resumes within seconds of the broker's
+	// return. A timeout's probe holds a worker for a send's deadline, so it
+	// keeps the longer setAsideMax.
+	setAsideUnavailableMax = 5 * time.Second
+	// pauseRemindEvery is how often a destination still paused is logged
+	// again, with what it held since the last line.
+	pauseRemindEvery = time.Minute
 	// slowSendDivisor: a send slower than its deadline divided by this is slow.
 	slowSendDivisor = 6
 	// setAsideEntriesMax bounds the endpoints remembered; beyond it, those
@@ -49,6 +60,9 @@ type setAside struct {
 	// publisher.
 	token uuid.UUID
 	dirty chan struct{}
+	// logger logs each destination's pause and return (see settle) and
+	// the reminders of pauses that last (see remind).
+	logger *slog.Logger
 }
 
 type asideState struct {
@@ -60,13 +74,59 @@ type asideState struct {
 	gen     uint64        // the last probe generation handed out
 	since   time.Time     // when the pause began
 	lastErr string        // the error that paused it last
+	// failures counts the failed sends since the pause began; held, the
+	// ordered lanes that waited for it since the last log line, which
+	// logged is the time of.
+	failures int
+	held     map[int]struct{}
+	logged   time.Time
 }
 
 // aside reports whether workers must pass e over: paused, or slow right now.
 func (st *asideState) aside() bool { return st != nil && (st.paused || st.slow > 0) }
 
 func newSetAside() *setAside {
-	return &setAside{m: make(map[endpoint]*asideState), token: uuid.New(), dirty: make(chan struct{}, 1)}
+	return &setAside{m: make(map[endpoint]*asideState), token: uuid.New(), dirty: make(chan struct{}, 1), logger: slog.Default()}
+}
+
+// setLogger makes logger the one the pauses are logged to.
+func (a *setAside) setLogger(logger *slog.Logger) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.logger = logger
+}
+
+// hold notes that an ordered lane waits for the paused endpoint e, for the
+// next reminder's count.
+func (a *setAside) hold(e endpoint, lane int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.m[e]
+	if st == nil || !st.paused {
+		return
+	}
+	if st.held == nil {
+		st.held = map[int]struct{}{}
+	}
+	st.held[lane] = struct{}{}
+}
+
+// remind logs, once every pauseRemindEvery, each destination still paused
+// at now: how long for, the sends that failed since it began, the ordered
+// lanes that waited for it since the last line, and the last error.
+func (a *setAside) remind(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for e, st := range a.m {
+		if !st.paused || now.Sub(st.logged) < pauseRemindEvery {
+			continue
+		}
+		a.logger.Warn("dispatch: destination still unavailable; its rows wait, attempts untouched",
+			slog.String("transport", e.transport), slog.String("destination", e.destination),
+			slog.Duration("paused_for", now.Sub(st.since).Round(time.Second)), slog.Int("failures", st.failures),
+			slog.Int("held_lanes", len(st.held)), slog.Time("next_probe", st.until), slog.String("error", st.lastErr))
+		st.held, st.logged = nil, now
+	}
 }
 
 // skipped reports whether e is set aside now.
@@ -177,6 +237,7 @@ func (a *setAside) publish(ctx context.Context, st *workerstore.Store, owner str
 		if ctx.Err() != nil {
 			break
 		}
+		a.remind(time.Now())
 		pauses := a.paused()
 		if len(pauses) == 0 && !published {
 			continue
@@ -324,13 +385,16 @@ func (a *setAside) settle(e endpoint, o outcome, err error) {
 	}
 	switch {
 	case o == timedOut || o == unavailable:
-		first := setAsideMin
+		first, limit := setAsideMin, setAsideMax
 		if o == unavailable {
-			first = setAsideUnavailableMin
+			first, limit = setAsideUnavailableMin, setAsideUnavailableMax
 		}
 		st = a.state(e)
 		if err != nil {
 			st.lastErr = err.Error()
+		}
+		if st.paused {
+			st.failures++
 		}
 		if st.paused && time.Now().Before(st.until) {
 			// A send begun before the pause ends in its interval (sends
@@ -338,18 +402,35 @@ func (a *setAside) settle(e endpoint, o outcome, err error) {
 			// doubles only once per failed probe.
 			return
 		}
-		if !st.paused {
-			st.paused, st.since = true, time.Now()
+		began := !st.paused
+		if began {
+			st.paused, st.since, st.failures, st.held = true, time.Now(), 1, nil
 		}
-		st.backoff = min(max(2*st.backoff, first), setAsideMax)
+		st.backoff = min(max(2*st.backoff, first), limit)
 		jitter := time.Duration(rand.Int64N(int64(st.backoff)/5+1)) - st.backoff/10
 		st.until = time.Now().Add(st.backoff + jitter)
-		a.changed()
-	case o == completed && st != nil && st.slow == 0:
-		delete(a.m, e)
+		if began {
+			st.logged = time.Now()
+			what := "timed out"
+			if o == unavailable {
+				what = "unavailable"
+			}
+			a.logger.Warn("dispatch: destination "+what+"; paused: its rows wait, attempts untouched, and one probe at a time tests it",
+				slog.String("transport", e.transport), slog.String("destination", e.destination),
+				slog.Time("next_probe", st.until), slog.String("error", st.lastErr))
+		}
 		a.changed()
 	case o == completed && st != nil:
-		st.paused = false
+		if st.paused {
+			a.logger.Info("dispatch: destination back; its rows flow again",
+				slog.String("transport", e.transport), slog.String("destination", e.destination),
+				slog.Duration("paused_for", time.Since(st.since).Round(time.Millisecond)), slog.Int("failures", st.failures))
+		}
+		if st.slow == 0 {
+			delete(a.m, e)
+		} else {
+			st.paused, st.failures, st.held = false, 0, nil
+		}
 		a.changed()
 	}
 }

@@ -177,6 +177,17 @@ func (s *sender) resolve(ctx context.Context, e endpoint, rows int) (relayer.Tra
 		return nil, 0, false
 	}
 	caps, err := s.caps.get(ctx, e, tr)
+	if err != nil && errors.Is(err, relayer.ErrUnavailable) && s.aside != nil {
+		// The transport cannot say what the destination is (no stream
+		// captures the subject): paused as if a send had found it so,
+		// which logs it once.
+		s.stats.skipped.Add(1)
+		s.aside.record(e, unavailable, err)
+		s.logger.Debug("dispatch: capability lookup found the destination unavailable; group skipped for recovery",
+			slog.String("transport", e.transport), slog.String("destination", e.destination),
+			slog.Int("rows", rows), slog.String("error", err.Error()))
+		return nil, 0, false
+	}
 	if err != nil {
 		s.stats.skipped.Add(1)
 		s.logger.Error("dispatch: capability lookup failed; group skipped for recovery",
@@ -401,12 +412,13 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		t.keep(msgs, prior)
 		return true
 	case errors.As(sendErr, &batchErr) && len(batchErr.Errs) == len(msgs):
-		failed, dead, first := 0, len(t.dead), ""
+		failed, dead := 0, len(t.dead)
+		var first error
 		for i, m := range msgs {
 			if err := batchErr.Errs[i]; err != nil {
 				t.failed(s, m, prior[i], err)
 				if failed == 0 {
-					first = err.Error()
+					first = err
 				}
 				failed++
 			}
@@ -419,15 +431,23 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		for i, m := range msgs {
 			t.failed(s, m, prior[i], sendErr)
 		}
-		s.logFailure(e, len(msgs), len(t.dead)-dead, sendErr.Error())
+		s.logFailure(e, len(msgs), len(t.dead)-dead, sendErr)
 	}
 	return false
 }
 
-func (s *sender) logFailure(e endpoint, rows, dead int, firstErr string) {
-	s.logger.Warn("dispatch: send failed; rows wait for their retry, or leave delivery once out of attempts",
+// logFailure logs a failed send of rows to e, dead of which left delivery,
+// firstErr the first row's error. A destination found unavailable is logged
+// by its pause, once (see setAside.settle), and here only at debug level:
+// one warning per failed probe would repeat it every few seconds.
+func (s *sender) logFailure(e endpoint, rows, dead int, firstErr error) {
+	level := slog.LevelWarn
+	if dead == 0 && errors.Is(firstErr, relayer.ErrUnavailable) {
+		level = slog.LevelDebug
+	}
+	s.logger.Log(context.Background(), level, "dispatch: send failed; rows wait for their retry, or leave delivery once out of attempts",
 		slog.String("transport", e.transport), slog.String("destination", e.destination),
-		slog.Int("rows", rows), slog.Int("dead", dead), slog.String("error", firstErr))
+		slog.Int("rows", rows), slog.Int("dead", dead), slog.String("error", firstErr.Error()))
 }
 
 // finish writes back the rows t did not send and commits, which removes the

@@ -51,10 +51,16 @@
 //   - The destination is down (the transport's error wraps
 //     relayer.ErrUnavailable) or slow (a send still running after a sixth of
 //     its claim, or timing out). The (transport, destination) is paused: for
-//     1 second when unavailable, 5 after a timeout, doubling with each
-//     further failure up to a minute (jittered). The direct, recovery and
-//     ordered workers of a [Runner] share the pauses (a direct dispatcher
-//     shares those of the recovery it wakes). While it is paused, direct
+//     1 second when unavailable, doubling with each further failure up to 5
+//     seconds (such a probe is refused at once, and delivery resumes within
+//     seconds of the broker's return), and for 5 seconds after a timeout,
+//     doubling up to a minute (each such probe holds a worker for a send's
+//     deadline); jittered. The pause is logged once when it begins, every
+//     minute while it lasts (with the failed sends and held lanes since),
+//     and once when it ends. A capability lookup that finds the destination
+//     unavailable (a subject no stream captures) pauses it the same way.
+//     The direct, recovery and ordered workers of a [Runner] share the
+//     pauses (a direct dispatcher shares those of the recovery it wakes). While it is paused, direct
 //     dispatch leaves the destination's rows in the table, recovery's takes
 //     pass over them, and an ordered key waits at its first row for it (the
 //     lane's keys bound elsewhere go on): no row is taken, rewritten or

@@ -11,10 +11,12 @@ import (
 	"github.com/relayer-go/relayer/store"
 )
 
-// The wake-up listener's reconnection back-off.
+// The wake-up listener's reconnection back-off. Its cap is short: a try is
+// one connection attempt, which a database that is down refuses at once, and
+// the listener is back within a couple of seconds of the database's return.
 const (
-	listenRetryMin = time.Second
-	listenRetryMax = 30 * time.Second
+	listenRetryMin = 500 * time.Millisecond
+	listenRetryMax = 2 * time.Second
 )
 
 // NotificationWaiter waits for PostgreSQL notifications on the connections
@@ -87,7 +89,7 @@ func (l *listener) run(ctx context.Context) {
 	retry := listenRetryMin
 	failing := false
 	for ctx.Err() == nil {
-		listened, err := l.listen(ctx)
+		listened, err := l.listen(ctx, failing)
 		l.listening.Store(false)
 		if ctx.Err() != nil {
 			return
@@ -112,9 +114,10 @@ func (l *listener) run(ctx context.Context) {
 }
 
 // listen takes a connection, LISTENs, and waits for notifications until the
-// connection fails or ctx ends. The connection is closed afterwards, never
+// connection fails or ctx ends; again says that an earlier try failed, so
+// that the return is logged. The connection is closed afterwards, never
 // returned to the pool still subscribed.
-func (l *listener) listen(ctx context.Context) (listened bool, err error) {
+func (l *listener) listen(ctx context.Context, again bool) (listened bool, err error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return false, err
@@ -123,7 +126,11 @@ func (l *listener) listen(ctx context.Context) (listened bool, err error) {
 	listening := func() {
 		listened = true
 		l.listening.Store(true)
-		l.logger.Debug("dispatch: wake-up listener listening", slog.String("statement", l.listenSQL))
+		if again {
+			l.logger.Info("dispatch: wake-up listener subscribed again")
+		} else {
+			l.logger.Debug("dispatch: wake-up listener listening", slog.String("statement", l.listenSQL))
+		}
 		l.wake("")
 	}
 	notified := func(payload string) {

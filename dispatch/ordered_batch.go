@@ -198,7 +198,7 @@ func (g *laneGroup) admitHeads(heads []store.Row, now time.Time) []laneBatch {
 		for n < len(rest) && rest[n].Lane == rest[0].Lane {
 			n++
 		}
-		rows, probe := g.untilSetAside(admit(rest[:n], now))
+		rows, probe := g.untilSetAside(rest[0].Lane, admit(rest[:n], now))
 		if len(rows) > 0 {
 			parts = append(parts, laneBatch{lane: rest[0].Lane, read: n, rows: rows, probe: probe})
 		}
@@ -280,17 +280,18 @@ type probeClaim struct {
 	gen uint64 // 0: none
 }
 
-// untilSetAside cuts rows before the first whose destination is set aside as
-// slow or unavailable: the lane waits there, its rows untouched. When that
+// untilSetAside cuts lane's rows before the first whose destination is set
+// aside as slow or unavailable: the lane waits there, its rows untouched. When that
 // destination is due for a probe and the batch claims it, the row is kept as
 // the batch's last, to be sent as the probe.
-func (g *laneGroup) untilSetAside(rows []store.Row) ([]store.Row, probeClaim) {
+func (g *laneGroup) untilSetAside(lane int, rows []store.Row) ([]store.Row, probeClaim) {
 	for i := range rows {
 		e := endpoint{rows[i].Transport, rows[i].Destination}
 		if g.aside.skipped(e) {
 			if gen := g.aside.claimProbe(e); gen != 0 {
 				return rows[:i+1], probeClaim{e: e, gen: gen}
 			}
+			g.aside.hold(e, lane)
 			return rows[:i], probeClaim{}
 		}
 	}

@@ -220,8 +220,10 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 		return err
 	case errors.Is(err, relayer.ErrUnavailable):
 		// The destination is down: the row keeps its attempts and waits,
-		// with its key, until the destination is back.
-		g.opts.Logger.Warn("dispatch: ordered destination unavailable; the key waits at this row, attempts untouched", attrs()...)
+		// with its key, until the destination is back. Its pause is logged
+		// once for every lane (see setAside.settle).
+		g.opts.Logger.Debug("dispatch: ordered destination unavailable; the key waits at this row, attempts untouched", attrs()...)
+		g.aside.hold(e, p.lane)
 		if ls.down == nil {
 			ls.down = map[endpoint]bool{}
 		}
@@ -248,6 +250,11 @@ func (ls *laneSend) send(ctx context.Context, i int, e endpoint, r *store.Row) e
 	m := &r.Message
 	tr, err := ls.g.resolve(ctx, m)
 	if err != nil {
+		if errors.Is(err, relayer.ErrUnavailable) {
+			// The transport cannot say what the destination is (no stream
+			// captures the subject): paused as if a send had found it so.
+			ls.g.aside.record(e, unavailable, err)
+		}
 		return err
 	}
 	sctx, done := ctx, func() {}

@@ -87,6 +87,7 @@ func (c *outboxCore) serve(ctx context.Context, logger *slog.Logger) (release fu
 		run, stop := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		c.stopServices, c.servicesDone = stop, done
+		c.aside.setLogger(logger)
 		c.syncClock(run, logger)
 		var wg sync.WaitGroup
 		wg.Go(func() { c.measureClock(run, logger) })

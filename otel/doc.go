@@ -49,7 +49,10 @@
 // statements per collection: the backlog of deliverable rows, how long the
 // oldest of them has waited, the rows blocked behind a parked or retrying
 // key, and the scheduled, claimed, retrying, parked and dead rows, including
-// the number of parked ordering keys and the dead letters by reason.
+// the number of parked ordering keys and the dead letters by reason, and the
+// destinations paused, in all and each. A series that an alert compares with
+// 0 is reported at 0 rather than left out: each dead-letter reason, the count
+// of paused destinations, and a destination whose pause has ended.
 //
 // [ObserveRunner] registers counters that read a dispatch.Runner's Stats:
 // sends, failures, expired claims, rows left for recovery, retention passes

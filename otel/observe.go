@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -54,10 +55,18 @@ const (
 	// MetricDeadByReason counts dead letters per relayer.dead.reason.
 	MetricDeadByReason = "relayer.outbox.dead_by_reason"
 	// MetricPaused is, per paused (transport, destination), how many
-	// workers have paused it (store.Pauses); a destination nobody pauses
-	// has no data point.
+	// workers have paused it (store.Pauses); a destination no longer paused
+	// reports 0 for as long as the registration lasts (up to
+	// pausedRemembered destinations), one never paused has no data point.
 	MetricPaused = "relayer.destination.paused"
+	// MetricPausedDestinations counts the destinations paused now, 0 when
+	// none is: the series to alert on, present from the first collection.
+	MetricPausedDestinations = "relayer.outbox.paused_destinations"
 )
+
+// pausedRemembered bounds the destinations ObserveStore keeps reporting at
+// 0 once their pause ended.
+const pausedRemembered = 1024
 
 // ObserveStore registers gauges of the outbox st reads (for a
 // relayer.Outbox, st is store.New(db, store.OptionsOf(outbox))), observed
@@ -76,10 +85,15 @@ const (
 //     and .dead: the other counts of [store.Stats];
 //   - relayer.outbox.oldest_parked_age: seconds since the longest-parked row
 //     was parked, 0 when none is;
-//   - relayer.outbox.dead_by_reason: dead letters per relayer.dead.reason;
+//   - relayer.outbox.dead_by_reason: dead letters per relayer.dead.reason,
+//     0 for each of store.DeadReasons that has none;
 //   - relayer.destination.paused: per paused destination
 //     (relayer.transport, messaging.destination.name), the workers pausing
-//     it, as they publish it.
+//     it, as they publish it; 0 once its pause ended;
+//   - relayer.outbox.paused_destinations: the destinations paused now.
+//
+// Series that would vanish at zero report 0 instead, so that an alert
+// comparing them with 0 sees them.
 //
 // They are gauges, not up-down counters, because every process observing one
 // outbox reports the same rows: summing them across processes would count
@@ -115,6 +129,7 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 	retrying := gauge(MetricRetrying, "{message}", "Outbox rows waiting for the retry time of a failed send.")
 	deadBy := gauge(MetricDeadByReason, "{message}", "Dead-letter rows by the reason they left delivery.")
 	paused := gauge(MetricPaused, "{worker}", "Workers passing a destination over while its broker is down or slow.")
+	pausedCount := gauge(MetricPausedDestinations, "{destination}", "Destinations some worker passes over now, while their broker is down or slow.")
 	oldest, err := meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
 		metric.WithDescription("How long the longest-waiting deliverable outbox row has been due."))
 	errs = errors.Join(errs, err)
@@ -125,6 +140,9 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		return nil, errs
 	}
 
+	// The destinations seen paused, reported at 0 once their pause ended.
+	var seenMu sync.Mutex
+	seen := map[[2]string]bool{}
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
 		defer cancel()
@@ -147,6 +165,11 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		if err != nil {
 			return err
 		}
+		for _, reason := range store.DeadReasons() {
+			if _, ok := byReason[reason]; !ok {
+				o.ObserveInt64(deadBy, 0, metric.WithAttributes(OutboxKey.String(name), ReasonKey.String(reason)))
+			}
+		}
 		for reason, n := range byReason {
 			o.ObserveInt64(deadBy, n, metric.WithAttributes(OutboxKey.String(name), ReasonKey.String(reason)))
 		}
@@ -158,11 +181,24 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		for _, p := range pauses {
 			perDest[[2]string{p.Transport, p.Destination}]++
 		}
+		o.ObserveInt64(pausedCount, int64(len(perDest)), attrs)
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		for d := range perDest {
+			if !seen[d] && len(seen) < pausedRemembered {
+				seen[d] = true
+			}
+		}
+		for d := range seen {
+			if _, ok := perDest[d]; !ok {
+				perDest[d] = 0 // its pause ended
+			}
+		}
 		for d, n := range perDest {
 			o.ObserveInt64(paused, n, metric.WithAttributes(OutboxKey.String(name), TransportKey.String(d[0]), semconv.MessagingDestinationNameKey.String(d[1])))
 		}
 		return nil
-	}, backlog, blocked, scheduled, claimed, parked, parkedKeys, dead, retrying, deadBy, paused, oldest, oldestParked)
+	}, backlog, blocked, scheduled, claimed, parked, parkedKeys, dead, retrying, deadBy, paused, pausedCount, oldest, oldestParked)
 }
 
 // waited is how long ago since was, zero for the zero time and for instants a

@@ -70,8 +70,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"say (default: 10 attempts, 1s doubling up to 5m); the producers' per-route policies are theirs.\n\n"+
 			transportHelp+"\n\n"+
 			"Endpoints (with --http ADDR): /healthz answers 200 while the process runs; /readyz 200 once the\n"+
-			"workers started while the database answers, the schema is current and the wake-up listener is\n"+
-			"subscribed (503 with the failing check otherwise, and from the first signal on); /metrics the\n"+
+			"workers started while the database answers, the schema is current, the wake-up listener is\n"+
+			"subscribed and every transport is connected with no destination paused (503 with the failing\n"+
+			"check otherwise, and from the first signal on); /metrics the\n"+
 			"library's OpenTelemetry metrics in the Prometheus text format; with --console, the web console\n"+
 			"under /console/, its token in $"+consoleTokenEnv+". They answer to loopback names, IP addresses\n"+
 			"and each --allowed-host; another host name gets 421.\n\n"+
@@ -153,7 +154,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			lanes = relayer.LanesDefault
 		}
 	}
-	open, err := openTransports(ctx, specs, f.clientName)
+	open, err := openTransports(ctx, specs, f.clientName, logger)
 	if err != nil {
 		return startFailed(ctx, err)
 	}
@@ -183,7 +184,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	db.SetMaxIdleConns(pinned + borrowed + headroom)
 
 	var srv *endpoints
-	state := &relayState{runner: runner, listen: ropts.Listen}
+	state := &relayState{runner: runner, listen: ropts.Listen, transports: open}
 	if f.http != "" {
 		// The endpoints' pool, of their own: scrapes and probes, which
 		// anyone who reaches the port may send, never take the workers'
@@ -199,7 +200,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		state.db = edb
-		if err := obs.observe(runner, state.store); err != nil {
+		if err := obs.observe(state); err != nil {
 			return err
 		}
 		var cons *console.Console
@@ -377,6 +378,9 @@ type relayState struct {
 	store  *store.Store
 	runner *dispatch.Runner
 	listen bool
+	// transports are the relay's, whose connections and paused
+	// destinations the readiness reports (see transportChecks).
+	transports []openedTransport
 
 	mu       sync.Mutex
 	started  bool
@@ -407,6 +411,8 @@ type check struct {
 	OK   bool   `json:"ok"`
 	// Detail says why a check failed, or what it found.
 	Detail string `json:"detail,omitempty"`
+	// Paused lists a transport's paused destinations.
+	Paused []pausedDestination `json:"paused,omitempty"`
 }
 
 // ready runs the readiness checks, in order, and reports whether all
@@ -416,7 +422,7 @@ func (s *relayState) ready(ctx context.Context) (bool, []check) {
 	started, stopping := s.started, s.stopping
 	s.mu.Unlock()
 	var checks []check
-	add := func(name string, ok bool, detail string) { checks = append(checks, check{name, ok, detail}) }
+	add := func(name string, ok bool, detail string) { checks = append(checks, check{name, ok, detail, nil}) }
 	switch {
 	case stopping:
 		add("workers", false, "stopping")
@@ -444,6 +450,7 @@ func (s *relayState) ready(ctx context.Context) (bool, []check) {
 			add("listener", false, "not subscribed: the workers poll until it reconnects")
 		}
 	}
+	checks = append(checks, transportChecks(s.transports, s.runner.Paused())...)
 	for _, c := range checks {
 		if !c.OK {
 			return false, checks

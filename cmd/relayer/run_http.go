@@ -3,43 +3,67 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/console"
-	"github.com/relayer-go/relayer/dispatch"
 	relayerotel "github.com/relayer-go/relayer/otel"
-	"github.com/relayer-go/relayer/store"
 )
 
 // observability is the relay's metrics: the library's OpenTelemetry
-// instruments, read by a Prometheus exporter into a registry of its own.
+// instruments, read by a Prometheus exporter into a registry of its own,
+// which also carries the Go runtime's and the process's collectors.
 type observability struct {
 	registry *prometheus.Registry
 	provider *sdkmetric.MeterProvider
 	meter    metric.Meter
+	version  buildVersion
 	regs     []metric.Registration
 }
 
+// serviceName is the OpenTelemetry service.name of the relay's metrics.
+const serviceName = "relayer"
+
 func newObservability() (*observability, error) {
+	v, _ := readVersion()
+	if v.Command == "" {
+		v.Command = "(devel)"
+	}
 	reg := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err := errors.Join(reg.Register(collectors.NewGoCollector()),
+		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	// Scope labels (otel_scope_name, …) on every series say only which
+	// package made it, which the names already say.
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	return &observability{registry: reg, provider: provider, meter: provider.Meter("github.com/relayer-go/relayer/cmd/relayer")}, nil
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		attribute.String("service.name", serviceName), attribute.String("service.version", v.Command)))
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))
+	meter := provider.Meter("github.com/relayer-go/relayer/cmd/relayer", metric.WithInstrumentationVersion(v.Command))
+	return &observability{registry: reg, provider: provider, meter: meter, version: v}, nil
 }
 
 // wrap returns o's transport measured: sends, their durations and
@@ -58,14 +82,41 @@ func messagingSystem(kind string) string {
 	return kind
 }
 
-// observe registers the workers' counters and the outbox's gauges.
-func (obs *observability) observe(r *dispatch.Runner, st *store.Store) error {
-	reg, err := relayerotel.ObserveRunner(obs.meter, r)
+// observe registers the workers' counters, the outbox's gauges, the
+// relay's readiness (relayer_ready, 1 or 0, from the checks of /readyz) and
+// its build (relayer_build_info, always 1, its labels the versions).
+func (obs *observability) observe(state *relayState) error {
+	reg, err := relayerotel.ObserveRunner(obs.meter, state.runner)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	obs.regs = append(obs.regs, reg)
-	if reg, err = relayerotel.ObserveStore(obs.meter, st, ""); err != nil {
+	if reg, err = relayerotel.ObserveStore(obs.meter, state.store, ""); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	obs.regs = append(obs.regs, reg)
+	ready, err := obs.meter.Int64ObservableGauge("relayer.ready",
+		metric.WithDescription("1 while the relay's readiness checks (those of /readyz) pass, 0 otherwise."))
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	build, err := obs.meter.Int64ObservableGauge("relayer.build_info",
+		metric.WithDescription("Always 1; its labels are the versions of the relay, of the library it was built with, and of Go."))
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	buildAttrs := metric.WithAttributes(attribute.String("version", obs.version.Command),
+		attribute.String("library_version", obs.version.Library), attribute.String("go_version", obs.version.Go))
+	reg, err = obs.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(build, 1, buildAttrs)
+		var up int64
+		if ok, _ := state.ready(ctx); ok {
+			up = 1
+		}
+		o.ObserveInt64(ready, up)
+		return nil
+	}, ready, build)
+	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	obs.regs = append(obs.regs, reg)
@@ -86,10 +137,15 @@ type endpoints struct {
 	srv  *http.Server
 	ln   net.Listener
 	done <-chan error
+	// stopSampling ends the console's sampler, which sampling waits for.
+	stopSampling context.CancelFunc
+	sampling     sync.WaitGroup
 }
 
 // serveEndpoints listens on addr and serves /healthz, /readyz, /metrics and,
-// when cons is not nil, the console under /console/.
+// when cons is not nil, the console under /console/, whose sampler then runs
+// until the endpoints close, so that its chart covers the relay's life and
+// not only the moments a page was open.
 func serveEndpoints(addr string, hosts []string, state *relayState, obs *observability, cons *console.Console, logger *slog.Logger) (*endpoints, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -118,7 +174,13 @@ func serveEndpoints(addr string, hosts []string, state *relayState, obs *observa
 		return nil, fmt.Errorf("--http: %w", err)
 	}
 	srv := newConsoleServer(hostCheck(mux, hosts, logger))
-	return &endpoints{srv: srv, ln: ln, done: serve(srv, ln)}, nil
+	e := &endpoints{srv: srv, ln: ln, done: serve(srv, ln), stopSampling: func() {}}
+	if cons != nil {
+		var ctx context.Context
+		ctx, e.stopSampling = context.WithCancel(context.Background())
+		e.sampling.Go(func() { _ = cons.Run(ctx) })
+	}
+	return e, nil
 }
 
 // address is where the endpoints listen, "" without them.
@@ -142,6 +204,8 @@ func (e *endpoints) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), consoleShutdown)
 	defer cancel()
 	_ = e.srv.Shutdown(ctx)
+	e.stopSampling()
+	e.sampling.Wait()
 }
 
 // hostCheck answers 421 to a request whose Host header is a name other

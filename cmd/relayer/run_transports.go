@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"regexp"
@@ -244,14 +245,18 @@ type openedTransport struct {
 	// closing is set once the relay closes the connection itself (nil for
 	// the clients without lost).
 	closing *atomic.Bool
+	// connection reports whether the broker connection is up and, in a
+	// word, its state; nil for a client that keeps no one connection
+	// (Kafka's talks to each broker of the cluster as it needs).
+	connection func() (up bool, state string)
 }
 
 // openTransports connects every spec's broker; on an error it closes those
 // already open.
-func openTransports(ctx context.Context, specs []transportSpec, clientName string) ([]openedTransport, error) {
+func openTransports(ctx context.Context, specs []transportSpec, clientName string, logger *slog.Logger) ([]openedTransport, error) {
 	var open []openedTransport
 	for _, spec := range specs {
-		o, err := openTransport(ctx, spec, clientName)
+		o, err := openTransport(ctx, spec, clientName, logger)
 		if err != nil {
 			closeTransports(open)
 			return nil, err
@@ -267,11 +272,11 @@ func closeTransports(open []openedTransport) {
 	}
 }
 
-func openTransport(ctx context.Context, spec transportSpec, clientName string) (openedTransport, error) {
+func openTransport(ctx context.Context, spec transportSpec, clientName string, logger *slog.Logger) (openedTransport, error) {
 	q := &query{spec: spec, v: spec.url.Query()}
 	switch spec.url.Scheme {
 	case "nats", "tls":
-		return openNATS(ctx, q, clientName)
+		return openNATS(ctx, q, clientName, logger)
 	case "kafka":
 		return openKafka(ctx, q, clientName)
 	default:
@@ -296,9 +301,37 @@ func withoutQuery(u *url.URL) string {
 	return c.String()
 }
 
-func openNATS(ctx context.Context, q *query, clientName string) (openedTransport, error) {
+// The NATS connection's liveness: a server that stops answering (frozen, or
+// cut off without a reset) is found out after natsPingInterval times
+// natsPingsOut, and the client reconnects.
+const (
+	natsPingInterval = 5 * time.Second
+	natsPingsOut     = 2
+)
+
+func openNATS(ctx context.Context, q *query, clientName string, logger *slog.Logger) (openedTransport, error) {
 	spec := q.spec
-	opts := []nats.Option{nats.Name(clientName), nats.MaxReconnects(-1), nats.Timeout(connectTimeout)}
+	closing := new(atomic.Bool)
+	// While the client reconnects, a publish fails at once (no reconnect
+	// buffer) instead of waiting for its deadline: the workers see the
+	// destination unavailable, pause it, and probe it every few seconds.
+	opts := []nats.Option{nats.Name(clientName), nats.MaxReconnects(-1), nats.Timeout(connectTimeout), nats.ReconnectBufSize(-1),
+		nats.PingInterval(natsPingInterval), nats.MaxPingsOutstanding(natsPingsOut),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if closing.Load() {
+				return
+			}
+			reason := "closed"
+			if err != nil {
+				reason = redacted(err.Error())
+			}
+			logger.Warn("relayer run: transport "+spec.name+": broker connection lost; reconnecting, its destinations wait",
+				slog.String("transport", spec.name), slog.String("error", reason))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("relayer run: transport "+spec.name+": broker connection back",
+				slog.String("transport", spec.name), slog.String("server", redacted(nc.ConnectedUrlRedacted())))
+		})}
 	if cfg := q.tlsConfig(spec.url.Scheme == "tls"); cfg != nil {
 		opts = append(opts, nats.Secure(cfg))
 	}
@@ -346,7 +379,11 @@ func openNATS(ctx context.Context, q *query, clientName string) (openedTransport
 		nc.Close()
 		return openedTransport{}, fmt.Errorf("transport %s: %w", spec.name, err)
 	}
-	return openedTransport{name: spec.name, kind: "nats", tr: tr, close: func() { _ = nc.Drain() }}, nil
+	return openedTransport{name: spec.name, kind: "nats", tr: tr, close: func() { closing.Store(true); _ = nc.Drain() },
+		connection: func() (bool, string) {
+			st := nc.Status()
+			return st == nats.CONNECTED, strings.ToLower(st.String())
+		}}, nil
 }
 
 func openKafka(ctx context.Context, q *query, clientName string) (openedTransport, error) {
@@ -439,5 +476,11 @@ func openAMQP(_ context.Context, q *query, clientName string) (openedTransport, 
 	}
 	closing := new(atomic.Bool)
 	return openedTransport{name: spec.name, kind: "amqp", tr: tr, lost: lost, closing: closing,
-		close: func() { closing.Store(true); _ = tr.Close(); _ = conn.Close() }}, nil
+		close: func() { closing.Store(true); _ = tr.Close(); _ = conn.Close() },
+		connection: func() (bool, string) {
+			if conn.IsClosed() {
+				return false, "closed"
+			}
+			return true, "connected"
+		}}, nil
 }

@@ -524,3 +524,46 @@ func TestObserveStoreFailure(t *testing.T) {
 		t.Fatal("a backlog was reported for a database that cannot be queried")
 	}
 }
+
+// Series an alert compares with 0 are there at 0: each dead-letter reason
+// without dead letters, the count of paused destinations when none is, and a
+// destination whose pause ended (before, such series vanished, and an alert
+// on them saw nothing rather than 0).
+func TestObserveStoreReportsZeros(t *testing.T) {
+	t.Parallel()
+	_, st, _ := storeOutbox(t)
+	ctx := t.Context()
+	mb := setupMeter(t)
+	reg, err := relayerotel.ObserveStore(mb.mp.Meter("test"), st.Store, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	dest := map[string]string{"relayer.outbox": "orders", "relayer.transport": "nats", "messaging.destination.name": "orders"}
+	expect := func(stage string, rm metricdata.ResourceMetrics, name string, attrs map[string]string, want int64) {
+		t.Helper()
+		if got, ok := total(t, rm, name, attrs); !ok || got != want {
+			t.Errorf("%s: %s%v = %d (reported %v), want %d", stage, name, attrs, got, ok, want)
+		}
+	}
+	rm := mb.mustCollect(t)
+	for _, reason := range store.DeadReasons() {
+		expect("empty", rm, relayerotel.MetricDeadByReason, map[string]string{"relayer.outbox": "orders", "relayer.dead.reason": reason}, 0)
+	}
+	expect("empty", rm, relayerotel.MetricPausedDestinations, map[string]string{"relayer.outbox": "orders"}, 0)
+
+	token := uuid.New()
+	p := store.Pause{Transport: "nats", Destination: "orders", Since: time.Now(), NextProbe: time.Now().Add(time.Second), LastError: "down"}
+	if err := st.PublishPauses(ctx, token, "w1", []store.Pause{p}); err != nil {
+		t.Fatal(err)
+	}
+	rm = mb.mustCollect(t)
+	expect("paused", rm, relayerotel.MetricPaused, dest, 1)
+	expect("paused", rm, relayerotel.MetricPausedDestinations, map[string]string{"relayer.outbox": "orders"}, 1)
+	if err := st.ClearPauses(ctx, token); err != nil {
+		t.Fatal(err)
+	}
+	rm = mb.mustCollect(t)
+	expect("back", rm, relayerotel.MetricPaused, dest, 0)
+	expect("back", rm, relayerotel.MetricPausedDestinations, map[string]string{"relayer.outbox": "orders"}, 0)
+}
