@@ -187,7 +187,9 @@ func fencedBlocks(doc string) []block {
 // every other name must be one dispatch.LoadRunnerOptions reads through
 // dispatch.EnvSource with the relay's prefix, or dispatch.LoadRetry with
 // the prefix RELAYER_RETRY_. Conversely, every key they read must be
-// documented.
+// documented. A name the page shows refused as an unknown setting must be
+// refused, and RELAYER_TEST_, the prefix of the names the relay leaves
+// alone, is no name.
 //
 // Which names LoadRunnerOptions reads is asked of the code itself, not of a
 // list copied from dispatch/config.go, and without duplicating EnvSource's
@@ -204,7 +206,17 @@ func checkEnvNames(t *testing.T, doc string) {
 	names := map[string][]int{} // each name, and the lines that mention it
 	for i, line := range strings.Split(doc, "\n") {
 		for _, name := range envToken.FindAllString(line, -1) {
-			names[name] = append(names[name], i+1)
+			switch {
+			case name+"_" == notSettingsPrefix:
+				// The prefix of the names the relay leaves alone.
+			case strings.Contains(line, "unknown setting "+name):
+				// A misspelling the page shows refused: it must be.
+				if err := checkSettings([]string{name + "=1"}, nil); err == nil || !strings.Contains(err.Error(), "unknown setting "+name) {
+					t.Errorf("%s:%d: %s is shown refused, but the relay takes it (%v)", relayDocPath, i+1, name, err)
+				}
+			default:
+				names[name] = append(names[name], i+1)
+			}
 		}
 	}
 	if len(names) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -67,7 +68,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"RELAYER_DISABLE_CLEANUP, RELAYER_LISTEN (default true here) and so on. Recovery takes rows at once\n"+
 			"(unless RELAYER_RECOVERY_MIN_AGE is set), as no process sends them right after their commit. Failed\n"+
 			"sends are retried as RELAYER_RETRY_MAX_ATTEMPTS, RELAYER_RETRY_BACKOFF and RELAYER_RETRY_MAX_BACKOFF\n"+
-			"say (default: 10 attempts, 1s doubling up to 5m); the producers' per-route policies are theirs.\n\n"+
+			"say (default: 10 attempts, 1s doubling up to 5m); the producers' per-route policies are theirs.\n"+
+			"A RELAYER_ variable the relay does not read is refused, naming the nearest setting (names\n"+
+			"starting RELAYER_TEST_ are the tests' and left alone).\n\n"+
 			transportHelp+"\n\n"+
 			"Endpoints (with --http ADDR): /healthz answers 200 while the process runs; /readyz 200 once the\n"+
 			"workers started while the database answers, the schema is current and the wake-up listener is\n"+
@@ -101,7 +104,11 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.shutdown <= 0 {
 		return usagef("--shutdown-timeout must be positive, got %s", f.shutdown)
 	}
-	if f.lanes != 0 && (f.lanes < relayer.LanesMin || f.lanes > relayer.LanesMax) {
+	// --lanes 0 is refused like any count out of range; only a --lanes
+	// not given reads the outbox's.
+	lanesGiven := false
+	fs.Visit(func(fl *flag.Flag) { lanesGiven = lanesGiven || fl.Name == "lanes" })
+	if lanesGiven && (f.lanes < relayer.LanesMin || f.lanes > relayer.LanesMax) {
 		return usagef("--lanes must be %d to %d, got %d", relayer.LanesMin, relayer.LanesMax, f.lanes)
 	}
 	if f.console && f.http == "" {
@@ -130,6 +137,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usagef("%v", err)
 	}
+	if err := checkSettings(os.Environ(), specs); err != nil {
+		return usagef("%v", err)
+	}
 	sopts, db, err := f.open(ctx)
 	if err != nil {
 		return err
@@ -142,7 +152,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	lanes := f.lanes
-	if lanes == 0 {
+	if !lanesGiven {
 		recorded, ok, err := st.LaneCount(ctx)
 		switch {
 		case err != nil:
