@@ -23,7 +23,8 @@
 // Against an existing outbox (--database-url, --schema, --prefix):
 //
 //	relayer schema              print the DDL
-//	relayer migrate             create or upgrade the tables
+//	relayer migrate             create or upgrade the tables (--check: exit 1 while steps
+//	                            are pending or the tables are newer than the command)
 //	relayer stats [--json] [--watch]
 //	                            backlog, retries, parked keys, dead letters by reason,
 //	                            paused destinations, members and lane owners
