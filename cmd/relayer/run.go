@@ -55,7 +55,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, " ") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var f runFlags
 	host, _ := os.Hostname()
 	fs := newFlagSet("run",
@@ -78,9 +78,10 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"library's OpenTelemetry metrics in the Prometheus text format; with --console, the web console\n"+
 			"under /console/, its token in $"+consoleTokenEnv+". They answer to loopback names, IP addresses\n"+
 			"and each --allowed-host; another host name gets 421.\n\n"+
-			"SIGTERM or SIGINT stop the workers, which finish what they hold within --shutdown-timeout, and\n"+
-			"the relay exits 0 (1 when the deadline cut them short: what they held is sent again by another\n"+
-			"relay); a second signal exits at once. A start that cannot work exits with the reason on one line:\n"+
+			"SIGTERM or SIGINT stop the workers, which finish what they hold within --shutdown-timeout (the\n"+
+			"endpoints answering until they have), and the relay exits 0 (1 when the deadline cut them short:\n"+
+			"what they held is sent again by another relay); a second signal exits at once. A start that cannot\n"+
+			"work exits with the reason on one line (with --log-format json, the log's last line):\n"+
 			"2 for a wrong command line or setting (a transport's parameters included), 1 for the rest (an\n"+
 			"outdated schema, a broker that does not answer).",
 		"DATABASE_URL=postgres://relay@db:5432/app relayer run --schema messaging --transport nats=nats://nats:4222 --http :9090", stderr)
@@ -101,6 +102,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	defer func() { err = logFinal(logger, f.logFormat, err) }()
 	if f.shutdown <= 0 {
 		return usagef("--shutdown-timeout must be positive, got %s", f.shutdown)
 	}
@@ -251,7 +253,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cause = err
 	}
 	if cause != nil {
-		logger.Error("relayer run: stopping: " + cause.Error())
+		logger.Error("relayer run: stopping", slog.String("error", oneLine(cause.Error())))
 	}
 	state.setStopping()
 	stopped := make(chan struct{})
@@ -260,7 +262,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdown)
 	defer cancel()
 	if err := runner.Stop(sctx); err != nil {
-		return fmt.Errorf("the workers did not finish within --shutdown-timeout %s (what they held is sent again by a relay): %w", f.shutdown, err)
+		return fmt.Errorf("the workers did not finish within --shutdown-timeout %s (what they held is sent again by a relay): %w", f.shutdown, distinct(err))
 	}
 	logger.Info("relayer run: stopped")
 	return cause
