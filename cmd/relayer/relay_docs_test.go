@@ -40,7 +40,10 @@ var (
 	graceValue = regexp.MustCompile(`terminationGracePeriodSeconds:\s*(\d+)`)
 	// migrateLine is a line of a code block that runs relayer migrate, as
 	// a command line or a YAML list.
-	migrateLine = regexp.MustCompile(`\brelayer"?,?\s+"?migrate\b`)
+	migrateLine = regexp.MustCompile(`\brelayer"?,?\s+"?migrate\b|\[\s*"migrate"`)
+	// scriptFlag is an option scripts/image takes: a pattern of its
+	// argument loop's case, such as "    --tag)".
+	scriptFlag = regexp.MustCompile(`(?m)^\s+--([a-z][a-z0-9-]*)\)`)
 	// stopValue is a systemd unit's stop timeout.
 	stopValue = regexp.MustCompile(`(?m)^\s*TimeoutStopSec=(\S+)`)
 )
@@ -58,6 +61,7 @@ var (
 func TestRelayDocsUseRealFlags(t *testing.T) {
 	defined := relayFlagNames(t)
 	migrateDefined := flagNames(t, "migrate")
+	imageDefined := imageFlagNames(t)
 	relayDoc := readDoc(t, relayDocPath)
 	readme := readDoc(t, readmePath)
 
@@ -65,13 +69,17 @@ func TestRelayDocsUseRealFlags(t *testing.T) {
 	// lines, the YAML args lists and the systemd unit's ExecStart), and of
 	// the flag table's rows. Code blocks in this page must use only the
 	// relay's long flags (another program's options in short form), but for
-	// a line that runs relayer migrate (an init container's command, say),
-	// which is held to migrate's.
+	// a line that runs relayer migrate (an init container's command, say)
+	// or scripts/image, which is held to theirs.
 	used := 0
 	for _, b := range fencedBlocks(relayDoc) {
 		for i, line := range b.lines {
-			if migrateLine.MatchString(line) {
+			switch {
+			case migrateLine.MatchString(line):
 				checkFlags(t, relayDocPath, b.start+i, line, "migrate", migrateDefined)
+				continue
+			case strings.Contains(line, "scripts/image "):
+				checkFlags(t, relayDocPath, b.start+i, line, "image (scripts/image)", imageDefined)
 				continue
 			}
 			used += checkFlags(t, relayDocPath, b.start+i, line, "run", defined)
@@ -121,6 +129,20 @@ func relayFlagNames(t *testing.T) map[string]bool {
 		if !names[want] {
 			t.Fatalf("relayer run -h lists no -%s; the help's format changed? flags read: %v", want, sortedKeys(names))
 		}
+	}
+	return names
+}
+
+// imageFlagNames returns the options scripts/image takes, read from its
+// argument loop, without the leading dashes.
+func imageFlagNames(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, m := range scriptFlag.FindAllStringSubmatch(readDoc(t, imageScriptPath), -1) {
+		names[m[1]] = true
+	}
+	if !names["tag"] {
+		t.Fatalf("read no --tag from %s's argument loop: its format changed? read %v", imageScriptPath, sortedKeys(names))
 	}
 	return names
 }
