@@ -258,7 +258,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	state.setStopping()
 	stopped := make(chan struct{})
 	defer close(stopped)
-	exitOnSecondSignal(stopped, stderr)
+	exitOnSecondSignal(stopped, func(sig os.Signal) {
+		printFinal(logger, f.logFormat, stderr, fmt.Errorf("%v again: exiting at once (what the workers held is sent again by a relay)", sig))
+	})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdown)
 	defer cancel()
 	if err := runner.Stop(sctx); err != nil {
@@ -351,15 +353,15 @@ func lostBroker(open []openedTransport) <-chan error {
 }
 
 // exitOnSecondSignal exits the process at once on a SIGINT or SIGTERM that
-// comes before stopped is closed.
-func exitOnSecondSignal(stopped <-chan struct{}, stderr io.Writer) {
+// comes before stopped is closed, after report.
+func exitOnSecondSignal(stopped <-chan struct{}, report func(os.Signal)) {
 	second := make(chan os.Signal, 1)
 	signal.Notify(second, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		defer signal.Stop(second)
 		select {
 		case sig := <-second:
-			fmt.Fprintf(stderr, "relayer run: %v again: exiting at once (what the workers held is sent again by a relay)\n", sig)
+			report(sig)
 			os.Exit(exitFail)
 		case <-stopped:
 		}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -18,6 +20,17 @@ func logFinal(logger *slog.Logger, format string, err error) error {
 	}
 	logger.Error("relayer run: exiting", slog.String("error", oneLine(err.Error())), slog.Int("exit_status", exitStatus(err)))
 	return loggedError{err}
+}
+
+// printFinal writes err as the relay's last line, for an exit that does
+// not return through run: a JSON log line under the json format, and under
+// text the line run would print.
+func printFinal(logger *slog.Logger, format string, stderr io.Writer, err error) {
+	if format == "json" {
+		logFinal(logger, format, err)
+		return
+	}
+	fmt.Fprintf(stderr, "relayer run: %s\n", oneLine(err.Error()))
 }
 
 // distinct returns err with each distinct message of the errors it joins

@@ -21,8 +21,9 @@ import (
 // A stopping relay keeps its endpoints until its workers have stopped:
 // after SIGTERM, while a send it holds hangs, /healthz answers 200 and
 // /readyz 503 saying "stopping"; once the send returns, the relay exits 0.
-// When the deadline cuts the stop short, the final error is one JSON line
-// under --log-format json, naming its cause once.
+// When the deadline cuts the stop short, or a second signal ends it, the
+// final error is one JSON line under --log-format json, naming its cause
+// once.
 func TestRelayServesProbesUntilItsWorkersStop(t *testing.T) {
 	t.Parallel()
 	dbURL, schema := migrated(t)
@@ -120,6 +121,25 @@ func TestRelayServesProbesUntilItsWorkersStop(t *testing.T) {
 	t.Logf("final line: %s", last)
 	if n := strings.Count(last, "deadline exceeded"); n != 1 {
 		t.Errorf("the final line names its cause %d times, want once: %q", n, last)
+	}
+
+	// A second signal exits at once, its last line JSON too.
+	p, _ = hang("60s")
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the relay did not exit at the second signal: %s", p.stderr.String())
+	}
+	proxy.setStalled(false)
+	lines = strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	last = lines[len(lines)-1]
+	entry.Level, entry.Error = "", ""
+	if err := json.Unmarshal([]byte(last), &entry); err != nil || entry.Level != "ERROR" || !strings.Contains(entry.Error, "again: exiting at once") ||
+		p.cmd.ProcessState.ExitCode() != exitFail {
+		t.Errorf("after a second signal: exit code %d, final line %q (%v); want %d and one JSON line", p.cmd.ProcessState.ExitCode(), last, err, exitFail)
 	}
 }
 
