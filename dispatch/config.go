@@ -32,8 +32,16 @@ func MapSource(m map[string]string) Source {
 // from RELAYER_ORDERED_WORKERS.
 func EnvSource(prefix string) Source {
 	return func(key string) (string, bool) {
-		return os.LookupEnv(prefix + snake(key))
+		return os.LookupEnv(EnvName(prefix, key))
 	}
+}
+
+// EnvName returns the environment variable [EnvSource] with prefix reads
+// key from: EnvName("RELAYER_", "Recovery.MinAge") is
+// "RELAYER_RECOVERY_MIN_AGE". A program that reads its options through
+// EnvSource can use it to tell its own variables from misspelt ones.
+func EnvName(prefix, key string) string {
+	return prefix + snake(key)
 }
 
 func snake(key string) string {

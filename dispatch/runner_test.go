@@ -378,6 +378,9 @@ func TestLoadRunnerOptionsFromEnvironment(t *testing.T) {
 	if !o.DisableCleanup || o.Direct.QueueCapacity != 64 || o.Ordered.PollInterval != 250*time.Millisecond {
 		t.Errorf("LoadRunnerOptions(env) = %+v", o)
 	}
+	if got := dispatch.EnvName("ORDERS_", "Ordered.PollInterval"); got != "ORDERS_ORDERED_POLL_INTERVAL" {
+		t.Errorf("EnvName(Ordered.PollInterval) = %s, want the variable EnvSource read", got)
+	}
 }
 
 // sendTimes wraps a transport and notes when each message was sent.

@@ -15,8 +15,10 @@ const SchemaVersion = 8
 // MinSchemaVersion is the oldest schema this release's writers and workers
 // run on: they refuse one that lacks any of the migrations 1 to
 // MinSchemaVersion (see [Store.CheckSchema]). The migrations after it, up to
-// [SchemaVersion], make them faster but change nothing they rely on, so that
-// a release can be deployed before its migration is run.
+// [SchemaVersion], add what writers and workers can run without (each
+// [Migration]'s Name says what, such as the record of deliveries that
+// consoles read), so that a release can be deployed before its migration is
+// run.
 const MinSchemaVersion = 5
 
 // Schema version errors. Each is wrapped with the outbox's names, both
@@ -25,7 +27,9 @@ var (
 	// ErrSchemaOutdated is returned when the outbox's tables lack a migration
 	// this release needs, or do not record their migrations at all: an
 	// upgrade whose migration was not run. Writes would succeed and nothing
-	// would be delivered, so writers and workers refuse to start.
+	// would be delivered, so writers and workers refuse to start. It is also
+	// wrapped, with a message that says so, when the outbox's schema does
+	// not exist.
 	ErrSchemaOutdated = errors.New("store: outbox schema is older than this release")
 	// ErrSchemaNewer is returned when the outbox's tables record a migration
 	// newer than [SchemaVersion]: a newer release migrated them, as in a
@@ -49,14 +53,19 @@ var (
 // the versions 1 to [MinSchemaVersion] is missing (or no migration is recorded:
 // the tables do not exist, or a tool created them without recording the
 // steps), and the version with an error wrapping [ErrSchemaNewer] when a
-// newer one is recorded. Either error says how to migrate. It runs one
+// newer one is recorded. Either error says how to migrate. When the
+// outbox's schema does not exist, the error still wraps
+// [ErrSchemaOutdated], but says that the schema does not exist. It runs one
 // statement when the migrations table exists, two otherwise.
 func (s *Store) CheckSchema(ctx context.Context) (int, error) {
-	var exists bool
-	if err := s.queryRow(ctx, "check schema", s.vq.exists, []any{&exists}); err != nil {
+	var exists, schemaExists bool
+	if err := s.queryRow(ctx, "check schema", s.vq.exists, []any{&exists, &schemaExists}); err != nil {
 		return 0, err
 	}
-	if !exists {
+	switch {
+	case !schemaExists:
+		return 0, s.missingSchema()
+	case !exists:
 		return 0, s.outdated(0, 0)
 	}
 	var newest, present int
@@ -97,6 +106,8 @@ func (s *Store) CheckSchemaWith(ctx context.Context, exec ExecFunc, refuseNewer 
 	msg := err.Error()
 	var newest, present int
 	switch {
+	case strings.Contains(msg, markMissing):
+		return s.missingSchema()
 	case strings.Contains(msg, markOutdated):
 		fmt.Sscanf(msg[strings.Index(msg, markOutdated)+len(markOutdated):], " %d %d", &newest, &present)
 		return s.outdated(newest, present)
@@ -115,6 +126,7 @@ func (s *Store) CheckSchemaWith(ctx context.Context, exec ExecFunc, refuseNewer 
 
 // The markers the check statement raises, followed by the versions found.
 const (
+	markMissing  = "relayer: missing outbox schema"
 	markOutdated = "relayer: outdated outbox schema:"
 	markNewer    = "relayer: newer outbox schema:"
 	// markIncomplete is followed by the objects missing, then a period.
@@ -135,6 +147,21 @@ func (s *Store) newer(newest int) error {
 	return fmt.Errorf("%w: %s records migration %d, and this release knows migrations up to %d; "+
 		"a newer release migrated it (a rolling deploy?): this one keeps working, since no migration takes away what it relies on, until it is upgraded",
 		ErrSchemaNewer, s.label(), newest, SchemaVersion)
+}
+
+// schemaMissingError is the error of an outbox whose PostgreSQL schema
+// does not exist. It wraps [ErrSchemaOutdated], whose remedy it shares (a
+// migration makes the schema and the tables), but says what is wrong
+// instead of calling a schema that is not there older than the release.
+type schemaMissingError struct{ msg string }
+
+func (e *schemaMissingError) Error() string { return e.msg }
+func (e *schemaMissingError) Unwrap() error { return ErrSchemaOutdated }
+
+// missingSchema is the error of an outbox whose schema does not exist.
+func (s *Store) missingSchema() error {
+	return &schemaMissingError{fmt.Sprintf("store: schema %s does not exist; run `%s` or store.Migrate, which create it and the outbox's tables",
+		s.opts.Schema, s.command("relayer migrate --database-url URL"))}
 }
 
 // outdated is the error of a schema missing migrations.
@@ -194,6 +221,7 @@ type versionQueries struct {
 func buildVersionQueries(n names) *versionQueries {
 	// The table's name as to_regclass reads it: quoted parts, as n has them.
 	regclass := strings.ReplaceAll(n.Migrations, `'`, `''`)
+	namespace := strings.ReplaceAll(n.Schema, `'`, `''`)
 	versions := `SELECT coalesce(max(version), 0), count(*) FILTER (WHERE version BETWEEN 1 AND ` + strconv.Itoa(MinSchemaVersion) + `)
 FROM ` + n.Migrations
 	// The objects the migrations make that writers and workers rely on:
@@ -225,6 +253,9 @@ FROM ` + n.Migrations
 		return `DO $relayer$
 DECLARE newest integer := 0; present integer := 0; missing text;
 BEGIN
+    IF to_regnamespace('` + namespace + `') IS NULL THEN
+        RAISE EXCEPTION '` + markMissing + `';
+    END IF;
     IF to_regclass('` + regclass + `') IS NOT NULL THEN
         EXECUTE '` + strings.ReplaceAll(versions, `'`, `''`) + `' INTO newest, present;
     END IF;
@@ -239,7 +270,7 @@ END
 $relayer$`
 	}
 	return &versionQueries{
-		exists:      `SELECT to_regclass('` + regclass + `') IS NOT NULL`,
+		exists:      `SELECT to_regclass('` + regclass + `') IS NOT NULL, to_regnamespace('` + namespace + `') IS NOT NULL`,
 		versions:    versions,
 		check:       check(false),
 		checkStrict: check(true),

@@ -172,3 +172,84 @@ func main() {
 		t.Errorf("the quick start, run twice: %v\n%s", err, out)
 	}
 }
+
+// The "With pgx only" example runs, and runs again: each run writes an
+// order of its own and publishes its message, in a schema of the test's
+// own (the outbox and the business table both), through the in-memory
+// transport.
+func TestReadmePgxExampleRunsTwice(t *testing.T) {
+	var code string
+	for _, blk := range goBlocks(t, filepath.Join("..", "README.md")) {
+		if strings.Contains(blk.code, "func run(ctx context.Context, outbox relayer.Outbox) error") {
+			code = strings.TrimSpace(blk.code)
+		}
+	}
+	if code == "" {
+		t.Fatal("the README has no Go block with the pgx example's run(ctx, outbox)")
+	}
+	schema := testdb.NewSchema(t)
+	dbURL, err := url.Parse(testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := dbURL.Query()
+	q.Set("search_path", schema)
+	dbURL.RawQuery = q.Encode()
+
+	dir, err := os.MkdirTemp(".", "readme-pgx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	harness := `package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/transport/memory"
+)
+
+func main() {
+	ctx := context.Background()
+	var routes relayer.Routes
+	if err := relayer.AddType[OrderPlaced](&routes, relayer.Route{Transport: "broker", Destination: "orders.placed"}); err != nil {
+		panic(err)
+	}
+	broker := memory.New()
+	outbox := relayer.Outbox{Schema: os.Getenv("PGX_EXAMPLE_SCHEMA"), Routes: &routes, Transports: map[string]relayer.Transport{"broker": broker}}
+	for i := 1; i <= 2; i++ {
+		if err := run(ctx, outbox); err != nil {
+			fmt.Fprintf(os.Stderr, "run %d: %v\n", i, err)
+			os.Exit(1)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := broker.WaitFor(wctx, 2); err != nil {
+		fmt.Fprintf(os.Stderr, "waiting for 2 messages: %v (%d sent)\n", err, len(broker.All()))
+		os.Exit(1)
+	}
+	bodies := map[string]bool{}
+	for _, m := range broker.All() {
+		bodies[string(m.Body)] = true
+	}
+	fmt.Println("distinct", len(bodies))
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\n"+code+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "harness.go"), []byte(harness), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "./"+filepath.Base(dir))
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL.String(), "PGX_EXAMPLE_SCHEMA="+schema)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "distinct 2") {
+		t.Errorf("the pgx example, run twice: %v\n%s", err, out)
+	}
+}

@@ -23,7 +23,8 @@
 // Against an existing outbox (--database-url, --schema, --prefix):
 //
 //	relayer schema              print the DDL
-//	relayer migrate             create or upgrade the tables
+//	relayer migrate             create or upgrade the tables (--check: exit 1 while steps
+//	                            are pending or the tables are newer than the command)
 //	relayer stats [--json] [--watch]
 //	                            backlog, retries, parked keys, dead letters by reason,
 //	                            paused destinations, members and lane owners
@@ -154,22 +155,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		err := c.run(ctx, args[1:], stdout, stderr)
 		switch {
-		case err == nil:
+		case err == nil, errors.Is(err, flag.ErrHelp):
 			return exitOK
-		case errors.Is(err, flag.ErrHelp):
-			return exitOK
-		case errors.As(err, new(usageError)):
+		case !errors.As(err, new(loggedError)):
 			fmt.Fprintf(stderr, "relayer %s: %s\n", name, oneLine(err.Error()))
-			return exitUsage
-		default:
-			fmt.Fprintf(stderr, "relayer %s: %s\n", name, oneLine(err.Error()))
-			return exitFail
 		}
+		return exitStatus(err)
 	}
 	fmt.Fprintf(stderr, "relayer: unknown command %q\n\n", name)
 	usage(stderr)
 	return exitUsage
 }
+
+// exitStatus is the exit status of a command that failed with err.
+func exitStatus(err error) int {
+	if errors.As(err, new(usageError)) {
+		return exitUsage
+	}
+	return exitFail
+}
+
+// loggedError is an error a command has reported already, as the last line
+// of its log: run exits with its status and prints nothing more.
+type loggedError struct{ err error }
+
+func (e loggedError) Error() string { return e.err.Error() }
+func (e loggedError) Unwrap() error { return e.err }
 
 // usageError is a wrong command line: a bad flag value, a missing argument.
 type usageError struct{ msg string }

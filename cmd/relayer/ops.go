@@ -192,16 +192,24 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f outboxFlags
-	fs := newFlagSet("migrate", "Creates or upgrades the tables of an outbox, applying the steps it lacks in one transaction. With --dry-run it lists the steps it lacks, with --show-sql it prints their SQL (for a migration tool or a review); neither changes anything.",
+	fs := newFlagSet("migrate", "Creates or upgrades the tables of an outbox, applying the steps it lacks in one transaction. With --dry-run it lists the steps it lacks, with --show-sql it prints their SQL (for a migration tool or a review); neither changes anything. "+
+		"With --check, a deploy gate for CI or an init container, it changes nothing and exits 0 when the tables are up to date, 1 when steps are pending (listing them) or when a newer release migrated the tables (saying so).",
 		"relayer migrate --database-url postgres://app@db:5432/app --schema messaging --show-sql", stderr)
 	f.register(fs, true)
 	dryRun := fs.Bool("dry-run", false, "list the migration steps the outbox lacks, and apply none")
 	showSQL := fs.Bool("show-sql", false, "print the SQL of the migration steps the outbox lacks, and apply none")
+	check := fs.Bool("check", false, "apply nothing; exit 0 when the outbox is up to date, 1 when steps are pending or its tables are newer than this release")
 	opts, db, err := f.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if *check {
+		if *dryRun || *showSQL {
+			return usagef("--check lists what is pending and applies nothing: give it without --dry-run or --show-sql")
+		}
+		return checkMigrations(ctx, db, opts, stdout)
+	}
 	if *dryRun || *showSQL {
 		return printPendingMigrations(ctx, db, opts, *showSQL, stdout)
 	}
@@ -228,15 +236,9 @@ func printPendingMigrations(ctx context.Context, db *sql.DB, opts store.Options,
 	if err != nil && !errors.Is(err, store.ErrSchemaOutdated) && !errors.Is(err, store.ErrSchemaNewer) {
 		return err
 	}
-	steps, err := store.Migrations(opts)
+	pending, err := migrationsAfter(opts, newest)
 	if err != nil {
 		return err
-	}
-	var pending []store.Migration
-	for _, m := range steps {
-		if m.Version > newest {
-			pending = append(pending, m)
-		}
 	}
 	switch {
 	case len(pending) == 0:
@@ -251,6 +253,54 @@ func printPendingMigrations(ctx context.Context, db *sql.DB, opts store.Options,
 		}
 		fmt.Fprintf(stdout, "dry run: outbox %s unchanged\n", describe(opts))
 	}
+	return nil
+}
+
+// migrationsAfter returns the migration steps of this release after
+// version newest, in order.
+func migrationsAfter(opts store.Options, newest int) ([]store.Migration, error) {
+	steps, err := store.Migrations(opts)
+	if err != nil {
+		return nil, err
+	}
+	var after []store.Migration
+	for _, m := range steps {
+		if m.Version > newest {
+			after = append(after, m)
+		}
+	}
+	return after, nil
+}
+
+// checkMigrations is migrate --check: nil when the outbox records every
+// migration this release knows and no newer one; otherwise it prints the
+// steps pending and returns an error that says why the outbox is not
+// ready, so that the command exits 1.
+func checkMigrations(ctx context.Context, db *sql.DB, opts store.Options, stdout io.Writer) error {
+	st, err := store.New(db, opts)
+	if err != nil {
+		return err
+	}
+	newest, cerr := st.CheckSchema(ctx)
+	if cerr != nil && !errors.Is(cerr, store.ErrSchemaOutdated) {
+		// A newer release migrated the tables, or an object they need
+		// was dropped: nothing to apply, and not ready either.
+		return fmt.Errorf("--check: %w", cerr)
+	}
+	pending, err := migrationsAfter(opts, newest)
+	if err != nil {
+		return err
+	}
+	for _, m := range pending {
+		fmt.Fprintf(stdout, "pending migration %d: %s\n", m.Version, m.Name)
+	}
+	switch {
+	case cerr != nil:
+		return fmt.Errorf("--check: %w", cerr)
+	case len(pending) > 0:
+		return fmt.Errorf("--check: outbox %s lacks %d migration steps of this release: run relayer migrate with the same flags, without --check, to apply them", describe(opts), len(pending))
+	}
+	fmt.Fprintf(stdout, "outbox %s is up to date: migration %d\n", describe(opts), newest)
 	return nil
 }
 

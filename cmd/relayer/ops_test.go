@@ -1035,3 +1035,68 @@ VALUES ($1, E'ops.\x1b[31mRed', 'nats', 'ops.dead', '\x7b7d', '\x010000000000000
 		t.Errorf("parked list lacks the escaped error:\n%s", r.stdout)
 	}
 }
+
+// migrate --check is a deploy gate: it exits 1 on a fresh schema, listing
+// every step pending, and on a schema that does not exist; 0 once
+// migrated; 1 again when a newer release recorded a migration this one
+// does not know, saying so. It applies nothing.
+func TestMigrateCheck(t *testing.T) {
+	t.Parallel()
+	url, schema := testdb.URL(t), testdb.NewSchema(t)
+	flags := []string{"--database-url", url, "--schema", schema}
+	steps, err := store.Migrations(store.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runCmd(t, append([]string{"migrate", "--check"}, flags...)...)
+	if r.code != exitFail || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "relayer migrate --database-url URL --schema "+schema) {
+		t.Errorf("--check on a fresh schema: code %d, stderr %q; want %d and how to migrate, on one line", r.code, r.stderr, exitFail)
+	}
+	for _, m := range steps {
+		if want := fmt.Sprintf("pending migration %d: %s\n", m.Version, m.Name); !strings.Contains(r.stdout, want) {
+			t.Errorf("--check on a fresh schema: stdout %q lacks %q", r.stdout, want)
+		}
+	}
+	if r := runCmd(t, append([]string{"migrate", "--check"}, flags...)...); r.code != exitFail {
+		t.Errorf("--check applied something: a second one exits %d", r.code)
+	}
+	r = runCmd(t, "migrate", "--check", "--database-url", url, "--schema", schema+"_none")
+	if r.code != exitFail || !strings.Contains(r.stderr, "schema "+schema+"_none does not exist") {
+		t.Errorf("--check on a schema that does not exist: code %d, stderr %q", r.code, r.stderr)
+	}
+
+	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.code != exitOK {
+		t.Fatalf("migrate: %q", r.stderr)
+	}
+	r = runCmd(t, append([]string{"migrate", "--check"}, flags...)...)
+	if want := fmt.Sprintf("is up to date: migration %d", store.SchemaVersion); r.code != exitOK || !strings.Contains(r.stdout, want) || r.stderr != "" {
+		t.Errorf("--check after migrate: code %d, stdout %q, stderr %q; want 0 and %q", r.code, r.stdout, r.stderr, want)
+	}
+
+	// A pending step of this release: the newest one undone by hand.
+	db := testdb.Open(t, "pgx")
+	if _, err := db.Exec(`DELETE FROM "`+schema+`".relayer_migrations WHERE version = $1`, store.SchemaVersion); err != nil {
+		t.Fatal(err)
+	}
+	r = runCmd(t, append([]string{"migrate", "--check"}, flags...)...)
+	newest := steps[len(steps)-1]
+	if want := fmt.Sprintf("pending migration %d: %s\n", newest.Version, newest.Name); r.code != exitFail || r.stdout != want || !strings.Contains(r.stderr, "lacks 1 migration steps") {
+		t.Errorf("--check without the newest step: code %d, stdout %q, stderr %q; want %d, %q", r.code, r.stdout, r.stderr, exitFail, want)
+	}
+	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.code != exitOK {
+		t.Fatalf("migrate: %q", r.stderr)
+	}
+
+	// The schema is newer than this binary.
+	if _, err := db.Exec(`INSERT INTO "`+schema+`".relayer_migrations (version, name) VALUES ($1, 'from a newer release')`, store.SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	r = runCmd(t, append([]string{"migrate", "--check"}, flags...)...)
+	if want := fmt.Sprintf("records migration %d, and this release knows migrations up to %d", store.SchemaVersion+1, store.SchemaVersion); r.code != exitFail || !strings.Contains(r.stderr, want) {
+		t.Errorf("--check on a newer schema: code %d, stderr %q; want %d and %q", r.code, r.stderr, exitFail, want)
+	}
+
+	if r := runCmd(t, append([]string{"migrate", "--check", "--dry-run"}, flags...)...); r.code != exitUsage {
+		t.Errorf("--check --dry-run: code %d, want %d", r.code, exitUsage)
+	}
+}

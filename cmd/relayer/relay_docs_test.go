@@ -38,6 +38,12 @@ var (
 	shutdownValue = regexp.MustCompile(`--shutdown-timeout["']?(?:=|[\s,"'\-]+)([0-9][0-9.a-zµ]*)`)
 	// graceValue is a Kubernetes pod's grace period, in seconds.
 	graceValue = regexp.MustCompile(`terminationGracePeriodSeconds:\s*(\d+)`)
+	// migrateLine is a line of a code block that runs relayer migrate, as
+	// a command line or a YAML list.
+	migrateLine = regexp.MustCompile(`\brelayer"?,?\s+"?migrate\b|\[\s*"migrate"`)
+	// scriptFlag is an option scripts/image takes: a pattern of its
+	// argument loop's case, such as "    --tag)".
+	scriptFlag = regexp.MustCompile(`(?m)^\s+--([a-z][a-z0-9-]*)\)`)
 	// stopValue is a systemd unit's stop timeout.
 	stopValue = regexp.MustCompile(`(?m)^\s*TimeoutStopSec=(\S+)`)
 )
@@ -54,29 +60,41 @@ var (
 // parallel.
 func TestRelayDocsUseRealFlags(t *testing.T) {
 	defined := relayFlagNames(t)
+	migrateDefined := flagNames(t, "migrate")
+	imageDefined := imageFlagNames(t)
 	relayDoc := readDoc(t, relayDocPath)
 	readme := readDoc(t, readmePath)
 
 	// docs/relay.md: the flags of every fenced code block (its command
 	// lines, the YAML args lists and the systemd unit's ExecStart), and of
 	// the flag table's rows. Code blocks in this page must use only the
-	// relay's long flags (another program's options in short form).
+	// relay's long flags (another program's options in short form), but for
+	// a line that runs relayer migrate (an init container's command, say)
+	// or scripts/image, which is held to theirs.
 	used := 0
 	for _, b := range fencedBlocks(relayDoc) {
 		for i, line := range b.lines {
-			used += checkFlags(t, relayDocPath, b.start+i, line, defined)
+			switch {
+			case migrateLine.MatchString(line):
+				checkFlags(t, relayDocPath, b.start+i, line, "migrate", migrateDefined)
+				continue
+			case strings.Contains(line, "scripts/image "):
+				checkFlags(t, relayDocPath, b.start+i, line, "image (scripts/image)", imageDefined)
+				continue
+			}
+			used += checkFlags(t, relayDocPath, b.start+i, line, "run", defined)
 		}
 	}
 	for i, line := range strings.Split(relayDoc, "\n") {
 		if strings.HasPrefix(line, "| `--") {
-			used += checkFlags(t, relayDocPath, i+1, line, defined)
+			used += checkFlags(t, relayDocPath, i+1, line, "run", defined)
 		}
 	}
 	// The README discusses every command: only its lines that invoke the
 	// relay are held to the relay's flags.
 	for i, line := range strings.Split(readme, "\n") {
 		if strings.Contains(line, "relayer run") {
-			used += checkFlags(t, readmePath, i+1, line, defined)
+			used += checkFlags(t, readmePath, i+1, line, "run", defined)
 		}
 	}
 	if used == 0 {
@@ -104,21 +122,43 @@ func TestRelayDocsUseRealFlags(t *testing.T) {
 // dash.
 func relayFlagNames(t *testing.T) map[string]bool {
 	t.Helper()
-	r := runCmd(t, "run", "-h")
+	names := flagNames(t, "run")
+	// Guard against a help format this parser no longer reads, which would
+	// make every documented flag look unknown for the wrong reason.
+	for _, want := range []string{"transport", "http", "shutdown-timeout"} {
+		if !names[want] {
+			t.Fatalf("relayer run -h lists no -%s; the help's format changed? flags read: %v", want, sortedKeys(names))
+		}
+	}
+	return names
+}
+
+// imageFlagNames returns the options scripts/image takes, read from its
+// argument loop, without the leading dashes.
+func imageFlagNames(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, m := range scriptFlag.FindAllStringSubmatch(readDoc(t, imageScriptPath), -1) {
+		names[m[1]] = true
+	}
+	if !names["tag"] {
+		t.Fatalf("read no --tag from %s's argument loop: its format changed? read %v", imageScriptPath, sortedKeys(names))
+	}
+	return names
+}
+
+// flagNames returns the names of the flags of `relayer cmd`, read from its
+// -h output, without a leading dash.
+func flagNames(t *testing.T, cmd string) map[string]bool {
+	t.Helper()
+	r := runCmd(t, cmd, "-h")
 	if r.code != exitOK {
-		t.Fatalf("relayer run -h: code %d, stderr %q", r.code, r.stderr)
+		t.Fatalf("relayer %s -h: code %d, stderr %q", cmd, r.code, r.stderr)
 	}
 	names := map[string]bool{}
 	for _, line := range strings.Split(r.stderr, "\n") {
 		if m := helpFlag.FindStringSubmatch(line); m != nil {
 			names[m[1]] = true
-		}
-	}
-	// Guard against a help format this parser no longer reads, which would
-	// make every documented flag look unknown for the wrong reason.
-	for _, want := range []string{"transport", "http", "shutdown-timeout"} {
-		if !names[want] {
-			t.Fatalf("relayer run -h lists no -%s; the help's format changed? flags read: %v\n%s", want, sortedKeys(names), r.stderr)
 		}
 	}
 	return names
@@ -135,13 +175,13 @@ func readDoc(t *testing.T, path string) string {
 }
 
 // checkFlags reports each flag on line (line n of the document at path)
-// that relayer run does not define, and returns how many flags it read.
-func checkFlags(t *testing.T, path string, n int, line string, defined map[string]bool) int {
+// that relayer cmd does not define, and returns how many flags it read.
+func checkFlags(t *testing.T, path string, n int, line, cmd string, defined map[string]bool) int {
 	t.Helper()
 	found := flagToken.FindAllStringSubmatch(line, -1)
 	for _, m := range found {
 		if !defined[m[1]] {
-			t.Errorf("%s:%d: --%s is not a flag of relayer run (it has %s)\n\t%s", path, n, m[1], flagList(defined), strings.TrimSpace(line))
+			t.Errorf("%s:%d: --%s is not a flag of relayer %s (it has %s)\n\t%s", path, n, m[1], cmd, flagList(defined), strings.TrimSpace(line))
 		}
 	}
 	return len(found)
@@ -187,7 +227,9 @@ func fencedBlocks(doc string) []block {
 // every other name must be one dispatch.LoadRunnerOptions reads through
 // dispatch.EnvSource with the relay's prefix, or dispatch.LoadRetry with
 // the prefix RELAYER_RETRY_. Conversely, every key they read must be
-// documented.
+// documented. A name the page shows refused as an unknown setting must be
+// refused, and RELAYER_TEST_, the prefix of the names the relay leaves
+// alone, is no name.
 //
 // Which names LoadRunnerOptions reads is asked of the code itself, not of a
 // list copied from dispatch/config.go, and without duplicating EnvSource's
@@ -204,7 +246,17 @@ func checkEnvNames(t *testing.T, doc string) {
 	names := map[string][]int{} // each name, and the lines that mention it
 	for i, line := range strings.Split(doc, "\n") {
 		for _, name := range envToken.FindAllString(line, -1) {
-			names[name] = append(names[name], i+1)
+			switch {
+			case name+"_" == notSettingsPrefix:
+				// The prefix of the names the relay leaves alone.
+			case strings.Contains(line, "unknown setting "+name):
+				// A misspelling the page shows refused: it must be.
+				if err := checkSettings([]string{name + "=1"}, nil); err == nil || !strings.Contains(err.Error(), "unknown setting "+name) {
+					t.Errorf("%s:%d: %s is shown refused, but the relay takes it (%v)", relayDocPath, i+1, name, err)
+				}
+			default:
+				names[name] = append(names[name], i+1)
+			}
 		}
 	}
 	if len(names) == 0 {

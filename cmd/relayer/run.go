@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,7 +55,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, " ") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var f runFlags
 	host, _ := os.Hostname()
 	fs := newFlagSet("run",
@@ -67,7 +68,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"RELAYER_DISABLE_CLEANUP, RELAYER_LISTEN (default true here) and so on. Recovery takes rows at once\n"+
 			"(unless RELAYER_RECOVERY_MIN_AGE is set), as no process sends them right after their commit. Failed\n"+
 			"sends are retried as RELAYER_RETRY_MAX_ATTEMPTS, RELAYER_RETRY_BACKOFF and RELAYER_RETRY_MAX_BACKOFF\n"+
-			"say (default: 10 attempts, 1s doubling up to 5m); the producers' per-route policies are theirs.\n\n"+
+			"say (default: 10 attempts, 1s doubling up to 5m); the producers' per-route policies are theirs.\n"+
+			"A RELAYER_ variable the relay does not read is refused, naming the nearest setting (names\n"+
+			"starting RELAYER_TEST_ are the tests' and left alone).\n\n"+
 			transportHelp+"\n\n"+
 			"Endpoints (with --http ADDR): /healthz answers 200 while the process runs; /readyz 200 once the\n"+
 			"workers started while the database answers, the schema is current, the wake-up listener is\n"+
@@ -76,9 +79,10 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"library's OpenTelemetry metrics in the Prometheus text format; with --console, the web console\n"+
 			"under /console/, its token in $"+consoleTokenEnv+". They answer to loopback names, IP addresses\n"+
 			"and each --allowed-host; another host name gets 421.\n\n"+
-			"SIGTERM or SIGINT stop the workers, which finish what they hold within --shutdown-timeout, and\n"+
-			"the relay exits 0 (1 when the deadline cut them short: what they held is sent again by another\n"+
-			"relay); a second signal exits at once. A start that cannot work exits with the reason on one line:\n"+
+			"SIGTERM or SIGINT stop the workers, which finish what they hold within --shutdown-timeout (the\n"+
+			"endpoints answering until they have), and the relay exits 0 (1 when the deadline cut them short:\n"+
+			"what they held is sent again by another relay); a second signal exits at once. A start that cannot\n"+
+			"work exits with the reason on one line (with --log-format json, the log's last line):\n"+
 			"2 for a wrong command line or setting (a transport's parameters included), 1 for the rest (an\n"+
 			"outdated schema, a broker that does not answer).",
 		"DATABASE_URL=postgres://relay@db:5432/app relayer run --schema messaging --transport nats=nats://nats:4222 --http :9090", stderr)
@@ -99,10 +103,15 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	defer func() { err = logFinal(logger, f.logFormat, err) }()
 	if f.shutdown <= 0 {
 		return usagef("--shutdown-timeout must be positive, got %s", f.shutdown)
 	}
-	if f.lanes != 0 && (f.lanes < relayer.LanesMin || f.lanes > relayer.LanesMax) {
+	// --lanes 0 is refused like any count out of range; only a --lanes
+	// not given reads the outbox's.
+	lanesGiven := false
+	fs.Visit(func(fl *flag.Flag) { lanesGiven = lanesGiven || fl.Name == "lanes" })
+	if lanesGiven && (f.lanes < relayer.LanesMin || f.lanes > relayer.LanesMax) {
 		return usagef("--lanes must be %d to %d, got %d", relayer.LanesMin, relayer.LanesMax, f.lanes)
 	}
 	if f.console && f.http == "" {
@@ -131,6 +140,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usagef("%v", err)
 	}
+	if err := checkSettings(os.Environ(), specs); err != nil {
+		return usagef("%v", err)
+	}
 	sopts, db, err := f.open(ctx)
 	if err != nil {
 		return err
@@ -143,7 +155,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	lanes := f.lanes
-	if lanes == 0 {
+	if !lanesGiven {
 		recorded, ok, err := st.LaneCount(ctx)
 		switch {
 		case err != nil:
@@ -242,16 +254,18 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cause = err
 	}
 	if cause != nil {
-		logger.Error("relayer run: stopping: " + cause.Error())
+		logger.Error("relayer run: stopping", slog.String("error", oneLine(cause.Error())))
 	}
 	state.setStopping()
 	stopped := make(chan struct{})
 	defer close(stopped)
-	exitOnSecondSignal(stopped, stderr)
+	exitOnSecondSignal(stopped, func(sig os.Signal) {
+		printFinal(logger, f.logFormat, stderr, fmt.Errorf("%v again: exiting at once (what the workers held is sent again by a relay)", sig))
+	})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdown)
 	defer cancel()
 	if err := runner.Stop(sctx); err != nil {
-		return fmt.Errorf("the workers did not finish within --shutdown-timeout %s (what they held is sent again by a relay): %w", f.shutdown, err)
+		return fmt.Errorf("the workers did not finish within --shutdown-timeout %s (what they held is sent again by a relay): %w", f.shutdown, distinct(err))
 	}
 	logger.Info("relayer run: stopped")
 	return cause
@@ -340,15 +354,15 @@ func lostBroker(open []openedTransport) <-chan error {
 }
 
 // exitOnSecondSignal exits the process at once on a SIGINT or SIGTERM that
-// comes before stopped is closed.
-func exitOnSecondSignal(stopped <-chan struct{}, stderr io.Writer) {
+// comes before stopped is closed, after report.
+func exitOnSecondSignal(stopped <-chan struct{}, report func(os.Signal)) {
 	second := make(chan os.Signal, 1)
 	signal.Notify(second, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		defer signal.Stop(second)
 		select {
 		case sig := <-second:
-			fmt.Fprintf(stderr, "relayer run: %v again: exiting at once (what the workers held is sent again by a relay)\n", sig)
+			report(sig)
 			os.Exit(exitFail)
 		case <-stopped:
 		}

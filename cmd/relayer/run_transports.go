@@ -39,6 +39,10 @@ type transportSpec struct {
 	source string
 }
 
+// transportsEnv holds the transports' entries when no --transport is
+// given.
+const transportsEnv = "RELAYER_TRANSPORTS"
+
 // transportName is what a --transport name may be: the names routes use.
 var transportName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
@@ -127,7 +131,7 @@ func parseTransport(entry, from string) (transportSpec, error) {
 func transportEntries(flags []string) ([]transportSpec, error) {
 	entries, from := flags, "--transport"
 	if len(entries) == 0 {
-		entries, from = strings.Fields(os.Getenv("RELAYER_TRANSPORTS")), "$RELAYER_TRANSPORTS"
+		entries, from = strings.Fields(os.Getenv(transportsEnv)), "$"+transportsEnv
 	}
 	if len(entries) == 0 {
 		return nil, errors.New("no transport: give --transport NAME=URL (or $RELAYER_TRANSPORTS) for each transport name the producers route to")

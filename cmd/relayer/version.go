@@ -54,6 +54,12 @@ func versionInfo() string {
 	if !ok {
 		return "relayer: no build information"
 	}
+	return v.String()
+}
+
+// String is the version as "relayer version" prints it: scripts/image reads
+// the command's version and the commit from it.
+func (v buildVersion) String() string {
 	s := fmt.Sprintf("relayer %s (library %s, %s)", v.Command, v.Library, v.Go)
 	if v.Commit != "" {
 		modified := ""

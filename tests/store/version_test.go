@@ -186,3 +186,37 @@ func TestLaneCountIsRecordedAndChecked(t *testing.T) {
 		}
 	})
 }
+
+// An outbox whose schema does not exist is reported as such, by
+// CheckSchema and CheckSchemaWith, with the command that creates it, and
+// not as a schema older than the release; the error still wraps
+// ErrSchemaOutdated, whose remedy it shares.
+func TestCheckSchemaNamesAMissingSchema(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		exec := func(ctx context.Context, q string, args ...any) error {
+			_, err := b.db.ExecContext(ctx, q, args...)
+			return err
+		}
+		opts := store.Options{Schema: b.opts.Schema + "_none"}
+		st, err := workerstore.New(b.db, opts)
+		must(t, err)
+		_, err = st.CheckSchema(ctx)
+		for _, e := range []error{err, st.CheckSchemaWith(ctx, exec, false), st.CheckSchemaWith(ctx, exec, true)} {
+			want := "schema " + opts.Schema + " does not exist; run `relayer migrate --database-url URL --schema " + opts.Schema + "`"
+			if !errors.Is(e, store.ErrSchemaOutdated) || !strings.Contains(e.Error(), want) || strings.Contains(e.Error(), "older") {
+				t.Errorf("a schema that does not exist: %v; want %q, wrapping ErrSchemaOutdated, without \"older\"", e, want)
+			}
+		}
+		t.Cleanup(func() {
+			_, _ = b.db.ExecContext(context.Background(), `DROP SCHEMA IF EXISTS "`+opts.Schema+`" CASCADE`)
+		})
+		if _, err := store.Migrate(ctx, b.db, opts); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.CheckSchema(ctx); err != nil {
+			t.Errorf("after Migrate: %v", err)
+		}
+	})
+}
