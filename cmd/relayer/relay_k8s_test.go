@@ -146,6 +146,20 @@ func (v *intOrString) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// prometheusRules is a Prometheus rule file, as far as the page uses it.
+type prometheusRules struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for"`
+			Labels      map[string]string `yaml:"labels"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
 // The Kubernetes example of docs/relay.md decodes strictly into the API's
 // field names, and deploys the relay as the page says: every container
 // non-root, on a read-only root file system, without privilege escalation
@@ -197,6 +211,10 @@ func TestRelayDocsKubernetesManifests(t *testing.T) {
 			case "v1 Service":
 				services = append(services, k8sService{})
 				target = &services[len(services)-1]
+			case " ":
+				// Not a Kubernetes object: the page's Prometheus alerting
+				// rules, decoded as strictly.
+				target = &prometheusRules{}
 			default:
 				t.Fatalf("%s: the YAML block at line %d, document %d: %q %q is no object this test knows", relayDocPath, b.start, doc, head.APIVersion, head.Kind)
 			}
