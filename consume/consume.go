@@ -18,6 +18,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/inbox"
+	"github.com/relayer-go/relayer/internal/tables"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -144,6 +145,14 @@ type Options struct {
 	// racing each other commit its effects exactly once (see the inbox
 	// package).
 	TxOptions *sql.TxOptions
+	// HoldKeys says whether a failing message with an ordering key holds
+	// its key, so that the key's later messages wait behind it in the
+	// consumer's database and take effect in order (see
+	// [Consumer.StartHeldKeys]): [HoldKeysAuto], the default, where the
+	// adapter hands a key's messages over in order. With HoldKeysOff, a
+	// failing message is delivered again after the messages delivered
+	// meanwhile, or holds its Kafka partition while it is retried.
+	HoldKeys KeyHolding
 	// Logger receives the consumer's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -159,6 +168,9 @@ func (o Options) Validate() error {
 	}
 	if err := o.Retry.Validate(); err != nil {
 		return fmt.Errorf("%w: Retry: %w", ErrInvalidOptions, err)
+	}
+	if o.HoldKeys < HoldKeysAuto || o.HoldKeys > HoldKeysOff {
+		return fmt.Errorf("%w: HoldKeys is %d, not one of HoldKeysAuto, HoldKeysOn, HoldKeysOff", ErrInvalidOptions, int(o.HoldKeys))
 	}
 	return nil
 }
@@ -187,16 +199,22 @@ type Consumer struct {
 	retry relayer.Retry
 	inbox *inbox.Inbox
 	stats counters
-	// run handles a message in a transaction of its own: it reports
-	// whether the handler ran, and an error when the transaction did not
-	// commit; an error of the consumer's own statements (begin, the inbox
-	// record, commit) is an *ownStatement.
-	run func(ctx context.Context, m *relayer.Message) (handled bool, err error)
+	// inTx runs body in a transaction of the consumer's, which it commits
+	// when body returns nil and rolls back otherwise; an error of begin or
+	// commit is an *ownStatement.
+	inTx func(ctx context.Context, body txBody) error
 	// check asks the database whether the consumer can work on it (Check).
 	check func(ctx context.Context) error
 	// outage holds the deliveries the database failed until it answers.
 	outage *outage
+	// held holds the keys of failing messages (see RunHeldKeys).
+	held heldKeys
 }
+
+// txBody is what runs in one of the consumer's transactions: its own
+// statements run on q, and handle runs the handler for a message in the
+// same transaction, a panic turned into an error.
+type txBody func(q store.DBTX, handle func(ctx context.Context, m *relayer.Message) error) error
 
 // New returns a consumer that runs handler on db for each message, in a
 // database/sql transaction. It validates opts and does not touch the
@@ -216,7 +234,7 @@ func New(db *sql.DB, handler Handler, opts Options) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.run = func(ctx context.Context, m *relayer.Message) (bool, error) { return c.runSQL(ctx, db, handler, m) }
+	c.inTx = func(ctx context.Context, body txBody) error { return c.inSQLTx(ctx, db, handler, body) }
 	c.check = func(ctx context.Context) error {
 		if err := c.checkOn(ctx, db); err != nil {
 			return err
@@ -267,13 +285,13 @@ func NewTx[T any](begin func(ctx context.Context, opts *sql.TxOptions) (T, Txn, 
 	if err != nil {
 		return nil, err
 	}
-	c.run = func(ctx context.Context, m *relayer.Message) (handled bool, err error) {
+	c.inTx = func(ctx context.Context, body txBody) error {
 		tx, txn, err := begin(ctx, c.opts.TxOptions)
 		if err != nil {
-			return false, &ownStatement{fmt.Errorf("consume: begin: %w", err)}
+			return &ownStatement{fmt.Errorf("consume: begin: %w", err)}
 		}
 		if txn == nil {
-			return false, errors.New("consume: begin returned no Txn")
+			return errors.New("consume: begin returned no Txn")
 		}
 		committed := false
 		defer func() {
@@ -281,41 +299,66 @@ func NewTx[T any](begin func(ctx context.Context, opts *sql.TxOptions) (T, Txn, 
 				_ = txn.Rollback()
 			}
 		}()
-		handled, err = c.handleIn(ctx, txn, m, func(ctx context.Context) error { return handler(ctx, tx, m) })
-		if err != nil {
-			return handled, err
+		if err := body(txn, func(ctx context.Context, m *relayer.Message) error {
+			return c.call(m, func() error { return handler(ctx, tx, m) })
+		}); err != nil {
+			return err
 		}
 		if err := txn.Commit(); err != nil {
-			return handled, &ownStatement{fmt.Errorf("consume: commit: %w", err)}
+			return &ownStatement{fmt.Errorf("consume: commit: %w", err)}
 		}
 		committed = true
-		return handled, nil
+		return nil
 	}
 	c.check = func(ctx context.Context) error {
-		_, txn, err := begin(ctx, c.opts.TxOptions)
-		if err != nil {
-			return fmt.Errorf("consume: begin: %w", err)
-		}
-		if txn == nil {
-			return errors.New("consume: begin returned no Txn")
-		}
-		defer func() { _ = txn.Rollback() }()
-		return c.checkOn(ctx, txn)
+		return c.inTx(ctx, func(q store.DBTX, _ func(context.Context, *relayer.Message) error) error { return c.checkOn(ctx, q) })
 	}
 	return c, nil
 }
 
-// handleIn records m in the inbox through q and, unless it was recorded
-// before, runs handle (the handler) in the same transaction. An error of
-// the record is an *ownStatement; the handler's is returned as it is.
-func (c *Consumer) handleIn(ctx context.Context, q store.DBTX, m *relayer.Message, handle func(ctx context.Context) error) (handled bool, err error) {
-	handled, err = c.inbox.HandleMessage(ctx, q, c.opts.Name, m, func(ctx context.Context) error {
-		return c.call(m, func() error { return handle(ctx) })
+// result is what a message's transaction did.
+type result int
+
+const (
+	ranHandler result = iota + 1 // the handler ran and its effects committed
+	duplicate                    // the inbox held the message: the handler did not run
+	stored                       // its key is held: the message waits behind it in the database
+)
+
+// run handles m in a transaction of its own: it records m in the inbox
+// and, unless it was recorded before or waits behind its held key, runs
+// the handler in the same transaction. An error of the consumer's own
+// statements is an *ownStatement; the handler's is returned as it is.
+func (c *Consumer) run(ctx context.Context, m *relayer.Message) (res result, err error) {
+	holding := c.held.holds(m)
+	err = c.inTx(ctx, func(q store.DBTX, handle func(context.Context, *relayer.Message) error) error {
+		if holding {
+			first, waits, err := c.held.record(ctx, q, c.opts.Name, m)
+			switch {
+			case err != nil:
+				return &ownStatement{err}
+			case !first:
+				res = duplicate
+				return nil
+			case waits:
+				res = stored
+				return nil
+			}
+			res = ranHandler
+			return handle(ctx, m)
+		}
+		handled, err := c.inbox.HandleMessage(ctx, q, c.opts.Name, m, func(ctx context.Context) error { return handle(ctx, m) })
+		switch {
+		case err != nil && !handled: // the handler runs only once the record succeeded
+			return &ownStatement{err}
+		case !handled:
+			res = duplicate
+		default:
+			res = ranHandler
+		}
+		return err
 	})
-	if err != nil && !handled { // the handler runs only once the record succeeded
-		return false, &ownStatement{err}
-	}
-	return handled, err
+	return res, err
 }
 
 // newConsumer validates opts and makes the consumer around them.
@@ -331,6 +374,8 @@ func newConsumer(opts Options) (*Consumer, error) {
 		return nil, fmt.Errorf("%w: Tables: %w", ErrInvalidOptions, err)
 	}
 	c := &Consumer{opts: opts, retry: opts.Retry.WithDefaults(), inbox: ib}
+	names := ib.Options()
+	c.held.q = buildHeldQueries(tables.Of(names.Schema, names.TablePrefix))
 	c.outage = &outage{logger: opts.Logger, name: opts.Name, probe: func(ctx context.Context) error { return c.check(ctx) }}
 	return c, nil
 }
@@ -414,6 +459,15 @@ const (
 	// Abandoned: ctx ended before the transaction committed; nothing was
 	// committed nor acknowledged, and the broker delivers the message again.
 	Abandoned
+	// Held: the handler failed, and the consumer holds the message's key
+	// (see [Consumer.RunHeldKeys]): the message waits in the consumer's
+	// database, recorded in the inbox, to be tried again from there before
+	// any later message of its key; acknowledged.
+	Held
+	// Waiting: the message's key is held; the message was recorded in the
+	// inbox and waits behind the key's failing message in the consumer's
+	// database, without its handler run yet; acknowledged.
+	Waiting
 )
 
 func (o Outcome) String() string {
@@ -428,6 +482,10 @@ func (o Outcome) String() string {
 		return "dead-lettered"
 	case Abandoned:
 		return "abandoned"
+	case Held:
+		return "held"
+	case Waiting:
+		return "waiting"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -473,12 +531,15 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 		return DeadLettered, c.settle(ctx, DeadLettered, func(sctx context.Context) error { return d.DeadLetter(sctx, cause) })
 	}
 	liftTraceContext(&m)
-	handled, err := c.runThroughOutages(ctx, &m)
+	res, err := c.runThroughOutages(ctx, &m)
 	attempt := max(d.Attempt(), 1)
 	switch {
-	case err == nil && handled:
+	case err == nil && res == ranHandler:
 		c.stats.handled.Add(1)
 		return Handled, c.settle(ctx, Handled, d.Ack)
+	case err == nil && res == stored:
+		c.stats.waiting.Add(1)
+		return Waiting, c.settle(ctx, Waiting, d.Ack)
 	case err == nil:
 		c.stats.duplicates.Add(1)
 		return Duplicate, c.settle(ctx, Duplicate, d.Ack)
@@ -494,6 +555,23 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 		return DeadLettered, c.settle(ctx, DeadLettered, func(sctx context.Context) error { return d.DeadLetter(sctx, err) })
 	}
 	delay := jittered(c.retry.Delay(attempt))
+	if c.held.holds(&m) {
+		switch held, herr := c.holdKey(ctx, &m, attempt, delay, err); {
+		case herr == nil && held:
+			c.stats.held.Add(1)
+			c.opts.Logger.Warn("consume: handler failed; the message's key is held, and it is tried again from the consumer's database",
+				append(attrs, slog.String("key", m.Key), slog.Duration("after", delay))...)
+			return Held, c.settle(ctx, Held, d.Ack)
+		case herr == nil:
+			c.stats.duplicates.Add(1) // another delivery of it committed meanwhile
+			return Duplicate, c.settle(ctx, Duplicate, d.Ack)
+		case ctx.Err() != nil:
+			c.stats.abandoned.Add(1)
+			return Abandoned, ctx.Err()
+		default:
+			attrs = append(attrs, slog.String("hold_error", herr.Error()))
+		}
+	}
 	c.stats.retried.Add(1)
 	c.opts.Logger.Warn("consume: handler failed; the message is delivered again", append(attrs, slog.Duration("after", delay))...)
 	return Retried, c.settle(ctx, Retried, func(sctx context.Context) error { return d.Retry(sctx, delay) })
@@ -506,33 +584,40 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 // then runs again. A lost connection met by the handler is the database's
 // only when a probe at once fails too: it may be any server the handler
 // calls.
-func (c *Consumer) runThroughOutages(ctx context.Context, m *relayer.Message) (handled bool, err error) {
+func (c *Consumer) runThroughOutages(ctx context.Context, m *relayer.Message) (res result, err error) {
 	for {
-		handled, err = c.run(ctx, m)
+		res, err = c.run(ctx, m)
 		if err == nil {
 			c.outage.committed()
-			return handled, nil
+			return res, nil
 		}
-		if ctx.Err() != nil {
-			return handled, err
-		}
-		var own *ownStatement
-		switch classify(err, !errors.As(err, &own)) {
-		case notFault:
-			return handled, err
-		case maybeFault:
-			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			perr := c.check(pctx)
-			cancel()
-			if perr == nil || ctx.Err() != nil {
-				return handled, err
-			}
-		}
-		c.stats.databaseWaits.Add(1)
-		if werr := c.outage.wait(ctx, err); werr != nil {
-			return handled, err
+		if !c.waitedOut(ctx, err) {
+			return res, err
 		}
 	}
+}
+
+// waitedOut reports whether err, the error of one of the consumer's
+// transactions, was a fault of the database that the consumer then waited
+// out: the transaction is to run again, having spent no attempt.
+func (c *Consumer) waitedOut(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var own *ownStatement
+	switch classify(err, !errors.As(err, &own)) {
+	case notFault:
+		return false
+	case maybeFault:
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		perr := c.check(pctx)
+		cancel()
+		if perr == nil || ctx.Err() != nil {
+			return false
+		}
+	}
+	c.stats.databaseWaits.Add(1)
+	return c.outage.wait(ctx, err) == nil
 }
 
 // liftTraceContext moves the W3C trace context headers of m, which carry
@@ -581,17 +666,18 @@ func (c *Consumer) settle(ctx context.Context, o Outcome, call func(context.Cont
 	return nil
 }
 
-// runSQL handles m in a database/sql transaction: it reports whether the
-// handler ran, and an error when the transaction did not commit.
-func (c *Consumer) runSQL(ctx context.Context, db *sql.DB, handler Handler, m *relayer.Message) (handled bool, err error) {
+// inSQLTx runs body in a database/sql transaction on db (begun by the
+// writer, when the consumer has one), whose handle runs handler; the
+// functions the handler registered with Tx.OnCommit run after the commit.
+func (c *Consumer) inSQLTx(ctx context.Context, db *sql.DB, handler Handler, body txBody) (err error) {
 	tx := &Tx{}
 	if c.opts.Writer != nil {
 		if tx.out, err = c.opts.Writer.Begin(ctx, db, c.opts.TxOptions); err != nil {
-			return false, &ownStatement{fmt.Errorf("consume: begin: %w", err)}
+			return &ownStatement{fmt.Errorf("consume: begin: %w", err)}
 		}
 		tx.Tx = tx.out.Tx
 	} else if tx.Tx, err = db.BeginTx(ctx, c.opts.TxOptions); err != nil {
-		return false, &ownStatement{fmt.Errorf("consume: begin: %w", err)}
+		return &ownStatement{fmt.Errorf("consume: begin: %w", err)}
 	}
 	committed := false
 	defer func() {
@@ -599,18 +685,28 @@ func (c *Consumer) runSQL(ctx context.Context, db *sql.DB, handler Handler, m *r
 			tx.rollback()
 		}
 	}()
-	handled, err = c.handleIn(ctx, tx.Tx, m, func(ctx context.Context) error { return handler(ctx, tx, m) })
-	if err != nil {
-		return handled, err
+	var handled *relayer.Message
+	if err := body(tx.Tx, func(ctx context.Context, m *relayer.Message) error {
+		handled = m
+		registered := len(tx.onCommit)
+		err := c.call(m, func() error { return handler(ctx, tx, m) })
+		if err != nil {
+			// A failure rolled back to a savepoint commits nothing of the
+			// handler's: what it registered does not run either.
+			tx.onCommit = tx.onCommit[:registered]
+		}
+		return err
+	}); err != nil {
+		return err
 	}
 	if err := tx.commit(); err != nil {
-		return handled, &ownStatement{fmt.Errorf("consume: commit: %w", err)}
+		return &ownStatement{fmt.Errorf("consume: commit: %w", err)}
 	}
 	committed = true
 	for _, f := range tx.onCommit {
-		c.afterCommit(m, f)
+		c.afterCommit(handled, f)
 	}
-	return handled, nil
+	return nil
 }
 
 // afterCommit runs a function registered with Tx.OnCommit, logging its
@@ -680,10 +776,15 @@ type Stats struct {
 	// table or privilege, a serialization failure): each delivery waited
 	// for the database and ran again, spending no attempt.
 	DatabaseWaits uint64
+	// Held counts the messages whose failure held their key: each waits in
+	// the consumer's database, to be tried again from there.
+	Held uint64
+	// Waiting counts the messages stored behind a held key on delivery.
+	Waiting uint64
 }
 
 type counters struct {
-	handled, duplicates, retried, deadLettered, abandoned, settleFailures, databaseWaits atomic.Uint64
+	handled, duplicates, retried, deadLettered, abandoned, settleFailures, databaseWaits, held, waiting atomic.Uint64
 }
 
 // Stats returns the consumer's counters.
@@ -691,5 +792,5 @@ func (c *Consumer) Stats() Stats {
 	s := &c.stats
 	return Stats{Handled: s.handled.Load(), Duplicates: s.duplicates.Load(), Retried: s.retried.Load(),
 		DeadLettered: s.deadLettered.Load(), Abandoned: s.abandoned.Load(), SettleFailures: s.settleFailures.Load(),
-		DatabaseWaits: s.databaseWaits.Load()}
+		DatabaseWaits: s.databaseWaits.Load(), Held: s.held.Load(), Waiting: s.waiting.Load()}
 }

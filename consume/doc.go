@@ -93,6 +93,28 @@
 // a failing one: a message that panics every time ends in the dead
 // letters instead of crashing the consumer at each delivery.
 //
+// # Order through failures
+//
+// The outbox delivers a key's messages in the order their transactions
+// committed, and a failing message holds its key alone. A consumer keeps
+// that order one hop further by holding keys too ([Options].HoldKeys, on
+// by default where the adapter hands a key's messages over in order). When
+// a message with a key fails and has attempts left, the consumer records
+// it in the inbox, holds its key and stores the message in its own
+// database (the <prefix>inbox_held and <prefix>inbox_waiting tables), and
+// acknowledges it ([Held]); a later message of a held key is stored behind
+// it in the same transaction as its inbox record and acknowledged
+// ([Waiting]). A background drain ([Consumer.StartHeldKeys], which each
+// adapter's Consume runs) tries the first message again after the Retry
+// policy's backoff, in a transaction that locks the key; once it succeeds,
+// or is dead-lettered after its attempts (through the adapter's
+// [DeadLetters]), the messages behind it are handled in the order they
+// arrived, and the key is freed. Other keys flow meanwhile; on Kafka a
+// failing key no longer holds its partition's other keys. The broker's
+// own retry (a redelivery behind the messages delivered meanwhile, or a
+// retry in place holding the partition) remains for messages without a
+// key and with [HoldKeysOff].
+//
 // # The database's faults
 //
 // A transaction that fails because of the consumer's database, not of the

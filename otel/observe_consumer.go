@@ -13,7 +13,8 @@ import (
 
 // OutcomeKey is the attribute of relayer.consumer.messages that says what
 // the consumer did with a delivery (consume.Outcome's names, with
-// underscores): handled, duplicate, retried, dead_lettered or abandoned.
+// underscores): handled, duplicate, retried, dead_lettered, abandoned,
+// held or waiting.
 const OutcomeKey = attribute.Key("relayer.outcome")
 
 // consumerOutcomes are the outcomes relayer.consumer.messages counts, each
@@ -27,6 +28,8 @@ var consumerOutcomes = []struct {
 	{"retried", func(s consume.Stats) uint64 { return s.Retried }},
 	{"dead_lettered", func(s consume.Stats) uint64 { return s.DeadLettered }},
 	{"abandoned", func(s consume.Stats) uint64 { return s.Abandoned }},
+	{"held", func(s consume.Stats) uint64 { return s.Held }},
+	{"waiting", func(s consume.Stats) uint64 { return s.Waiting }},
 }
 
 // ObserveConsumer registers observable counters that read c.Stats() at each
@@ -34,7 +37,9 @@ var consumerOutcomes = []struct {
 // consumer's name in the inbox:
 //
 //   - relayer.consumer.messages, the deliveries c settled, by relayer.outcome
-//     (handled, duplicate, retried, dead_lettered, abandoned): every outcome
+//     (handled, duplicate, retried, dead_lettered, abandoned; held, a
+//     failing message that held its key, and waiting, one stored behind a
+//     held key; see consume.Consumer.StartHeldKeys): every outcome
 //     is reported, at zero too, so that an alert on dead letters compares
 //     with a series that exists;
 //   - relayer.consumer.settle_failures, the broker calls that settle a

@@ -212,6 +212,43 @@ CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outb
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 `,
+	}, {
+		Version: 9,
+		Name:    "consumers' held keys and the messages waiting behind them",
+		// A consumer that holds keys (package consume) keeps a key whose
+		// message failed in the held table, and that message and the key's
+		// later ones, in the order they arrived, in the waiting table, in
+		// the same transaction as their inbox record; it handles them from
+		// there in order once the head succeeds or is dead-lettered. The
+		// head of a held key is its first waiting row; attempts are the
+		// head's. Writers and workers of the outbox read neither table.
+		SQL: `CREATE TABLE IF NOT EXISTS ` + n.InboxHeld + ` (
+    consumer     text        NOT NULL,
+    ordering_key text        NOT NULL,
+    since        timestamptz NOT NULL DEFAULT now(),
+    attempts     integer     NOT NULL DEFAULT 0,
+    retry_at     timestamptz NOT NULL DEFAULT now(),
+    last_error   text,
+    skip         boolean     NOT NULL DEFAULT false,
+    PRIMARY KEY (consumer, ordering_key)
+);
+CREATE INDEX IF NOT EXISTS ` + n.Index("inbox_held_due_idx") + ` ON ` + n.InboxHeld + ` (consumer, retry_at);
+CREATE TABLE IF NOT EXISTS ` + n.InboxWaiting + ` (
+    consumer     text        NOT NULL,
+    ordering_key text        NOT NULL,
+    seq          bigint      GENERATED ALWAYS AS IDENTITY,
+    message_id   uuid        NOT NULL,
+    message_type text        NOT NULL,
+    destination  text        NOT NULL,
+    headers      bytea       NOT NULL,
+    body         bytea       NOT NULL,
+    trace_parent text,
+    trace_state  text,
+    created_at   timestamptz,
+    received_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, ordering_key, seq)
+);
+`,
 	}}
 }
 

@@ -10,7 +10,7 @@ import (
 
 // SchemaVersion is the newest migration this release knows: the one
 // [Migrate] brings an outbox to.
-const SchemaVersion = 8
+const SchemaVersion = 9
 
 // MinSchemaVersion is the oldest schema this release's writers and workers
 // run on: they refuse one that lacks any of the migrations 1 to

@@ -27,7 +27,11 @@
 //     retried nor dead-lettered, and every message is handled once the
 //     database is whole again;
 //   - a consumer whose inbox table does not exist refuses to start, naming
-//     the migration to run.
+//     the migration to run;
+//   - a failing message holds its key alone: the key's later messages take
+//     effect after it, in order, once it succeeds, while another key's
+//     flow meanwhile (the adapters hand a key's messages over in order with
+//     their default options, and hold keys by default then).
 //
 // What only one broker does (its dead-letter format, its consumer's
 // settings, its ordering) stays in that adapter's own tests.
@@ -110,6 +114,7 @@ func Run(t *testing.T, b Broker) {
 		{"StopDrainsTheMessageBeingHandled", stopDrainsTheMessageBeingHandled},
 		{"DatabaseFaultsSpendNoAttempt", databaseFaultsSpendNoAttempt},
 		{"RefusesAnUnmigratedDatabase", refusesAnUnmigratedDatabase},
+		{"AFailingMessageHoldsOnlyItsKey", aFailingMessageHoldsOnlyItsKey},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -594,5 +599,51 @@ func refusesAnUnmigratedDatabase(t *testing.T, s *scenario) {
 	err = s.e.Consume(ctx, c)
 	if !errors.Is(err, consume.ErrNotReady) || !strings.Contains(err.Error(), "relayer migrate") {
 		t.Fatalf("Consume on a schema never migrated = %v; want an error wrapping consume.ErrNotReady that names relayer migrate", err)
+	}
+}
+
+func aFailingMessageHoldsOnlyItsKey(t *testing.T, s *scenario) {
+	var mu sync.Mutex
+	failures := 2
+	var order []string
+	c := s.consumer(t, "billing", consume.Options{Retry: relayer.Retry{MaxAttempts: 5, Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}},
+		func(_ context.Context, _ *consume.Tx, m *relayer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if string(m.Body) == "k1" && failures > 0 {
+				failures--
+				return errFailing
+			}
+			order = append(order, string(m.Body))
+			return nil
+		})
+	stop := s.run(t, c)
+	defer stop()
+	k1, k2, j1, k3 := s.message(t, "k", "k1"), s.message(t, "k", "k2"), s.message(t, "j", "j1"), s.message(t, "k", "k3")
+	s.send(t, k1, k2, j1, k3)
+	untilStats(t, "every message handled", func() bool { return c.Stats().Handled == 4 }, c)
+	stop()
+	mu.Lock()
+	got := strings.Join(order, " ")
+	mu.Unlock()
+	var keyOrder []string
+	for _, o := range order {
+		if strings.HasPrefix(o, "k") {
+			keyOrder = append(keyOrder, o)
+		}
+	}
+	if strings.Join(keyOrder, " ") != "k1 k2 k3" || order[0] != "j1" {
+		t.Errorf("handled in the order %s; want j1 first (its key was free) and k1 k2 k3 in order", got)
+	}
+	for _, m := range []*relayer.Message{k1, k2, j1, k3} {
+		if n := s.effects(t, m.ID); n != 1 {
+			t.Errorf("message %s has %d effects, want 1", m.Body, n)
+		}
+	}
+	if st := c.Stats(); st.Held != 1 || st.DeadLettered != 0 {
+		t.Errorf("stats %+v; want the key held once, nothing dead-lettered", st)
+	}
+	if n := s.quiet(t); n != 0 {
+		t.Errorf("%d messages were delivered again", n)
 	}
 }

@@ -6,16 +6,20 @@ package tables
 
 // Names are the quoted, schema-qualified names of one outbox's tables.
 type Names struct {
-	Schema     string // quoted schema
-	Outbox     string // qualified, quoted tables
-	Dead       string
-	Leases     string
-	Pauses     string
-	Inbox      string
-	Migrations string
-	Settings   string
-	Activity   string
-	prefix     string // raw prefix, for index names
+	Schema string // quoted schema
+	Outbox string // qualified, quoted tables
+	Dead   string
+	Leases string
+	Pauses string
+	Inbox  string
+	// InboxHeld and InboxWaiting hold consumers' held keys and the
+	// messages waiting behind them (package consume).
+	InboxHeld    string
+	InboxWaiting string
+	Migrations   string
+	Settings     string
+	Activity     string
+	prefix       string // raw prefix, for index names
 }
 
 // Of returns the names of the outbox tables in schema whose names start with
@@ -25,16 +29,18 @@ func Of(schema, prefix string) Names {
 	q := func(s string) string { return `"` + s + `"` }
 	t := func(name string) string { return q(schema) + "." + q(prefix+name) }
 	return Names{
-		Schema:     q(schema),
-		Outbox:     t("outbox"),
-		Dead:       t("dead"),
-		Leases:     t("relayer_leases"),
-		Pauses:     t("relayer_pauses"),
-		Inbox:      t("inbox"),
-		Migrations: t("relayer_migrations"),
-		Settings:   t("relayer_settings"),
-		Activity:   t("relayer_activity"),
-		prefix:     prefix,
+		Schema:       q(schema),
+		Outbox:       t("outbox"),
+		Dead:         t("dead"),
+		Leases:       t("relayer_leases"),
+		Pauses:       t("relayer_pauses"),
+		Inbox:        t("inbox"),
+		InboxHeld:    t("inbox_held"),
+		InboxWaiting: t("inbox_waiting"),
+		Migrations:   t("relayer_migrations"),
+		Settings:     t("relayer_settings"),
+		Activity:     t("relayer_activity"),
+		prefix:       prefix,
 	}
 }
 

@@ -133,7 +133,7 @@ func TestConsumerMetrics(t *testing.T) {
 		}
 	}
 	rm := mb.mustCollect(t)
-	for outcome, want := range map[string]int64{"handled": 1, "duplicate": 1, "retried": 1, "dead_lettered": 0, "abandoned": 0} {
+	for outcome, want := range map[string]int64{"handled": 1, "duplicate": 1, "retried": 1, "dead_lettered": 0, "abandoned": 0, "held": 0, "waiting": 0} {
 		got, found := total(t, rm, "relayer.consumer.messages", map[string]string{"messaging.consumer.group.name": "billing", "relayer.outcome": outcome})
 		if !found || got != want {
 			t.Errorf("relayer.consumer.messages{%s} = %d (reported: %v), want %d", outcome, got, found, want)

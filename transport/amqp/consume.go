@@ -62,10 +62,12 @@ type ConsumeOptions struct {
 	DeadLetterRoutingKey string
 	// Concurrency is how many messages are handled at once, 1 to
 	// ConcurrencyMax. With 1, the default, messages are handled one at a
-	// time in the order the queue delivers them; a retried message comes
-	// back at the end of the queue, behind the messages published
-	// meanwhile. With more, messages of one queue may be handled out of
-	// order.
+	// time in the order the queue delivers them, and the consume.Consumer
+	// holds the key of a failing message (consume.HoldKeysAuto), so that
+	// the key's later messages take effect after it; a failing message
+	// without a key comes back at the end of the queue, behind the messages
+	// published meanwhile. With more, messages of one queue may be handled
+	// out of order.
 	Concurrency int
 	// Prefetch is how many unacknowledged messages the broker hands the
 	// consumer ahead of its handlers (the channel's QoS prefetch count), 1
@@ -185,6 +187,13 @@ func Consume(ctx context.Context, conn *amqp.Connection, queue string, c *consum
 	pub := &settler{conn: conn}
 	defer pub.close()
 	s := &session{queue: queue, opts: opts, consumer: c, retry: c.Options().Retry, pub: pub}
+	// One at a time, a queue hands its messages over in order: keys are
+	// then held by default (consume.HoldKeysAuto).
+	stopHeld, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: opts.Concurrency == 1, DeadLetters: &deadLetters{s: s}})
+	if err != nil {
+		return fmt.Errorf("relayeramqp: consume: %w", err)
+	}
+	defer stopHeld()
 
 	// The handlers outlive ctx by up to DrainTimeout, so that a stop lets
 	// the messages being handled commit and be acknowledged. A message
@@ -332,6 +341,36 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 		return fmt.Errorf("relayeramqp: dead letter to exchange %q, routing key %q: %w", exchange, key, d.backToQueue(err))
 	}
 	return d.d.Ack(false)
+}
+
+// deadLetters publishes the held messages a consumer gives up on where a
+// delivery's DeadLetter publishes: the message with the transport's
+// properties and headers, and why and by whom it was given up.
+type deadLetters struct{ s *session }
+
+func (dl *deadLetters) DeadLetter(ctx context.Context, m *relayer.Message, cause error) error {
+	table, contentType, err := headerTable(m.Headers, m.Key)
+	if err != nil {
+		// Headers AMQP cannot carry: the dead letter keeps the message's
+		// identity, type and key.
+		table, contentType, _ = headerTable(nil, m.Key)
+	}
+	if table == nil {
+		table = amqp.Table{}
+	}
+	table[HeaderDeadReason] = consume.DeadReason(cause.Error())
+	table[HeaderDeadConsumer] = consume.DeadReason(dl.s.consumer.Options().Name)
+	table[HeaderDeadQueue] = dl.s.queue
+	pub := amqp.Publishing{Headers: table, ContentType: contentType, DeliveryMode: amqp.Persistent,
+		MessageId: m.ID.String(), Type: m.Type, Body: m.Body}
+	exchange, key := dl.s.opts.DeadLetterExchange, dl.s.opts.DeadLetterRoutingKey
+	if key == "" {
+		key = m.Destination
+	}
+	if err := dl.s.pub.publish(ctx, exchange, key, pub, nil); err != nil {
+		return fmt.Errorf("relayeramqp: dead letter to exchange %q, routing key %q: %w", exchange, key, err)
+	}
+	return nil
 }
 
 // backToQueue hands the message back to its queue after a retry or dead

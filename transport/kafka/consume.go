@@ -109,7 +109,13 @@ func (o ConsumeOptions) Validate() error {
 // dead letter was produced: a rebalance or a crash makes the partition's
 // next owner consume from the first record whose work did not commit.
 //
-// A failing handler's record is retried in place, after the consumer's
+// A failing handler's record with a key holds its key, not its partition
+// (consume.HoldKeysAuto, the default): the consume.Consumer stores it, and
+// the key's later records as they come, in its database, marks them for
+// commit, and handles them from there in order once it succeeds or is
+// dead-lettered (see consume.Consumer.StartHeldKeys), while the partition's
+// other keys go on. A failing record without a key, or any with
+// consume.HoldKeysOff, is retried in place, after the consumer's
 // backoff, holding its partition meanwhile, because moving it elsewhere
 // (a retry topic) would let the key's later messages overtake it; after
 // its attempts, or at once for an error matching relayer.ErrPermanent, it
@@ -159,6 +165,15 @@ func Consume(ctx context.Context, c *consume.Consumer, opts ConsumeOptions, clie
 		return fmt.Errorf("%w: the consumer's client: %w", ErrInvalidOptions, err)
 	}
 	g.cl = cl
+	// A partition hands its records over in order: keys are then held by
+	// default (consume.HoldKeysAuto), so that a failing record holds its
+	// key alone instead of its partition.
+	stopHeld, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: &deadLetters{g: g}})
+	if err != nil {
+		cl.Close()
+		return fmt.Errorf("relayerkafka: consume: %w", err)
+	}
+	defer stopHeld()
 	for {
 		fetches := cl.PollRecords(ctx, pollRecords)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
@@ -438,6 +453,34 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 		return fmt.Errorf("relayerkafka: dead letter to %s: %w", d.g.opts.DeadLetterTopic, err)
 	}
 	d.g.cl.MarkCommitRecords(r)
+	return nil
+}
+
+// deadLetters produces the held messages a consumer gives up on to the
+// dead-letter topic, as a delivery's DeadLetter does: the message's key,
+// value and headers with its identity and type, and why and by whom it
+// was given up, and the topic it came from.
+type deadLetters struct{ g *group }
+
+func (dl *deadLetters) DeadLetter(ctx context.Context, m *relayer.Message, cause error) error {
+	dead := &kgo.Record{Topic: dl.g.opts.DeadLetterTopic, Key: []byte(m.Key), Value: m.Body,
+		Headers: make([]kgo.RecordHeader, 0, len(m.Headers)+5)}
+	if dead.Value == nil {
+		dead.Value = []byte{} // a null value is a tombstone
+	}
+	for _, h := range m.Headers {
+		dead.Headers = append(dead.Headers, kgo.RecordHeader{Key: h.Name, Value: h.Value})
+	}
+	dead.Headers = append(dead.Headers,
+		kgo.RecordHeader{Key: relayer.HeaderMessageID, Value: []byte(m.ID.String())},
+		kgo.RecordHeader{Key: relayer.HeaderMessageType, Value: []byte(m.Type)},
+		kgo.RecordHeader{Key: HeaderDeadReason, Value: []byte(consume.DeadReason(cause.Error()))},
+		kgo.RecordHeader{Key: HeaderDeadConsumer, Value: []byte(consume.DeadReason(dl.g.consumer.Options().Name))},
+		kgo.RecordHeader{Key: HeaderDeadTopic, Value: []byte(m.Destination)},
+	)
+	if err := dl.g.cl.ProduceSync(ctx, dead).FirstErr(); err != nil {
+		return fmt.Errorf("relayerkafka: dead letter to %s: %w", dl.g.opts.DeadLetterTopic, err)
+	}
 	return nil
 }
 

@@ -39,9 +39,11 @@ type ConsumeOptions struct {
 	DeadLetterSubject string
 	// Concurrency is how many messages are handled at once, 1 to 1,000.
 	// With 1, the default, messages are handled one at a time in the order
-	// the consumer delivers them (a retried message comes back behind the
-	// messages delivered meanwhile). With more, messages of one subject may
-	// be handled out of order.
+	// the consumer delivers them, and the consume.Consumer holds the key of
+	// a failing message (consume.HoldKeysAuto), so that the key's later
+	// messages take effect after it; a failing message without a key comes
+	// back behind the messages delivered meanwhile. With more, messages of
+	// one subject may be handled out of order.
 	Concurrency int
 	// Prefetch is how many messages are pulled ahead of the handlers
 	// (jetstream.PullMaxMessages), 1 to 10,000. A message pulled ahead
@@ -141,6 +143,14 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 		}
 		return fmt.Errorf("relayernats: consume: %w", err)
 	}
+	// One at a time, JetStream hands a subject's messages over in order:
+	// keys are then held by default (consume.HoldKeysAuto).
+	stopHeld, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: opts.Concurrency == 1,
+		DeadLetters: &deadLetters{js: js, subject: opts.DeadLetterSubject, consumer: c.Options().Name}})
+	if err != nil {
+		return fmt.Errorf("relayernats: consume: %w", err)
+	}
+	defer stopHeld()
 	ackWait := cfg.AckWait
 	if ackWait <= 0 {
 		ackWait = 30 * time.Second
@@ -278,6 +288,36 @@ func (d *delivery) DeadLetter(ctx context.Context, cause error) error {
 	// leaving the message to be delivered again: the reason is in the
 	// dead letter.
 	return d.msg.Term()
+}
+
+// deadLetters publishes the held messages a consumer gives up on to the
+// dead-letter subject, as a delivery's DeadLetter does: the message with
+// the transport's headers, and why and by whom it was given up.
+type deadLetters struct {
+	js       jetstream.JetStream
+	subject  string
+	consumer string
+}
+
+func (dl *deadLetters) DeadLetter(ctx context.Context, m *relayer.Message, cause error) error {
+	h, err := natsHeader(m, "")
+	if err != nil {
+		// Headers NATS cannot carry: the dead letter keeps the message's
+		// identity, type and key, and says why the rest is missing.
+		bare := *m
+		bare.Headers = nil
+		if h, err = natsHeader(&bare, ""); err != nil {
+			return fmt.Errorf("relayernats: dead letter to %s: %w", dl.subject, err)
+		}
+	}
+	h[jetstream.MsgIDHeader] = []string{"dead:" + m.ID.String()}
+	h[HeaderDeadReason] = []string{consume.DeadReason(cause.Error())}
+	h[HeaderDeadConsumer] = []string{consume.DeadReason(dl.consumer)}
+	h[HeaderDeadSubject] = []string{m.Destination}
+	if _, err := dl.js.PublishMsg(ctx, &nats.Msg{Subject: dl.subject, Data: m.Body, Header: h}); err != nil {
+		return fmt.Errorf("relayernats: dead letter to %s: %w", dl.subject, err)
+	}
+	return nil
 }
 
 // ReceivedMessage returns the relayer.Message a [Transport] published as

@@ -204,7 +204,8 @@ func TestConsumeRetryKeepsTheMessage(t *testing.T) {
 		seen = append(seen, *got)
 		mu.Unlock()
 		return errors.New("ledger down")
-	}, consume.Options{Retry: relayer.Retry{MaxAttempts: 3, Backoff: 200 * time.Millisecond, MaxBackoff: time.Second}})
+	}, consume.Options{Retry: relayer.Retry{MaxAttempts: 3, Backoff: 200 * time.Millisecond, MaxBackoff: time.Second},
+		HoldKeys: consume.HoldKeysOff}) // the broker's retry queues, not the consumer's held keys
 	stop := b.run(t, c, relayeramqp.ConsumeOptions{DeadLetterExchange: dlx})
 	d := b.receive(t, b.dead, 1)[0]
 	if err := stop(); err != nil {

@@ -1,0 +1,496 @@
+package consume
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/internal/tables"
+	"github.com/relayer-go/relayer/store"
+)
+
+// KeyHolding says what a message with an ordering key that fails does to
+// the key's later messages ([Options].HoldKeys).
+type KeyHolding int
+
+const (
+	// HoldKeysAuto holds keys where the adapter hands a key's messages
+	// over in the order the producer committed them (one at a time: NATS
+	// and RabbitMQ with Concurrency 1, every Kafka partition), and
+	// nowhere else. The default.
+	HoldKeysAuto KeyHolding = iota
+	// HoldKeysOn holds keys with every adapter that runs the held keys.
+	HoldKeysOn
+	// HoldKeysOff never holds keys: a failing message is delivered again
+	// by the broker, after the messages delivered meanwhile (JetStream,
+	// RabbitMQ), or retried in place, holding its partition (Kafka).
+	HoldKeysOff
+)
+
+func (k KeyHolding) String() string {
+	switch k {
+	case HoldKeysAuto:
+		return "auto"
+	case HoldKeysOn:
+		return "on"
+	case HoldKeysOff:
+		return "off"
+	}
+	return fmt.Sprintf("KeyHolding(%d)", int(k))
+}
+
+// missingTable reports an error of a table that does not exist.
+func missingTable(err error) bool {
+	var pg interface{ SQLState() string }
+	return errors.As(err, &pg) && pg.SQLState() == "42P01"
+}
+
+// ErrSkipped is the cause a held key's first message is dead-lettered with
+// when an operator skipped it.
+var ErrSkipped = errors.New("consume: skipped by an operator while its key was held")
+
+// DeadLetters is where an adapter sends a message the consumer gives up on
+// and holds no broker delivery of: one handled from the consumer's
+// database behind a held key. Each adapter's dead letters go where its
+// Delivery.DeadLetter sends them, with the same headers.
+type DeadLetters interface {
+	// DeadLetter keeps m where operators find the adapter's dead letters,
+	// with cause; an error leaves m held, to be tried again.
+	DeadLetter(ctx context.Context, m *relayer.Message, cause error) error
+}
+
+// HeldKeysOptions are what an adapter tells [Consumer.StartHeldKeys].
+type HeldKeysOptions struct {
+	// Ordered says the adapter hands a key's messages over one at a time,
+	// in the order the broker keeps them: [HoldKeysAuto] then holds keys.
+	Ordered bool
+	// DeadLetters receives the held messages given up on. Required.
+	DeadLetters DeadLetters
+	// Poll is how often the held keys whose first message is due are
+	// looked for. Default: 500ms.
+	Poll time.Duration
+}
+
+// heldKeys is a consumer's side of key holding: whether it holds keys,
+// and the statements it does it with.
+type heldKeys struct {
+	// on is set once an adapter started the held keys with holding on; it
+	// stays set, so that a key held stays held for every later delivery.
+	on atomic.Bool
+	q  heldQueries
+}
+
+// holds reports whether m's failure, or its key's, holds it.
+func (h *heldKeys) holds(m *relayer.Message) bool { return m.Key != "" && h.on.Load() }
+
+// heldQueries are the statements of key holding, built from validated
+// names.
+type heldQueries struct {
+	record, hold, due, lock, done, retry, free string
+}
+
+func buildHeldQueries(n tables.Names) heldQueries {
+	const columns = `consumer, ordering_key, message_id, message_type, destination, headers, body, trace_parent, trace_state, created_at`
+	const values = `$1, $3, $2::text::uuid, $4, $5, $6, $7, $8, $9, $10`
+	rec := `rec AS (
+    INSERT INTO ` + n.Inbox + ` (consumer, message_id) VALUES ($1, $2::text::uuid)
+    ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1)`
+	return heldQueries{
+		// The inbox record, and, when the key is held, the message stored
+		// behind it, in one statement whose row count tells which: 0 for a
+		// duplicate, 1 for a message to handle, 2 for one stored. The share
+		// lock on the held row waits for a drain of the key in progress,
+		// which frees the key only once no message waits behind it.
+		record: `WITH ` + rec + `,
+waits AS (
+    INSERT INTO ` + n.InboxWaiting + ` (` + columns + `)
+    SELECT ` + values + ` WHERE EXISTS (SELECT 1 FROM rec)
+      AND EXISTS (SELECT 1 FROM ` + n.InboxHeld + ` WHERE consumer = $1 AND ordering_key = $3 FOR KEY SHARE)
+    RETURNING 1)
+SELECT 1 FROM rec UNION ALL SELECT 1 FROM waits`,
+		// A failed message's inbox record, its key held (unless another
+		// message holds it already), and the message stored first behind
+		// it; one row when it was recorded, none for a duplicate.
+		hold: `WITH ` + rec + `,
+h AS (
+    INSERT INTO ` + n.InboxHeld + ` (consumer, ordering_key, attempts, retry_at, last_error)
+    SELECT $1, $3, $11, now() + $12::bigint * interval '1 microsecond', $13 WHERE EXISTS (SELECT 1 FROM rec)
+    ON CONFLICT (consumer, ordering_key) DO NOTHING RETURNING 1),
+waits AS (
+    INSERT INTO ` + n.InboxWaiting + ` (` + columns + `)
+    SELECT ` + values + ` WHERE EXISTS (SELECT 1 FROM rec) RETURNING 1)
+SELECT 1 FROM rec`,
+		due: `SELECT ordering_key FROM ` + n.InboxHeld + `
+WHERE consumer = $1 AND (retry_at <= now() OR skip) ORDER BY retry_at LIMIT 16`,
+		// A due held key, locked, and its first waiting message, if any.
+		lock: `SELECT h.attempts, h.skip, w.seq, w.message_id, w.message_type, w.destination, w.headers, w.body,
+    w.trace_parent, w.trace_state, w.created_at
+FROM ` + n.InboxHeld + ` AS h
+LEFT JOIN LATERAL (SELECT * FROM ` + n.InboxWaiting + `
+    WHERE consumer = h.consumer AND ordering_key = h.ordering_key ORDER BY seq LIMIT 1) AS w ON true
+WHERE h.consumer = $1 AND h.ordering_key = $2 AND (h.retry_at <= now() OR h.skip)
+FOR UPDATE OF h SKIP LOCKED`,
+		// The first waiting message done with (handled or dead-lettered):
+		// it leaves, and the key is freed when none waits behind it, or
+		// its next message is due at once.
+		done: `WITH gone AS (
+    DELETE FROM ` + n.InboxWaiting + ` WHERE consumer = $1 AND ordering_key = $2 AND seq = $3 RETURNING 1),
+rest AS (
+    SELECT 1 FROM ` + n.InboxWaiting + ` WHERE consumer = $1 AND ordering_key = $2 AND seq <> $3 LIMIT 1),
+freed AS (
+    DELETE FROM ` + n.InboxHeld + ` WHERE consumer = $1 AND ordering_key = $2 AND NOT EXISTS (SELECT 1 FROM rest) RETURNING 1)
+UPDATE ` + n.InboxHeld + ` SET attempts = 0, last_error = NULL, skip = false, retry_at = now()
+WHERE consumer = $1 AND ordering_key = $2 AND EXISTS (SELECT 1 FROM rest)`,
+		retry: `UPDATE ` + n.InboxHeld + ` SET attempts = $3, retry_at = now() + $4::bigint * interval '1 microsecond', last_error = $5
+WHERE consumer = $1 AND ordering_key = $2`,
+		free: `DELETE FROM ` + n.InboxHeld + ` AS h WHERE consumer = $1 AND ordering_key = $2
+  AND NOT EXISTS (SELECT 1 FROM ` + n.InboxWaiting + ` AS w WHERE w.consumer = h.consumer AND w.ordering_key = h.ordering_key)`,
+	}
+}
+
+// storedArgs are the arguments of m's row in the waiting table ($1 to $10).
+func storedArgs(consumer string, m *relayer.Message) ([]any, error) {
+	hs, err := headers.Encode(m.Headers)
+	if err != nil {
+		return nil, fmt.Errorf("consume: the message's headers: %w", err)
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	var created any
+	if !m.CreatedAt.IsZero() {
+		created = m.CreatedAt
+	}
+	return []any{consumer, m.ID.String(), m.Key, m.Type, m.Destination, hs, body, nullText(m.TraceParent), nullText(m.TraceState), created}, nil
+}
+
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// record records m in the inbox through q, and stores it behind its key
+// when the key is held: first is false for a duplicate, waits true for a
+// message stored.
+func (h *heldKeys) record(ctx context.Context, q store.DBTX, consumer string, m *relayer.Message) (first, waits bool, err error) {
+	args, err := storedArgs(consumer, m)
+	if err != nil {
+		return false, false, err
+	}
+	res, err := q.ExecContext(ctx, h.q.record, args...)
+	if err != nil {
+		return false, false, fmt.Errorf("consume: record inbox: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, false, fmt.Errorf("consume: record inbox: %w", err)
+	}
+	return n > 0, n > 1, nil
+}
+
+// holdKey records m, whose handler failed with cause on its attempt, in the
+// inbox, holds its key and stores it first behind it, to be tried again
+// after delay; held is false when another delivery of m committed
+// meanwhile. Database faults are waited out.
+func (c *Consumer) holdKey(ctx context.Context, m *relayer.Message, attempt int, delay time.Duration, cause error) (held bool, err error) {
+	args, err := storedArgs(c.opts.Name, m)
+	if err != nil {
+		return false, err
+	}
+	args = append(args, attempt, delay.Microseconds(), storesql.CleanText(cause.Error()))
+	for {
+		err = c.inTx(ctx, func(q store.DBTX, _ func(context.Context, *relayer.Message) error) error {
+			res, err := q.ExecContext(ctx, c.held.q.hold, args...)
+			if err != nil {
+				return &ownStatement{fmt.Errorf("consume: hold key: %w", err)}
+			}
+			n, err := res.RowsAffected()
+			held = n > 0
+			return err
+		})
+		if err == nil {
+			c.outage.committed()
+			return held, nil
+		}
+		if !c.waitedOut(ctx, err) {
+			return held, err
+		}
+	}
+}
+
+// head is a held key's first waiting message, as its drain locked it.
+type head struct {
+	attempts int
+	skip     bool
+	waiting  bool // a message waits: seq and m are set
+	seq      int64
+	m        relayer.Message
+}
+
+// lockHead locks key's held row, when it is due and no other drain holds
+// it, and reads its first waiting message; ok is false otherwise.
+func (c *Consumer) lockHead(ctx context.Context, q store.DBTX, key string) (hd head, ok bool, err error) {
+	rows, err := q.QueryContext(ctx, c.held.q.lock, c.opts.Name, key)
+	if err != nil {
+		return hd, false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return hd, false, rows.Err()
+	}
+	var (
+		seq                sql.NullInt64
+		id, typ, dest      sql.NullString
+		hs, body           []byte
+		parent, traceState sql.NullString
+		created            sql.NullTime
+	)
+	if err := rows.Scan(&hd.attempts, &hd.skip, &seq, &id, &typ, &dest, &hs, &body, &parent, &traceState, &created); err != nil {
+		return hd, false, err
+	}
+	if err := rows.Close(); err != nil {
+		return hd, false, err
+	}
+	if !seq.Valid {
+		return hd, true, nil
+	}
+	hd.waiting, hd.seq = true, seq.Int64
+	mid, err := uuid.Parse(id.String)
+	if err != nil {
+		return hd, false, fmt.Errorf("consume: a waiting message's id %q: %w", id.String, err)
+	}
+	decoded, err := headers.Decode(hs, nil)
+	if err != nil {
+		return hd, false, fmt.Errorf("consume: the headers of waiting message %s: %w", mid, err)
+	}
+	hd.m = relayer.Message{ID: mid, Type: typ.String, Key: key, Destination: dest.String, Headers: decoded, Body: body,
+		TraceParent: parent.String, TraceState: traceState.String}
+	if created.Valid {
+		hd.m.CreatedAt = created.Time
+	}
+	return hd, true, nil
+}
+
+// StartHeldKeys is what an adapter runs before it fetches: it decides
+// whether the consumer holds keys (Options.HoldKeys, and opts.Ordered for
+// [HoldKeysAuto]) and, when it does, drains the held keys in the
+// background until ctx ends or stop is called, which waits for the drain
+// to return. A consumer that holds keys handles a failing message with an
+// ordering key by holding its key: the message, recorded in the inbox, is
+// stored in the consumer's database with the key's later messages behind
+// it as they arrive, each acknowledged to the broker; the drain tries the
+// first one again after the Retry policy's backoff, and once it succeeds
+// (or is dead-lettered through opts.DeadLetters after its attempts, or at
+// once for a permanent error) handles the others in the order they
+// arrived, then frees the key. Other keys flow meanwhile. It returns an
+// error wrapping [ErrInvalidOptions] without DeadLetters, and one wrapping
+// [ErrNotReady] when HoldKeys is [HoldKeysOn] and the held keys' tables do
+// not exist (migration 9) or the consumer's data layer cannot read rows in
+// its transaction; with [HoldKeysAuto], keys are then not held, and the
+// log says so once, so that a consumer can be deployed before its
+// migration runs.
+func (c *Consumer) StartHeldKeys(ctx context.Context, opts HeldKeysOptions) (stop func(), err error) {
+	mode := c.opts.HoldKeys
+	if mode == HoldKeysOff || (mode == HoldKeysAuto && !opts.Ordered) {
+		return func() {}, nil
+	}
+	if opts.DeadLetters == nil {
+		return nil, fmt.Errorf("%w: StartHeldKeys needs DeadLetters, where held messages given up on go", ErrInvalidOptions)
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = 500 * time.Millisecond
+	}
+	// The first look for due keys tells whether the held keys' tables
+	// exist and the data layer's transaction reads rows; another fault of
+	// the database is waited out.
+	for {
+		_, err = c.dueKeys(ctx)
+		if err == nil || missingTable(err) || !c.waitedOut(ctx, err) {
+			break
+		}
+	}
+	if err != nil && missingTable(err) {
+		names := c.inbox.Options()
+		err = fmt.Errorf("the held keys' tables (migration 9) do not exist: run `%s` or store.Migrate: %w", migrateCommand(names), err)
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return func() {}, nil
+	case err != nil && mode == HoldKeysOn:
+		return nil, fmt.Errorf("%w: HoldKeys is on, and the consumer cannot read its held keys: %w", ErrNotReady, err)
+	case err != nil:
+		c.opts.Logger.Warn("consume: keys are not held: the consumer cannot read its held keys; a failing message is delivered again by the broker",
+			slog.String("consumer", c.opts.Name), slog.String("error", err.Error()))
+		return func() {}, nil
+	}
+	c.held.on.Store(true)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.drainHeld(ctx, opts) })
+	return func() {
+		cancel()
+		wg.Wait()
+	}, nil
+}
+
+// dueKeys returns held keys whose first message is due, or skipped.
+func (c *Consumer) dueKeys(ctx context.Context) (keys []string, err error) {
+	err = c.inTx(ctx, func(q store.DBTX, _ func(context.Context, *relayer.Message) error) error {
+		rows, err := q.QueryContext(ctx, c.held.q.due, c.opts.Name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return err
+			}
+			keys = append(keys, k)
+		}
+		return rows.Err()
+	})
+	return keys, err
+}
+
+// drainHeld drains the due held keys every opts.Poll until ctx ends.
+func (c *Consumer) drainHeld(ctx context.Context, opts HeldKeysOptions) {
+	t := time.NewTicker(opts.Poll)
+	defer t.Stop()
+	for {
+		keys, err := c.dueKeys(ctx)
+		if err != nil && ctx.Err() == nil && !c.waitedOut(ctx, err) {
+			c.opts.Logger.Warn("consume: reading the held keys failed; trying again", slog.String("consumer", c.opts.Name),
+				slog.String("error", err.Error()))
+		}
+		for _, key := range keys {
+			c.drainKey(ctx, key, opts.DeadLetters)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// drainStep is what one transaction of a key's drain did.
+type drainStep int
+
+const (
+	drainStop    drainStep = iota // nothing to do now: not due, locked by another drain, or freed
+	drainHandled                  // the first message was handled
+	drainDead                     // the first message was dead-lettered
+	drainRetry                    // the first message failed; tried again after the backoff
+)
+
+// drainKey handles key's waiting messages in order, each in a transaction
+// that holds the key's row locked, until one fails or none is left.
+func (c *Consumer) drainKey(ctx context.Context, key string, dl DeadLetters) {
+	for ctx.Err() == nil {
+		step, m, err := c.drainOnce(ctx, key, dl)
+		switch {
+		case err != nil:
+			if !c.waitedOut(ctx, err) && ctx.Err() == nil {
+				c.opts.Logger.Warn("consume: draining a held key failed; trying again", slog.String("consumer", c.opts.Name),
+					slog.String("key", key), slog.String("error", err.Error()))
+				return
+			}
+			continue
+		case step == drainHandled:
+			c.outage.committed()
+			c.stats.handled.Add(1)
+			continue
+		case step == drainDead:
+			c.stats.deadLettered.Add(1)
+			c.opts.Logger.Error("consume: a held message failed for good; it is dead-lettered and its key goes on",
+				slog.String("consumer", c.opts.Name), slog.String("key", key), slog.String("id", m.ID.String()))
+			continue
+		case step == drainRetry:
+			c.stats.retried.Add(1)
+		}
+		return
+	}
+}
+
+// drainOnce runs the first waiting message of key in a transaction that
+// locks the key: handled, it leaves with the handler's effects; failing,
+// the handler's effects are rolled back to a savepoint, and the message is
+// tried again after the backoff or, its attempts spent (or at once for a
+// permanent error, or skipped by an operator), dead-lettered while the key
+// stays locked. A database fault fails the whole transaction, spending no
+// attempt.
+func (c *Consumer) drainOnce(ctx context.Context, key string, dl DeadLetters) (step drainStep, m relayer.Message, err error) {
+	err = c.inTx(ctx, func(q store.DBTX, handle func(context.Context, *relayer.Message) error) error {
+		hd, ok, err := c.lockHead(ctx, q, key)
+		switch {
+		case err != nil:
+			return &ownStatement{fmt.Errorf("consume: reading held key %q: %w", key, err)}
+		case !ok:
+			step = drainStop
+			return nil
+		case !hd.waiting:
+			step = drainStop
+			return execOwn(ctx, q, "free held key", c.held.q.free, c.opts.Name, key)
+		}
+		m = hd.m
+		if err := execOwn(ctx, q, "savepoint", "SAVEPOINT relayer_held_head"); err != nil {
+			return err
+		}
+		failure := ErrSkipped
+		if !hd.skip {
+			failure = handle(ctx, &m)
+		}
+		if failure == nil {
+			step = drainHandled
+			return execOwn(ctx, q, "held message done", c.held.q.done, c.opts.Name, key, hd.seq)
+		}
+		if !hd.skip && classify(failure, true) == fault {
+			return failure // the database's: the transaction rolls back, no attempt spent
+		}
+		if err := execOwn(ctx, q, "rollback to savepoint", "ROLLBACK TO SAVEPOINT relayer_held_head"); err != nil {
+			return err
+		}
+		attempt := hd.attempts + 1
+		if hd.skip || errors.Is(failure, relayer.ErrPermanent) || c.retry.Exhausted(attempt) {
+			if err := dl.DeadLetter(ctx, &m, failure); err != nil {
+				step = drainRetry
+				c.opts.Logger.Warn("consume: dead-lettering a held message failed; trying again", slog.String("consumer", c.opts.Name),
+					slog.String("key", key), slog.String("id", m.ID.String()), slog.String("error", err.Error()))
+				return execOwn(ctx, q, "held message retry", c.held.q.retry, c.opts.Name, key, hd.attempts,
+					jittered(c.retry.Delay(attempt)).Microseconds(), storesql.CleanText(err.Error()))
+			}
+			step = drainDead
+			return execOwn(ctx, q, "held message done", c.held.q.done, c.opts.Name, key, hd.seq)
+		}
+		step = drainRetry
+		delay := jittered(c.retry.Delay(attempt))
+		c.opts.Logger.Warn("consume: a held message failed again; its key stays held", slog.String("consumer", c.opts.Name),
+			slog.String("key", key), slog.String("id", m.ID.String()), slog.Int("attempt", attempt),
+			slog.Duration("after", delay), slog.String("error", failure.Error()))
+		return execOwn(ctx, q, "held message retry", c.held.q.retry, c.opts.Name, key, attempt, delay.Microseconds(),
+			storesql.CleanText(failure.Error()))
+	})
+	return step, m, err
+}
+
+// execOwn runs one of the consumer's own statements through q.
+func execOwn(ctx context.Context, q store.DBTX, op, query string, args ...any) error {
+	if _, err := q.ExecContext(ctx, query, args...); err != nil {
+		return &ownStatement{fmt.Errorf("consume: %s: %w", op, err)}
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package consume_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/headers"
+)
+
+// sink collects the dead letters of held messages.
+type sink struct {
+	mu     sync.Mutex
+	msgs   []relayer.Message
+	causes []error
+}
+
+func (s *sink) DeadLetter(_ context.Context, m *relayer.Message, cause error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.msgs = append(s.msgs, *m)
+	s.causes = append(s.causes, cause)
+	return nil
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.msgs)
+}
+
+// orderedEffects is a table of effects in the order they committed.
+func (b *bundle) orderedEffects(t *testing.T) string {
+	t.Helper()
+	table := `"` + b.tables.Schema + `".ordered_effects`
+	if _, err := b.db.Exec(`CREATE TABLE ` + table + ` (seq bigserial PRIMARY KEY, message_id uuid NOT NULL, note text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// notes returns the effects' notes in commit order.
+func (b *bundle) notes(t *testing.T, table string) []string {
+	t.Helper()
+	rows, err := b.db.Query(`SELECT note FROM ` + table + ` ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func keyed(key, note string) relayer.Message {
+	return relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "orders.Event", Destination: "orders", Key: key, Body: []byte(note),
+		Headers: []headers.Header{{Name: "app", Value: []byte(note)}}, TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A failing message holds its key alone: the key's later messages wait
+// behind it in the consumer's database, acknowledged, and take effect in
+// the order they arrived once it succeeds; another key flows meanwhile.
+// The held messages reach the handler as they arrived.
+func TestHeldKeyKeepsItsOrder(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	table := b.orderedEffects(t)
+	var mu sync.Mutex
+	failures := map[string]int{"k1": 2}
+	var seen []relayer.Message
+	c := b.consumer(t, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		mu.Lock()
+		seen = append(seen, *m)
+		fail := failures[string(m.Body)] > 0
+		if fail {
+			failures[string(m.Body)]--
+		}
+		mu.Unlock()
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id, note) VALUES ($1, $2)`, m.ID, string(m.Body)); err != nil {
+			return err
+		}
+		if fail {
+			return errors.New("ledger busy")
+		}
+		return nil
+	}, consume.Options{Retry: relayer.Retry{MaxAttempts: 5, Backoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dl := &sink{}
+	stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: dl, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	k1, k2, j1, k3 := keyed("k", "k1"), keyed("k", "k2"), keyed("j", "j1"), keyed("k", "k3")
+	want := map[*relayer.Message]consume.Outcome{&k1: consume.Held, &k2: consume.Waiting, &j1: consume.Handled, &k3: consume.Waiting}
+	for _, m := range []*relayer.Message{&k1, &k2, &j1, &k3} {
+		d := &delivery{msg: *m, attempt: 1}
+		out, err := c.Handle(ctx, d)
+		if err != nil || out != want[m] {
+			t.Fatalf("%s: Handle = %s, %v; want %s", m.Body, out, err, want[m])
+		}
+		if acks, retries, dead := d.calls(); acks != 1 || retries+dead != 0 {
+			t.Errorf("%s settled with %d acks, %d retries, %d dead letters; want one ack", m.Body, acks, retries, dead)
+		}
+	}
+	// A redelivery of a waiting message is a duplicate.
+	if out, err := c.Handle(ctx, &delivery{msg: k2, attempt: 1}); out != consume.Duplicate || err != nil {
+		t.Fatalf("k2 again: Handle = %s, %v; want a duplicate", out, err)
+	}
+	waitFor(t, "the held key drained", func() bool { return len(b.notes(t, table)) == 4 })
+	if got := strings.Join(b.notes(t, table), " "); got != "j1 k1 k2 k3" {
+		t.Errorf("effects in commit order: %s; want j1 k1 k2 k3 (the failures rolled back, the key in order)", got)
+	}
+	if st := c.Stats(); st.Held != 1 || st.Waiting != 2 || st.Handled != 4 || st.DeadLettered != 0 || st.Retried != 1 {
+		t.Errorf("stats %+v; want 1 held, 2 waiting, 4 handled, 1 retry from the database", st)
+	}
+	mu.Lock()
+	handledAs := append([]relayer.Message(nil), seen...)
+	mu.Unlock()
+	for _, m := range handledAs {
+		if string(m.Body) == "k2" && (m.Key != "k" || m.Type != "orders.Event" || m.Destination != "orders" ||
+			len(m.Headers) != 1 || string(m.Headers[0].Value) != "k2" || m.TraceParent != k2.TraceParent || m.ID != k2.ID) {
+			t.Errorf("a held message reached the handler as %+v; want it as it arrived", m)
+		}
+	}
+	waitFor(t, "the key freed", func() bool {
+		var n int
+		_ = b.db.QueryRow(`SELECT count(*) FROM "` + b.tables.Schema + `".c_inbox_held`).Scan(&n)
+		return n == 0
+	})
+	// Freed, the key's next message is handled at once.
+	if out, err := c.Handle(ctx, &delivery{msg: keyed("k", "k4"), attempt: 1}); out != consume.Handled || err != nil {
+		t.Fatalf("k4: Handle = %s, %v; want handled", out, err)
+	}
+}
+
+// A held message whose attempts run out goes to the adapter's dead
+// letters from the database, and its key goes on.
+func TestHeldMessageDeadLettersAndItsKeyGoesOn(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	table := b.orderedEffects(t)
+	c := b.consumer(t, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		if string(m.Body) == "poison" {
+			return errors.New("cannot bill")
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id, note) VALUES ($1, $2)`, m.ID, string(m.Body))
+		return err
+	}, consume.Options{Retry: relayer.Retry{MaxAttempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dl := &sink{}
+	stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: dl, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	poison, after := keyed("k", "poison"), keyed("k", "after")
+	for _, m := range []relayer.Message{poison, after} {
+		if _, err := c.Handle(ctx, &delivery{msg: m, attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the key's next message handled", func() bool { return len(b.notes(t, table)) == 1 })
+	if dl.count() != 1 || dl.msgs[0].ID != poison.ID || !strings.Contains(dl.causes[0].Error(), "cannot bill") {
+		t.Fatalf("dead letters %v; want the poison message with its handler's error", dl.msgs)
+	}
+	if st := c.Stats(); st.DeadLettered != 1 || st.Retried != 1 {
+		t.Errorf("stats %+v; want 1 dead letter after 1 retry from the database (3 attempts)", st)
+	}
+}
+
+// With HoldKeysOff, or with HoldKeysAuto when the adapter does not hand a
+// key's messages over in order, a failing message goes back to the broker.
+func TestKeysAreNotHeldWhenOffOrUnordered(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	failing := func(context.Context, *consume.Tx, *relayer.Message) error { return errors.New("down") }
+	for _, tc := range []struct {
+		name    string
+		mode    consume.KeyHolding
+		ordered bool
+	}{
+		{"off", consume.HoldKeysOff, true},
+		{"auto, unordered", consume.HoldKeysAuto, false},
+	} {
+		c := b.consumer(t, failing, consume.Options{Name: "c-" + fmt.Sprint(tc.mode), HoldKeys: tc.mode})
+		stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: tc.ordered, DeadLetters: &sink{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, _ := c.Handle(ctx, &delivery{msg: keyed("k", "x"), attempt: 1}); out != consume.Retried {
+			t.Errorf("%s: Handle = %s, want retried through the broker", tc.name, out)
+		}
+		stop()
+	}
+	if _, err := b.consumer(t, failing, consume.Options{HoldKeys: consume.HoldKeysOn}).StartHeldKeys(ctx, consume.HeldKeysOptions{}); !errors.Is(err, consume.ErrInvalidOptions) {
+		t.Errorf("StartHeldKeys without DeadLetters = %v, want ErrInvalidOptions", err)
+	}
+	if _, err := consume.New(b.db, failing, consume.Options{Name: "x", Tables: b.tables, HoldKeys: 7}); !errors.Is(err, consume.ErrInvalidOptions) {
+		t.Errorf("New with HoldKeys 7 = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// A consumer deployed before migration 9 keeps the broker's retry with
+// HoldKeysAuto, and refuses to start with HoldKeysOn, naming the migration.
+func TestHeldKeysBeforeTheirMigration(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	if _, err := b.db.Exec(`DROP TABLE "` + b.tables.Schema + `".c_inbox_waiting, "` + b.tables.Schema + `".c_inbox_held`); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	failing := func(context.Context, *consume.Tx, *relayer.Message) error { return errors.New("down") }
+	auto := b.consumer(t, failing, consume.Options{Name: "auto"})
+	stop, err := auto.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: &sink{}})
+	if err != nil {
+		t.Fatalf("StartHeldKeys with HoldKeysAuto = %v; want keys not held", err)
+	}
+	defer stop()
+	if out, _ := auto.Handle(ctx, &delivery{msg: keyed("k", "x"), attempt: 1}); out != consume.Retried {
+		t.Errorf("Handle = %s, want retried through the broker", out)
+	}
+	on := b.consumer(t, failing, consume.Options{Name: "on", HoldKeys: consume.HoldKeysOn})
+	if _, err := on.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: &sink{}}); !errors.Is(err, consume.ErrNotReady) ||
+		!strings.Contains(err.Error(), "relayer migrate") {
+		t.Errorf("StartHeldKeys with HoldKeysOn = %v; want ErrNotReady naming relayer migrate", err)
+	}
+}
