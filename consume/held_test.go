@@ -13,6 +13,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/consume/heldkeys"
 	"github.com/relayer-go/relayer/headers"
 )
 
@@ -253,4 +254,76 @@ func TestHeldKeysBeforeTheirMigration(t *testing.T) {
 		!strings.Contains(err.Error(), "relayer migrate") {
 		t.Errorf("StartHeldKeys with HoldKeysOn = %v; want ErrNotReady naming relayer migrate", err)
 	}
+}
+
+// Operators see held keys and release them: Retry tries the first message
+// again at once, Skip sends it to the dead letters and lets the key go on.
+func TestHeldKeysAreListedRetriedAndSkipped(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	table := b.orderedEffects(t)
+	var mu sync.Mutex
+	failing := map[string]bool{"a1": true, "b1": true}
+	c := b.consumer(t, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		mu.Lock()
+		fail := failing[string(m.Body)]
+		mu.Unlock()
+		if fail {
+			return errors.New("ledger down")
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id, note) VALUES ($1, $2)`, m.ID, string(m.Body))
+		return err
+	}, consume.Options{Retry: relayer.Retry{MaxAttempts: 10, Backoff: time.Hour, MaxBackoff: time.Hour}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dl := &sink{}
+	stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: dl, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a1, a2, b1, b2 := keyed("a", "a1"), keyed("a", "a2"), keyed("b", "b1"), keyed("b", "b2")
+	for _, m := range []relayer.Message{a1, a2, b1, b2} {
+		if _, err := c.Handle(ctx, &delivery{msg: m, attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := heldkeys.List(ctx, b.db, b.tables, heldkeys.Filter{Consumer: "billing"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || keys[0].Key != "a" || keys[0].Waiting != 2 || keys[0].HeadID != a1.ID || keys[0].Attempts != 1 ||
+		keys[0].LastError != "ledger down" || keys[0].HeadType != "orders.Event" || keys[0].HeadDestination != "orders" {
+		t.Fatalf("List = %+v; want keys a and b, each with its failed head first and 2 messages", keys)
+	}
+	counts, err := heldkeys.Counts(ctx, b.db, b.tables)
+	if err != nil || len(counts) != 1 || counts[0] != (heldkeys.Count{Consumer: "billing", Keys: 2, Waiting: 4}) {
+		t.Fatalf("Counts = %+v, %v; want billing holding 2 keys with 4 messages", counts, err)
+	}
+	if _, err := heldkeys.Retry(ctx, b.db, b.tables, heldkeys.Filter{}); !errors.Is(err, heldkeys.ErrNoSelection) {
+		t.Errorf("Retry of everything = %v, want ErrNoSelection", err)
+	}
+	// The ledger is back for a1: retried at once, a's messages go in order.
+	mu.Lock()
+	failing["a1"] = false
+	mu.Unlock()
+	if n, err := heldkeys.Retry(ctx, b.db, b.tables, heldkeys.Filter{Consumer: "billing", Key: "a"}); err != nil || n != 1 {
+		t.Fatalf("Retry = %d, %v; want key a", n, err)
+	}
+	waitFor(t, "key a drained", func() bool { return len(b.notes(t, table)) == 2 })
+	// b1 cannot be billed: skipped, it goes to the dead letters and b2 goes on.
+	if ok, err := heldkeys.Skip(ctx, b.db, b.tables, "billing", "b"); err != nil || !ok {
+		t.Fatalf("Skip = %v, %v", ok, err)
+	}
+	waitFor(t, "key b drained", func() bool { return len(b.notes(t, table)) == 3 })
+	if got := strings.Join(b.notes(t, table), " "); got != "a1 a2 b2" {
+		t.Errorf("effects %s; want a1 a2 b2", got)
+	}
+	if dl.count() != 1 || dl.msgs[0].ID != b1.ID || !errors.Is(dl.causes[0], consume.ErrSkipped) {
+		t.Errorf("dead letters %+v; want b1, skipped", dl.msgs)
+	}
+	waitFor(t, "no key held", func() bool {
+		keys, err := heldkeys.List(ctx, b.db, b.tables, heldkeys.Filter{}, 10)
+		return err == nil && len(keys) == 0
+	})
 }

@@ -115,6 +115,7 @@ func commands() []command {
 		{"lanes", "show the lane assignment by member", runLanes},
 		{"dead", "list, show, requeue or purge dead letters", runDead},
 		{"parked", "list parked keys, retry them or skip their head", runParked},
+		{"held", "list the keys consumers hold, retry them or skip their first message", runHeld},
 		{"run", "deliver an outbox's messages as a process of its own (a relay)", runRelay},
 		{"console", "serve the operator's web console of an outbox", runConsole},
 		{"bench", "measure enlistment, throughput, latency, drain and ordered dispatch on a database", runBench},
