@@ -64,8 +64,9 @@
 // did with its deliveries (relayer.consumer.messages by relayer.outcome:
 // handled, duplicate, retried, dead_lettered, abandoned), the settling calls
 // that failed and the transactions that waited for the database, by
-// messaging.consumer.group.name; [WrapHandler] measures each handler run as
-// messaging.process.duration.
+// messaging.consumer.group.name; [ObserveHeldKeys] reports the keys
+// consumers hold and the messages waiting behind them; [WrapHandler]
+// measures each handler run as messaging.process.duration.
 //
 // # Providers
 //

@@ -2,13 +2,18 @@ package relayerotel
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.30.0"
 
 	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/consume/heldkeys"
+	"github.com/relayer-go/relayer/store"
 )
 
 // OutcomeKey is the attribute of relayer.consumer.messages that says what
@@ -81,4 +86,63 @@ func ObserveConsumer(meter metric.Meter, c *consume.Consumer) (metric.Registrati
 		obs.ObserveInt64(waits, int64(s.DatabaseWaits), only)
 		return nil
 	}, messages, settle, waits)
+}
+
+// ObserveHeldKeys registers gauges of the ordering keys consumers hold in
+// the tables of opts (see consume.Consumer.StartHeldKeys), read with one
+// statement per collection ([heldkeys.Counts]), per
+// messaging.consumer.group.name:
+//
+//   - relayer.consumer.held_keys: the keys the consumer holds;
+//   - relayer.consumer.held_messages: the messages waiting behind them, the
+//     failing ones included.
+//
+// A consumer seen holding keys reports 0 once it holds none, for as long
+// as the registration lasts, so that an alert on held keys compares with a
+// series that exists. Register it once per consumers' database, in one
+// process (every process reading it would report the same keys).
+func ObserveHeldKeys(meter metric.Meter, db *sql.DB, opts store.Options) (metric.Registration, error) {
+	if meter == nil {
+		return nil, errors.New("relayerotel: a meter is required")
+	}
+	if db == nil {
+		return nil, errors.New("relayerotel: ObserveHeldKeys needs a database")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("relayerotel: %w", err)
+	}
+	keys, err1 := meter.Int64ObservableGauge("relayer.consumer.held_keys", metric.WithUnit("{key}"),
+		metric.WithDescription("Ordering keys a consumer holds after one of their messages failed."))
+	msgs, err2 := meter.Int64ObservableGauge("relayer.consumer.held_messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages waiting in the consumer's database behind held keys, the failing ones included."))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	return meter.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
+		defer cancel()
+		counts, err := heldkeys.Counts(ctx, db, opts)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		now := map[string]bool{}
+		for _, c := range counts {
+			attrs := metric.WithAttributeSet(attribute.NewSet(semconv.MessagingConsumerGroupName(c.Consumer)))
+			obs.ObserveInt64(keys, c.Keys, attrs)
+			obs.ObserveInt64(msgs, c.Waiting, attrs)
+			now[c.Consumer], seen[c.Consumer] = true, true
+		}
+		for name := range seen {
+			if !now[name] {
+				attrs := metric.WithAttributeSet(attribute.NewSet(semconv.MessagingConsumerGroupName(name)))
+				obs.ObserveInt64(keys, 0, attrs)
+				obs.ObserveInt64(msgs, 0, attrs)
+			}
+		}
+		return nil
+	}, keys, msgs)
 }

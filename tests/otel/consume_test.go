@@ -166,3 +166,43 @@ func TestConsumerMetrics(t *testing.T) {
 		t.Errorf("%d handler runs measured, %d failed; want 2 and 1 (a duplicate runs no handler)", runs, failed)
 	}
 }
+
+// ObserveHeldKeys reports the keys each consumer holds and the messages
+// behind them, and 0 once it holds none.
+func TestObserveHeldKeys(t *testing.T) {
+	t.Parallel()
+	mb := setupMeter(t)
+	db := testdb.Open(t, "pgx")
+	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "hk_"}
+	if _, err := store.Migrate(context.Background(), db, tables); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relayerotel.ObserveHeldKeys(mb.mp.Meter("test"), db, tables); err != nil {
+		t.Fatal(err)
+	}
+	held := `"` + tables.Schema + `".hk_inbox_held`
+	exec := func(q string) {
+		t.Helper()
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`INSERT INTO ` + held + ` (consumer, ordering_key) VALUES ('billing', 'a'), ('billing', 'b')`)
+	for range 3 {
+		exec(`INSERT INTO "` + tables.Schema + `".hk_inbox_waiting (consumer, ordering_key, message_id, message_type, destination, headers, body)
+VALUES ('billing', 'a', gen_random_uuid(), 't', 'd', '\x0100000000000000', '')`)
+	}
+	group := map[string]string{"messaging.consumer.group.name": "billing"}
+	rm := mb.mustCollect(t)
+	if keys, _ := total(t, rm, "relayer.consumer.held_keys", group); keys != 2 {
+		t.Errorf("held_keys = %d, want 2", keys)
+	}
+	if msgs, _ := total(t, rm, "relayer.consumer.held_messages", group); msgs != 3 {
+		t.Errorf("held_messages = %d, want 3", msgs)
+	}
+	exec(`DELETE FROM ` + held)
+	rm = mb.mustCollect(t)
+	if keys, found := total(t, rm, "relayer.consumer.held_keys", group); !found || keys != 0 {
+		t.Errorf("held_keys once released = %d (reported: %v), want 0", keys, found)
+	}
+}
