@@ -227,6 +227,8 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	mux.HandleFunc("GET /lanes", c.lanes)
 	mux.HandleFunc("GET /parked", c.parked)
 	mux.HandleFunc("POST /parked", c.parkedAction)
+	mux.HandleFunc("GET /held", c.held)
+	mux.HandleFunc("POST /held", c.heldAction)
 	mux.HandleFunc("GET /dead", c.dead)
 	mux.HandleFunc("POST /dead", c.deadAction)
 	mux.HandleFunc("GET /message", c.message)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/console"
 	"github.com/relayer-go/relayer/internal/testkit/consolefixture"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
@@ -475,5 +476,56 @@ func TestOverviewSpeaksTheCommandsWords(t *testing.T) {
 		if !strings.Contains(body, `<th class="r">`+word+`</th>`) {
 			t.Errorf("the overview's table has no column %q", word)
 		}
+	}
+}
+
+// The held keys page lists the keys consumers hold, escaped, and retries
+// or skips them; a read-only console offers neither.
+func TestHeldKeysPage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	held := `"` + f.Opts.Schema + `"."` + f.Opts.TablePrefix + `inbox_held"`
+	waiting := `"` + f.Opts.Schema + `"."` + f.Opts.TablePrefix + `inbox_waiting"`
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := f.DB.Exec(q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := uuid.Must(relayer.NewID())
+	exec(`INSERT INTO `+held+` (consumer, ordering_key, attempts, retry_at, last_error) VALUES ('billing', $1, 3, now() + interval '1 hour', $2)`,
+		"cust-"+xss, "ledger "+xss)
+	exec(`INSERT INTO `+waiting+` (consumer, ordering_key, message_id, message_type, destination, headers, body)
+VALUES ('billing', $1, $2, 'orders.Placed', 'orders.placed', '\x0100000000000000', '')`, "cust-"+xss, head)
+	c := newClient(t, f.console(t, console.Options{}), "")
+	status, body, _ := c.get("held")
+	if status != http.StatusOK || !strings.Contains(body, head.String()) || !strings.Contains(body, "billing") || strings.Contains(body, xss) {
+		t.Fatalf("held page: %d; want billing's key with its first message, escaped:\n%s", status, body)
+	}
+	token := c.csrf("held")
+	status, _, hdr := c.post("held", url.Values{"csrf": {token}, "op": {"retry"}, "consumer": {"billing"}, "key": {"cust-" + xss}})
+	if status != http.StatusSeeOther || hdr.Get("Location") != "held?did=retry-held&n=1" {
+		t.Fatalf("retry: %d to %q", status, hdr.Get("Location"))
+	}
+	var attempts int
+	if err := f.DB.QueryRow(`SELECT attempts FROM ` + held).Scan(&attempts); err != nil || attempts != 0 {
+		t.Errorf("after retry, attempts %d (%v), want 0", attempts, err)
+	}
+	if _, body, _ := c.get("held?did=retry-held&n=1"); !strings.Contains(body, "retried 1 held key(s)") {
+		t.Error("the outcome is not shown")
+	}
+	status, _, hdr = c.post("held", url.Values{"csrf": {token}, "op": {"skip"}, "consumer": {"billing"}, "key": {"cust-" + xss}})
+	if status != http.StatusSeeOther || hdr.Get("Location") != "held?did=skip-held&n=1" {
+		t.Fatalf("skip: %d to %q", status, hdr.Get("Location"))
+	}
+	if _, body, _ := c.get("held"); !strings.Contains(body, "skipping") {
+		t.Error("a skipped key does not say so")
+	}
+	if status, _, _ := c.post("held", url.Values{"csrf": {token}, "op": {"skip"}, "key": {"k"}}); status != http.StatusBadRequest {
+		t.Errorf("skip without a consumer: %d, want 400", status)
+	}
+	ro := newClient(t, f.console(t, console.Options{ReadOnly: true}), "")
+	if _, body, _ := ro.get("held"); strings.Contains(body, `value="skip"`) {
+		t.Error("a read-only console offers to skip")
 	}
 }

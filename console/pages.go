@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relayer-go/relayer/consume/heldkeys"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/store"
 )
@@ -54,10 +55,12 @@ func flash(q url.Values) string {
 		return ""
 	}
 	what := map[string]string{
-		"retry":   "released %d parked key(s): each resumes at its head, in order",
-		"skip":    "moved %d parked head(s) to the dead letters",
-		"requeue": "requeued %d dead letter(s) into the outbox",
-		"purge":   "purged %d dead letter(s)",
+		"retry":      "released %d parked key(s): each resumes at its head, in order",
+		"skip":       "moved %d parked head(s) to the dead letters",
+		"requeue":    "requeued %d dead letter(s) into the outbox",
+		"purge":      "purged %d dead letter(s)",
+		"retry-held": "retried %d held key(s): their consumers try each first message again within their poll",
+		"skip-held":  "skipping the first message of %d held key(s): its consumer sends it to its dead letters, and the key goes on",
 	}[q.Get("did")]
 	if what == "" {
 		return ""
@@ -480,6 +483,70 @@ func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
 	c.act(w, r, "parked", op, act, slog.String("key", key))
 }
 
+// heldData is the held keys page: the keys consumers hold in the
+// console's tables, the first ListLimit of them.
+type heldData struct {
+	Consumer, Key string
+	Items         []heldkeys.Key
+	Limit         int
+}
+
+// held lists the keys consumers hold (see consume.Consumer.StartHeldKeys),
+// longest held first, filtered by consumer and key.
+func (c *Console) held(w http.ResponseWriter, r *http.Request) {
+	p := c.newPage(r, "held", "Held keys")
+	q := r.URL.Query()
+	d := heldData{Consumer: q.Get("consumer"), Key: q.Get("key"), Limit: c.opts.ListLimit}
+	for _, field := range []struct{ name, value string }{{"consumer", d.Consumer}, {"key", d.Key}} {
+		if err := checkField(field.name, field.value); err != nil {
+			p.Data, p.Error = d, err.Error()
+			c.render(w, "held.html", p, http.StatusBadRequest)
+			return
+		}
+	}
+	err := c.withTx(r, true, func(ctx context.Context, b *budgetTx) error {
+		var err error
+		d.Items, err = heldkeys.List(ctx, b.tx, c.store.Options(), heldkeys.Filter{Consumer: d.Consumer, Key: d.Key}, d.Limit)
+		return err
+	})
+	if err != nil {
+		p.Data = d
+		c.failed(w, r, p, "held.html", err)
+		return
+	}
+	p.Data = d
+	c.render(w, "held.html", p, http.StatusOK)
+}
+
+// heldAction retries a consumer's held key, or skips its first message.
+func (c *Console) heldAction(w http.ResponseWriter, r *http.Request) {
+	if !c.checkAction(w, r) {
+		return
+	}
+	op, consumer, key := r.PostForm.Get("op"), r.PostForm.Get("consumer"), r.PostForm.Get("key")
+	for _, field := range []struct{ name, value string }{{"consumer", consumer}, {"key", key}} {
+		if err := checkField(field.name, field.value); err != nil {
+			http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	if consumer == "" || key == "" || (op != "retry" && op != "skip") {
+		http.Error(w, "400 bad request: want op=retry or op=skip, with a consumer and a key", http.StatusBadRequest)
+		return
+	}
+	opts := c.store.Options()
+	c.actTx(w, r, "held", op+"-held", func(ctx context.Context, b *budgetTx) (int64, error) {
+		if op == "retry" {
+			return heldkeys.Retry(ctx, b.tx, opts, heldkeys.Filter{Consumer: consumer, Key: key})
+		}
+		ok, err := heldkeys.Skip(ctx, b.tx, opts, consumer, key)
+		if ok {
+			return 1, err
+		}
+		return 0, err
+	}, slog.String("consumer", consumer), slog.String("key", key))
+}
+
 func (c *Console) dead(w http.ResponseWriter, r *http.Request) {
 	listPage(c, w, r, "dead", "Dead letters", func(ctx context.Context, b *budgetTx, f listFilter, limit int) ([]store.DeadLetter, error) {
 		return b.st.DeadLetters(ctx, f.dead(), limit)
@@ -533,10 +600,15 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request) {
 // act runs an action within the request's database budget, logs it, and
 // redirects to its page with its outcome.
 func (c *Console) act(w http.ResponseWriter, r *http.Request, pageName, op string, run func(ctx context.Context, st *store.Store) (int64, error), attrs ...slog.Attr) {
+	c.actTx(w, r, pageName, op, func(ctx context.Context, b *budgetTx) (int64, error) { return run(ctx, b.st) }, attrs...)
+}
+
+// actTx is act for an action that runs on the request's transaction.
+func (c *Console) actTx(w http.ResponseWriter, r *http.Request, pageName, op string, run func(ctx context.Context, b *budgetTx) (int64, error), attrs ...slog.Attr) {
 	var n int64
-	err := c.withStore(r, false, func(ctx context.Context, st *store.Store) error {
+	err := c.withTx(r, false, func(ctx context.Context, b *budgetTx) error {
 		var err error
-		n, err = run(ctx, st)
+		n, err = run(ctx, b)
 		return err
 	})
 	base := []slog.Attr{slog.String("action", pageName+" "+op), slog.String("remote", r.RemoteAddr),

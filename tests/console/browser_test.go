@@ -27,6 +27,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/console"
@@ -304,6 +305,29 @@ func TestConsoleInBrowser(t *testing.T) {
 	skipped, err := fx.Store.DeadLetters(ctx, store.DeadFilter{IDs: []uuid.UUID{fx.Parked[0].ID}}, 1)
 	if err != nil || len(skipped) != 1 || skipped[0].Reason != store.ReasonSkipped {
 		t.Errorf("the skipped head is not a dead letter: %+v, %v", skipped, err)
+	}
+
+	// Held keys: a consumer's key held behind a failing message; skip its
+	// first message (confirming the dialog).
+	heldTable := pgx.Identifier{opts.Schema, opts.TablePrefix + "inbox_held"}.Sanitize()
+	if _, err := db.ExecContext(ctx, `INSERT INTO `+heldTable+` (consumer, ordering_key, attempts, last_error)
+VALUES ('invoicing', 'order-9', 4, 'pdf service down')`); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, "open held keys", chromedp.Click(chromedp.CSS(`nav a[href="held"]`)), chromedp.WaitVisible(chromedp.CSS(`nav a.here[href="held"]`)))
+	if got := b.text(t, "main"); !strings.Contains(got, "invoicing") || !strings.Contains(got, "order-9") || !strings.Contains(got, "pdf service down") {
+		t.Errorf("held keys page shows:\n%s", got)
+	}
+	b.shoot(t, "held")
+	b.run(t, "skip the held key's first message",
+		chromedp.Click(`//tr[td[@class="key" and text()="order-9"]]//button[@class="skip"]`),
+		chromedp.WaitVisible(chromedp.CSS(".flash")))
+	if f := b.text(t, ".flash"); !strings.Contains(f, "skipping the first message of 1 held key") {
+		t.Errorf("after skip the page says %q", f)
+	}
+	var skip bool
+	if err := db.QueryRowContext(ctx, `SELECT skip FROM `+heldTable).Scan(&skip); err != nil || !skip {
+		t.Errorf("the held key is not marked for skipping: %v, %v", skip, err)
 	}
 
 	// Dead letters, 4 to a page (the skipped head first, the newest): the
