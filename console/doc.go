@@ -1,6 +1,8 @@
 // Package console is an operator's web console for one outbox: what is
 // waiting, for which destination, since when and why; who holds which lane;
-// the parked keys and dead letters, with the actions that redrive them.
+// the parked keys and dead letters, with the actions that redrive them;
+// and, on a consumer's database, the keys its consumers hold (package
+// consume/heldkeys), with retry and skip.
 //
 // [New] returns an [http.Handler] that a service can mount (under any path
 // prefix, with [http.StripPrefix]); the "relayer console" command serves the
@@ -8,8 +10,9 @@
 // with a little script that refreshes them; nothing is fetched from
 // elsewhere.
 //
-// Actions (retry or skip a parked key, requeue or purge dead letters) go
-// through the store's redrive operations: each is one idempotent statement,
+// Actions (retry or skip a parked key, requeue or purge dead letters, retry
+// or skip a held key) go through the store's redrive operations and
+// package heldkeys: each is one idempotent statement,
 // reports how many rows it touched, and is logged with who asked and when.
 // They are POST requests carrying a CSRF token, refused from other origins;
 // [Options.ReadOnly] hides and refuses them all. With [Options.Token] set,
