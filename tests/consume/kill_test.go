@@ -59,6 +59,15 @@ type processConfig struct {
 	// KillAfter is the commit after which the process kills itself; 0:
 	// never.
 	KillAfter int `json:"kill_after"`
+	// FailPercent is how often, in percent, the handler fails after
+	// writing its effect (the transaction then rolls back).
+	FailPercent int `json:"fail_percent,omitempty"`
+	// Concurrency is the adapter's: 0 for 4; 1 hands a key's messages over
+	// in order, and the consumer then holds keys.
+	Concurrency int `json:"concurrency,omitempty"`
+	// Ordered records each effect's key and step with its commit order
+	// (orderedEffects) instead of the plain effects table.
+	Ordered bool `json:"ordered,omitempty"`
 }
 
 // TestConsumerProcess is a consumer process's body; it is skipped in a
@@ -77,8 +86,22 @@ func TestConsumerProcess(t *testing.T) {
 	db := testdb.Open(t, "pgx")
 	var commits atomic.Int64
 	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+effects(cfg.Tables)+` (message_id, pid) VALUES ($1, $2)`, m.ID, os.Getpid()); err != nil {
+		var err error
+		if cfg.Ordered {
+			var s step
+			if err := json.Unmarshal(m.Body, &s); err != nil {
+				return consume.Permanent(err)
+			}
+			_, err = tx.ExecContext(ctx, `INSERT INTO `+orderedEffects(cfg.Tables)+` (message_id, key, n, pid) VALUES ($1, $2, $3, $4)`,
+				m.ID, m.Key, s.N, os.Getpid())
+		} else {
+			_, err = tx.ExecContext(ctx, `INSERT INTO `+effects(cfg.Tables)+` (message_id, pid) VALUES ($1, $2)`, m.ID, os.Getpid())
+		}
+		if err != nil {
 			return err
+		}
+		if cfg.FailPercent > 0 && rand.IntN(100) < cfg.FailPercent {
+			return errors.New("the ledger is busy") // after the effect: it rolls back
 		}
 		tx.OnCommit(func() {
 			if cfg.KillAfter > 0 && commits.Add(1) == int64(cfg.KillAfter) {
@@ -87,9 +110,13 @@ func TestConsumerProcess(t *testing.T) {
 			}
 		})
 		return nil
-	}, consume.Options{Name: "billing", Tables: cfg.Tables})
+	}, consume.Options{Name: "billing", Tables: cfg.Tables, Retry: relayer.Retry{MaxAttempts: 50, Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	concurrency := cfg.Concurrency
+	if concurrency == 0 {
+		concurrency = 4
 	}
 	var runErr error
 	switch cfg.Broker {
@@ -107,14 +134,14 @@ func TestConsumerProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runErr = relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: cfg.Dead, Concurrency: 4})
+		runErr = relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: cfg.Dead, Concurrency: concurrency})
 	case "rabbitmq":
 		conn, err := amqp.Dial(cfg.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		runErr = relayeramqp.Consume(ctx, conn, cfg.Source, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: cfg.Dead, Concurrency: 4})
+		runErr = relayeramqp.Consume(ctx, conn, cfg.Source, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: cfg.Dead, Concurrency: concurrency})
 	case "kafka":
 		// A static member: a process started after a killed one takes its
 		// partitions over at once, rather than after the session timeout.
@@ -288,7 +315,12 @@ func runConsumer(t *testing.T, cfg processConfig, deadline time.Time, done func(
 // natsRig is a stream of the test's own, on the local server or an
 // embedded one, with a durable consumer whose unacknowledged messages come
 // back after a second.
-func natsRig(t testing.TB) rig {
+func natsRig(t testing.TB) rig { return natsRigWith(t, 0) }
+
+// natsRigWith is natsRig whose durable consumer has at most maxAckPending
+// messages unacknowledged (0: the server's default). With 1, a message a
+// killed consumer left unacknowledged comes back before any later one.
+func natsRigWith(t testing.TB, maxAckPending int) rig {
 	url := natsURL(t)
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -307,7 +339,7 @@ func natsRig(t testing.TB) rig {
 	}
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 	if _, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy,
-		FilterSubject: "kill." + token + ".orders", AckWait: time.Second}); err != nil {
+		FilterSubject: "kill." + token + ".orders", AckWait: time.Second, MaxAckPending: maxAckPending}); err != nil {
 		t.Fatal(err)
 	}
 	tr, err := relayernats.New(js, relayernats.Options{})
