@@ -547,6 +547,14 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 		c.stats.abandoned.Add(1)
 		return Abandoned, ctx.Err()
 	}
+	return c.failed(ctx, d, &m, attempt, err)
+}
+
+// failed settles a delivery whose handler failed with err on its attempt:
+// dead-lettered for a permanent error or the last attempt; otherwise its
+// key held, when the consumer holds keys, or delivered again by the
+// broker after the backoff.
+func (c *Consumer) failed(ctx context.Context, d Delivery, m *relayer.Message, attempt int, err error) (Outcome, error) {
 	attrs := []any{slog.String("consumer", c.opts.Name), slog.String("id", m.ID.String()), slog.String("type", m.Type),
 		slog.Int("attempt", attempt), slog.String("error", err.Error())}
 	if errors.Is(err, relayer.ErrPermanent) || c.retry.Exhausted(attempt) {
@@ -555,8 +563,9 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 		return DeadLettered, c.settle(ctx, DeadLettered, func(sctx context.Context) error { return d.DeadLetter(sctx, err) })
 	}
 	delay := jittered(c.retry.Delay(attempt))
-	if c.held.holds(&m) {
-		switch held, herr := c.holdKey(ctx, &m, attempt, delay, err); {
+	if c.held.holds(m) {
+		held, herr := c.holdKey(ctx, m, attempt, delay, err)
+		switch {
 		case herr == nil && held:
 			c.stats.held.Add(1)
 			c.opts.Logger.Warn("consume: handler failed; the message's key is held, and it is tried again from the consumer's database",
@@ -568,9 +577,8 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 		case ctx.Err() != nil:
 			c.stats.abandoned.Add(1)
 			return Abandoned, ctx.Err()
-		default:
-			attrs = append(attrs, slog.String("hold_error", herr.Error()))
 		}
+		attrs = append(attrs, slog.String("hold_error", herr.Error()))
 	}
 	c.stats.retried.Add(1)
 	c.opts.Logger.Warn("consume: handler failed; the message is delivered again", append(attrs, slog.Duration("after", delay))...)

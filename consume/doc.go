@@ -93,6 +93,26 @@
 // a failing one: a message that panics every time ends in the dead
 // letters instead of crashing the consumer at each delivery.
 //
+// # Adapters
+//
+// The broker adapters share one shape: Consume(ctx, consumer, broker,
+// opts) — relayernats.Consume(ctx, c, js, cons, opts),
+// relayeramqp.Consume(ctx, c, conn, queue, opts) and
+// relayerkafka.Consume(ctx, c, clientOpts, opts). Each validates its
+// options through one table ([CheckLimits]), starts with
+// [Consumer.Start] (the database checked, the held keys' drain started),
+// hands what it receives to a [Pool] and, when ctx ends, lets the
+// deliveries being handled commit and be settled within its DrainTimeout,
+// then returns nil. The caller owns the broker connection it passes and
+// Consume never closes it; Kafka's client, which franz-go makes with its
+// consumer group, is made by Consume from clientOpts and closed by it. A
+// broker fault is treated one way: while the broker client reconnects by
+// itself (NATS, Kafka), Consume waits and logs once when fetching fails
+// and once when it works again; when the connection it was given is gone
+// for good (a closed NATS or RabbitMQ connection, a closed RabbitMQ
+// channel), it returns an error wrapping relayer.ErrUnavailable, and the
+// caller dials again and calls Consume again.
+//
 // # Order through failures
 //
 // The outbox delivers a key's messages in the order their transactions

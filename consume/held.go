@@ -313,25 +313,13 @@ func (c *Consumer) StartHeldKeys(ctx context.Context, opts HeldKeysOptions) (sto
 	if opts.Poll <= 0 {
 		opts.Poll = 500 * time.Millisecond
 	}
-	// The first look for due keys tells whether the held keys' tables
-	// exist and the data layer's transaction reads rows; another fault of
-	// the database is waited out.
-	for {
-		_, err = c.dueKeys(ctx)
-		if err == nil || missingTable(err) || !c.waitedOut(ctx, err) {
-			break
+	if err := c.heldKeysReadable(ctx); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return func() {}, nil
+		case mode == HoldKeysOn:
+			return nil, fmt.Errorf("%w: HoldKeys is on, and the consumer cannot read its held keys: %w", ErrNotReady, err)
 		}
-	}
-	if err != nil && missingTable(err) {
-		names := c.inbox.Options()
-		err = fmt.Errorf("the held keys' tables (migration 9) do not exist: run `%s` or store.Migrate: %w", migrateCommand(names), err)
-	}
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return func() {}, nil
-	case err != nil && mode == HoldKeysOn:
-		return nil, fmt.Errorf("%w: HoldKeys is on, and the consumer cannot read its held keys: %w", ErrNotReady, err)
-	case err != nil:
 		c.opts.Logger.Warn("consume: keys are not held: the consumer cannot read its held keys; a failing message is delivered again by the broker",
 			slog.String("consumer", c.opts.Name), slog.String("error", err.Error()))
 		return func() {}, nil
@@ -344,6 +332,34 @@ func (c *Consumer) StartHeldKeys(ctx context.Context, opts HeldKeysOptions) (sto
 		cancel()
 		wg.Wait()
 	}, nil
+}
+
+// heldKeysReadable looks for due keys once, to tell whether the held keys'
+// tables exist (migration 9) and the data layer's transaction reads rows;
+// another fault of the database is waited out.
+func (c *Consumer) heldKeysReadable(ctx context.Context) error {
+	for {
+		_, err := c.dueKeys(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case missingTable(err):
+			return fmt.Errorf("the held keys' tables (migration 9) do not exist: run `%s` or store.Migrate: %w",
+				migrateCommand(c.inbox.Options()), err)
+		case !c.waitedOut(ctx, err):
+			return err
+		}
+	}
+}
+
+// Start is what an adapter runs before it fetches: [Consumer.AwaitDatabase],
+// then [Consumer.StartHeldKeys]. It returns ctx's error when ctx ends
+// while the database does not answer; stop ends the held keys' drain.
+func (c *Consumer) Start(ctx context.Context, opts HeldKeysOptions) (stop func(), err error) {
+	if err := c.AwaitDatabase(ctx); err != nil {
+		return nil, err
+	}
+	return c.StartHeldKeys(ctx, opts)
 }
 
 // dueKeys returns held keys whose first message is due, or skipped.

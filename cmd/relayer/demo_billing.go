@@ -63,7 +63,7 @@ func (d *demo) startBilling(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range demoBillingInstances {
 		wg.Go(func() {
-			err := relayernats.Consume(bctx, d.js, cons, c, relayernats.ConsumeOptions{
+			err := relayernats.Consume(bctx, c, d.js, cons, relayernats.ConsumeOptions{
 				DeadLetterSubject: d.subject[kindPlaced] + ".dead", Concurrency: 4,
 			})
 			if err != nil {

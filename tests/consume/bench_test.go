@@ -3,8 +3,10 @@ package consume_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,7 +38,14 @@ import (
 //     the id in the inbox table (INSERT … ON CONFLICT DO NOTHING), writes
 //     the effect row when the id is new, commits, then acknowledges;
 //   - relayer: the broker's consume adapter with a consume.Consumer whose
-//     handler writes the same effect row.
+//     handler writes the same effect row, holding keys (the default: the
+//     messages carry keys and come one at a time);
+//   - relayer-nohold: the same with consume.HoldKeysOff, the record a
+//     plain inbox insert;
+//   - relayer-1pct-failing: relayer, whose handler fails the first attempt
+//     of one message in a hundred: each holds its key while the others
+//     flow, and takes effect from the consumer's database once tried
+//     again.
 //
 // msgs/s is messages over the wall time; cpu-µs/msg is this process's CPU
 // (user and system) per message, the broker's and PostgreSQL's not
@@ -51,7 +60,7 @@ func BenchmarkConsume(b *testing.B) {
 		{"rabbitmq", rabbitRig, rabbitLoop},
 		{"kafka", func(tb testing.TB) rig { return kafkaRigOf(tb, 1) }, kafkaLoop},
 	} {
-		for _, variant := range []string{"plain", "handwritten", "relayer"} {
+		for _, variant := range []string{"plain", "handwritten", "relayer", "relayer-nohold", "relayer-1pct-failing"} {
 			b.Run(broker.name+"/"+variant, func(b *testing.B) {
 				r := broker.rig(b)
 				db, tables := benchDatabase(b)
@@ -86,12 +95,24 @@ func BenchmarkConsume(b *testing.B) {
 							count()
 							return nil
 						})
-					case "relayer":
+					default:
+						opts := consume.Options{Name: "billing", Tables: tables,
+							Retry: relayer.Retry{MaxAttempts: 5, Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}}
+						if variant == "relayer-nohold" {
+							opts.HoldKeys = consume.HoldKeysOff
+						}
+						var seen atomic.Int64
+						var failed sync.Map // the messages failed once: the held keys' drain runs handlers too
 						c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+							if variant == "relayer-1pct-failing" && seen.Add(1)%100 == 0 {
+								if _, again := failed.LoadOrStore(m.ID, true); !again {
+									return errors.New("the ledger is busy")
+								}
+							}
 							_, err := tx.ExecContext(ctx, `INSERT INTO `+effects(tables)+` (message_id, pid) VALUES ($1, 0)`, m.ID)
 							tx.OnCommit(count)
 							return err
-						}, consume.Options{Name: "billing", Tables: tables})
+						}, opts)
 						if err != nil {
 							b.Error(err)
 							return
@@ -192,17 +213,17 @@ func adapterConsume(ctx context.Context, r rig, c *consume.Consumer) error {
 		if err != nil {
 			return err
 		}
-		return relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: r.cfg.Dead})
+		return relayernats.Consume(ctx, c, js, cons, relayernats.ConsumeOptions{DeadLetterSubject: r.cfg.Dead})
 	case "rabbitmq":
 		conn, err := amqp.Dial(r.cfg.Addr)
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
-		return relayeramqp.Consume(ctx, conn, r.cfg.Source, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: r.cfg.Dead})
+		return relayeramqp.Consume(ctx, c, conn, r.cfg.Source, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: r.cfg.Dead})
 	case "kafka":
-		return relayerkafka.Consume(ctx, c, relayerkafka.ConsumeOptions{Group: "billing", Topics: []string{r.cfg.Source}, DeadLetterTopic: r.cfg.Dead},
-			kgo.SeedBrokers(r.cfg.Addr), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		return relayerkafka.Consume(ctx, c, []kgo.Opt{kgo.SeedBrokers(r.cfg.Addr), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+			relayerkafka.ConsumeOptions{Group: "billing", Topics: []string{r.cfg.Source}, DeadLetterTopic: r.cfg.Dead})
 	}
 	return fmt.Errorf("unknown broker %q", r.cfg.Broker)
 }

@@ -134,19 +134,20 @@ func TestConsumerProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runErr = relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: cfg.Dead, Concurrency: concurrency})
+		runErr = relayernats.Consume(ctx, c, js, cons, relayernats.ConsumeOptions{DeadLetterSubject: cfg.Dead, Concurrency: concurrency})
 	case "rabbitmq":
 		conn, err := amqp.Dial(cfg.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		runErr = relayeramqp.Consume(ctx, conn, cfg.Source, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: cfg.Dead, Concurrency: concurrency})
+		runErr = relayeramqp.Consume(ctx, c, conn, cfg.Source, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: cfg.Dead, Concurrency: concurrency})
 	case "kafka":
 		// A static member: a process started after a killed one takes its
 		// partitions over at once, rather than after the session timeout.
-		runErr = relayerkafka.Consume(ctx, c, relayerkafka.ConsumeOptions{Group: "billing", Topics: []string{cfg.Source}, DeadLetterTopic: cfg.Dead},
-			kgo.SeedBrokers(cfg.Addr), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.InstanceID("consumer"))
+		runErr = relayerkafka.Consume(ctx, c,
+			[]kgo.Opt{kgo.SeedBrokers(cfg.Addr), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.InstanceID("consumer")},
+			relayerkafka.ConsumeOptions{Group: "billing", Topics: []string{cfg.Source}, DeadLetterTopic: cfg.Dead})
 	default:
 		runErr = fmt.Errorf("unknown broker %q", cfg.Broker)
 	}

@@ -92,14 +92,31 @@ func (o ConsumeOptions) Validate() error {
 		return fmt.Errorf("%w: ConsumeOptions.DeadLetterExchange is %d bytes, AMQP allows %d", ErrInvalidOptions, len(o.DeadLetterExchange), shortstrMax)
 	case len(o.DeadLetterRoutingKey) > shortstrMax:
 		return fmt.Errorf("%w: ConsumeOptions.DeadLetterRoutingKey is %d bytes, AMQP allows %d", ErrInvalidOptions, len(o.DeadLetterRoutingKey), shortstrMax)
-	case o.Concurrency < 0 || o.Concurrency > ConcurrencyMax:
-		return fmt.Errorf("%w: ConsumeOptions.Concurrency is %d, want 1 to %d (0 for 1)", ErrInvalidOptions, o.Concurrency, ConcurrencyMax)
-	case o.Prefetch < 0 || o.Prefetch > 65535:
-		return fmt.Errorf("%w: ConsumeOptions.Prefetch is %d, want 1 to 65535 (0 for twice Concurrency)", ErrInvalidOptions, o.Prefetch)
-	case o.DrainTimeout < 0:
-		return fmt.Errorf("%w: ConsumeOptions.DrainTimeout is negative", ErrInvalidOptions)
 	}
-	return nil
+	return consume.CheckLimits(ErrInvalidOptions,
+		consume.Limit{Name: "ConsumeOptions.Concurrency", Value: int64(o.Concurrency), Min: 1, Max: ConcurrencyMax, Zero: "1"},
+		consume.Limit{Name: "ConsumeOptions.Prefetch", Value: int64(o.Prefetch), Min: 1, Max: 65535, Zero: "twice Concurrency"},
+		consume.Limit{Name: "ConsumeOptions.DrainTimeout", Value: int64(o.DrainTimeout), Min: 1, Duration: true, Zero: "10s"})
+}
+
+// withDefaults validates o and fills in its defaults.
+func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
+	if err := o.Validate(); err != nil {
+		return o, err
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 1
+	}
+	if o.Prefetch == 0 {
+		o.Prefetch = min(2*o.Concurrency, 65535)
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
 }
 
 // Consume hands the messages of queue to c, one [consume.Delivery] each,
@@ -108,9 +125,12 @@ func (o ConsumeOptions) Validate() error {
 // for options that cannot work, a queue or dead-letter exchange that
 // does not exist, or a consume.Consumer whose database is not ready
 // (consume.ErrNotReady: its inbox table does not exist; a database that
-// does not answer yet is waited for), and later when the connection or its channel closes
-// under it (the broker then delivers again what was not acknowledged; dial
-// again and call Consume again).
+// does not answer yet is waited for). The caller owns conn, which Consume
+// never closes; the channels it opens on conn are its own. When the
+// connection or its channel closes under it (RabbitMQ's client does not
+// reconnect), Consume returns an error wrapping relayer.ErrUnavailable:
+// dial again and call it again, as with every adapter; the broker then
+// delivers again what was not acknowledged.
 //
 // Consume opens two channels on conn: one consumes the queue with manual
 // acknowledgements and the Prefetch QoS, one publishes retries and dead
@@ -137,95 +157,100 @@ func (o ConsumeOptions) Validate() error {
 // retries excepted. RabbitMQ's consumer_timeout (30 minutes by default)
 // bounds a handler: the broker closes the channel of a consumer that held
 // a message longer.
-func Consume(ctx context.Context, conn *amqp.Connection, queue string, c *consume.Consumer, opts ConsumeOptions) error {
+func Consume(ctx context.Context, c *consume.Consumer, conn *amqp.Connection, queue string, opts ConsumeOptions) error {
 	if conn == nil || c == nil {
-		return fmt.Errorf("%w: Consume needs a connection and a consume.Consumer", ErrInvalidOptions)
+		return fmt.Errorf("%w: Consume needs a consume.Consumer and a connection", ErrInvalidOptions)
 	}
-	if err := opts.Validate(); err != nil {
+	opts, err := opts.withDefaults()
+	if err != nil {
 		return err
 	}
-	switch {
-	case queue == "":
-		return fmt.Errorf("%w: Consume needs a queue's name", ErrInvalidOptions)
-	case len(queue) > shortstrMax-retryQueueSuffixMax:
-		return fmt.Errorf("%w: queue name is %d bytes; its retry queues' names need it at most %d", ErrInvalidOptions, len(queue), shortstrMax-retryQueueSuffixMax)
-	}
-	if opts.Concurrency == 0 {
-		opts.Concurrency = 1
-	}
-	if opts.Prefetch == 0 {
-		opts.Prefetch = min(2*opts.Concurrency, 65535)
-	}
-	if opts.DrainTimeout == 0 {
-		opts.DrainTimeout = 10 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if err := checkTopology(conn, queue, opts.DeadLetterExchange); err != nil {
+	if err := checkQueue(conn, queue, opts.DeadLetterExchange); err != nil {
 		return err
-	}
-	if err := c.AwaitDatabase(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("relayeramqp: consume: %w", err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return unavailable("consume: opening a channel", err)
-	}
-	defer ch.Close() // hands back to the queue what was delivered but not acknowledged
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	if err := ch.Qos(opts.Prefetch, 0, false); err != nil {
-		return unavailable("consume: setting the prefetch", err)
-	}
-	deliveries, err := ch.Consume(queue, consumerTag(c.Options().Name), false, false, false, false, nil)
-	if err != nil {
-		return unavailable("consume: consuming "+queue, err)
 	}
 	pub := &settler{conn: conn}
 	defer pub.close()
 	s := &session{queue: queue, opts: opts, consumer: c, retry: c.Options().Retry, pub: pub}
 	// One at a time, a queue hands its messages over in order: keys are
 	// then held by default (consume.HoldKeysAuto).
-	stopHeld, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: opts.Concurrency == 1, DeadLetters: &deadLetters{s: s}})
+	stopHeld, err := c.Start(ctx, consume.HeldKeysOptions{Ordered: opts.Concurrency == 1, DeadLetters: &deadLetters{s: s}})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("relayeramqp: consume: %w", err)
 	}
 	defer stopHeld()
+	ch, deliveries, closed, err := openConsumer(conn, queue, c.Options().Name, opts.Prefetch)
+	if err != nil {
+		return err
+	}
+	defer ch.Close() // hands back to the queue what was delivered but not acknowledged
+	return s.receive(ctx, deliveries, closed)
+}
 
+// checkQueue refuses a queue name Consume cannot use, and a queue or
+// dead-letter exchange that does not exist.
+func checkQueue(conn *amqp.Connection, queue, deadExchange string) error {
+	switch {
+	case queue == "":
+		return fmt.Errorf("%w: Consume needs a queue's name", ErrInvalidOptions)
+	case len(queue) > shortstrMax-retryQueueSuffixMax:
+		return fmt.Errorf("%w: queue name is %d bytes; its retry queues' names need it at most %d", ErrInvalidOptions, len(queue), shortstrMax-retryQueueSuffixMax)
+	}
+	return checkTopology(conn, queue, deadExchange)
+}
+
+// openConsumer opens the channel that consumes queue with manual
+// acknowledgements and the prefetch QoS.
+func openConsumer(conn *amqp.Connection, queue, name string, prefetch int) (*amqp.Channel, <-chan amqp.Delivery, <-chan *amqp.Error, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, nil, unavailable("consume: opening a channel", err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		ch.Close()
+		return nil, nil, nil, unavailable("consume: setting the prefetch", err)
+	}
+	deliveries, err := ch.Consume(queue, consumerTag(name), false, false, false, false, nil)
+	if err != nil {
+		ch.Close()
+		return nil, nil, nil, unavailable("consume: consuming "+queue, err)
+	}
+	return ch, deliveries, closed, nil
+}
+
+// receive hands the deliveries to a pool until ctx ends or the channel
+// closes, then lets the messages being handled commit and be settled
+// within the drain timeout. A message delivered but not handled stays
+// unacknowledged until the channel closes, after the drain, which hands it
+// back to the queue in its place: cancelling the consumer first would let
+// a single active consumer's successor overtake it.
+func (s *session) receive(ctx context.Context, deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error) error {
 	// The handlers outlive ctx by up to DrainTimeout, so that a stop lets
-	// the messages being handled commit and be acknowledged. A message
-	// delivered but not handled stays unacknowledged until the channel
-	// closes, after the drain, which hands it back to the queue in its
-	// place: cancelling the consumer first would let a single active
-	// consumer's successor overtake it.
-	workers := consume.NewWorkers(ctx, opts.Concurrency, opts.DrainTimeout)
-	var lost error
-loop:
+	// the messages being handled commit and be acknowledged.
+	pool := consume.NewPool(ctx, s.opts.Concurrency, s.opts.DrainTimeout)
+	defer pool.Stop() // nothing uncommitted is acknowledged: it is delivered again
 	for {
 		select {
 		case <-ctx.Done():
-			break loop
+			return nil
 		case d, ok := <-deliveries:
 			if !ok {
-				lost = closeReason(closed, "consume: the channel of "+queue+" closed")
-				break loop
+				return closeReason(closed, "consume: the channel of "+s.queue+" closed")
 			}
-			taken := workers.Go(ctx, func(hctx context.Context) {
-				if _, err := c.Handle(hctx, s.delivery(d)); err != nil && hctx.Err() == nil {
-					opts.Logger.Warn("relayeramqp: consume: a message was not settled; the broker delivers it again",
-						slog.String("queue", queue), slog.String("error", err.Error()))
+			taken := pool.Go(ctx, func(hctx context.Context) {
+				if _, err := s.consumer.Handle(hctx, s.delivery(d)); err != nil && hctx.Err() == nil {
+					s.opts.Logger.Warn("relayeramqp: consume: a message was not settled; the broker delivers it again",
+						slog.String("queue", s.queue), slog.String("error", err.Error()))
 				}
 			})
 			if !taken {
-				break loop
+				return nil
 			}
 		}
 	}
-	workers.Stop() // nothing uncommitted is acknowledged: it is delivered again
-	return lost
 }
 
 // checkTopology fails when queue or the dead-letter exchange does not

@@ -137,7 +137,7 @@ func ExampleConsume() {
 	// when ctx ends, once the messages being handled committed and were
 	// acknowledged, or when the connection closes: dial again and call it
 	// again.
-	if err := relayeramqp.Consume(ctx, conn, "billing", c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: "billing.dead"}); err != nil {
+	if err := relayeramqp.Consume(ctx, c, conn, "billing", relayeramqp.ConsumeOptions{DeadLetterRoutingKey: "billing.dead"}); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -77,8 +78,10 @@ func (o ConsumeOptions) Validate() error {
 		return fmt.Errorf("%w: ConsumeOptions.DeadLetterTopic is required: a record given up on is kept where operators find it", ErrInvalidOptions)
 	case !validTopic(o.DeadLetterTopic):
 		return fmt.Errorf("%w: ConsumeOptions.DeadLetterTopic %q is not a valid topic name", ErrInvalidOptions, o.DeadLetterTopic)
-	case o.DrainTimeout < 0:
-		return fmt.Errorf("%w: ConsumeOptions.DrainTimeout is negative", ErrInvalidOptions)
+	}
+	if err := consume.CheckLimits(ErrInvalidOptions,
+		consume.Limit{Name: "ConsumeOptions.DrainTimeout", Value: int64(o.DrainTimeout), Min: 1, Duration: true, Zero: "10s"}); err != nil {
+		return err
 	}
 	for _, t := range o.Topics {
 		if !validTopic(t) {
@@ -92,7 +95,9 @@ func (o ConsumeOptions) Validate() error {
 }
 
 // Consume joins the consumer group opts.Group on a client made with
-// clientOpts (seed brokers, TLS, SASL and the like) and hands the records
+// clientOpts (seed brokers, TLS, SASL and the like; the analogue of the
+// other adapters' connection, as franz-go's client is made with its group)
+// and hands the records
 // of opts.Topics to c, one [consume.Delivery] each, until ctx ends; then it
 // stops fetching, waits up to DrainTimeout for the records being handled,
 // commits the offsets of what committed, leaves the group and returns nil.
@@ -124,12 +129,17 @@ func (o ConsumeOptions) Validate() error {
 // consumer, or whose consumer restarts, starts them again. The wait yields
 // to a rebalance, which takes the partition away between two attempts.
 //
+// Consume owns the client it makes: it closes it before it returns. A
+// Kafka client reconnects by itself, so a broker outage never ends
+// Consume: it waits, and its log says so once when fetching fails and once
+// when it works again.
+//
 // Consume sets the client's group, topics, offset commits and rebalance
 // callbacks itself (kgo.ConsumerGroup, kgo.ConsumeTopics,
 // kgo.AutoCommitMarks, kgo.BlockRebalanceOnPoll, kgo.OnPartitionsRevoked
 // and kgo.OnPartitionsLost): clientOpts must leave them out. The same
 // client produces the dead letters with its producer defaults.
-func Consume(ctx context.Context, c *consume.Consumer, opts ConsumeOptions, clientOpts ...kgo.Opt) error {
+func Consume(ctx context.Context, c *consume.Consumer, clientOpts []kgo.Opt, opts ConsumeOptions) error {
 	if c == nil {
 		return fmt.Errorf("%w: Consume needs a consume.Consumer", ErrInvalidOptions)
 	}
@@ -153,9 +163,28 @@ func Consume(ctx context.Context, c *consume.Consumer, opts ConsumeOptions, clie
 	hctx, endHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer endHandlers()
 	g := &group{opts: opts, consumer: c, retry: c.Options().Retry, hctx: hctx, parts: map[topicPartition]*partition{}}
-	cl, err := kgo.NewClient(append(clientOpts,
-		kgo.ConsumerGroup(opts.Group),
-		kgo.ConsumeTopics(opts.Topics...),
+	if err := g.join(clientOpts); err != nil {
+		return err
+	}
+	// A partition hands its records over in order: keys are then held by
+	// default (consume.HoldKeysAuto), so that a failing record holds its
+	// key alone instead of its partition.
+	stopHeld, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: &deadLetters{g: g}})
+	if err != nil {
+		g.cl.Close()
+		return fmt.Errorf("relayerkafka: consume: %w", err)
+	}
+	defer stopHeld()
+	g.poll(ctx)
+	g.leave(ctx, endHandlers)
+	return nil
+}
+
+// join makes the group's client, which joins the consumer group.
+func (g *group) join(clientOpts []kgo.Opt) error {
+	cl, err := kgo.NewClient(append(slices.Clip(clientOpts),
+		kgo.ConsumerGroup(g.opts.Group),
+		kgo.ConsumeTopics(g.opts.Topics...),
 		kgo.AutoCommitMarks(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(g.revoked),
@@ -165,36 +194,48 @@ func Consume(ctx context.Context, c *consume.Consumer, opts ConsumeOptions, clie
 		return fmt.Errorf("%w: the consumer's client: %w", ErrInvalidOptions, err)
 	}
 	g.cl = cl
-	// A partition hands its records over in order: keys are then held by
-	// default (consume.HoldKeysAuto), so that a failing record holds its
-	// key alone instead of its partition.
-	stopHeld, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: &deadLetters{g: g}})
-	if err != nil {
-		cl.Close()
-		return fmt.Errorf("relayerkafka: consume: %w", err)
-	}
-	defer stopHeld()
+	return nil
+}
+
+// poll hands the records it fetches to their partitions until ctx ends or
+// the client closes. While fetching fails the client tries again by itself;
+// the log says so once, and once when fetching works again.
+func (g *group) poll(ctx context.Context) {
+	failing := false
 	for {
-		fetches := cl.PollRecords(ctx, pollRecords)
+		fetches := g.cl.PollRecords(ctx, pollRecords)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
-			cl.AllowRebalance()
-			break
+			g.cl.AllowRebalance()
+			return
 		}
+		var failure error
 		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				opts.Logger.Warn("relayerkafka: consume: fetching failed; the client tries again",
-					slog.String("topic", topic), slog.Int("partition", int(p)), slog.String("error", err.Error()))
+			if !errors.Is(err, context.Canceled) && failure == nil {
+				failure = fmt.Errorf("topic %s, partition %d: %w", topic, p, err)
 			}
 		})
+		switch {
+		case failure != nil && !failing:
+			failing = true
+			g.opts.Logger.Warn("relayerkafka: consume: fetching fails; the client tries again", slog.String("group", g.opts.Group),
+				slog.String("error", failure.Error()))
+		case failure == nil && failing:
+			failing = false
+			g.opts.Logger.Info("relayerkafka: consume: fetching works again", slog.String("group", g.opts.Group))
+		}
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
 				g.partition(topicPartition{p.Topic, p.Partition}).add(p.Records)
 			}
 		})
-		cl.AllowRebalance()
+		g.cl.AllowRebalance()
 	}
-	// Stop every partition after the record it is handling, within the
-	// drain's deadline, then commit what committed and leave the group.
+}
+
+// leave stops every partition after the record it is handling, within the
+// drain's deadline (then endHandlers ends their context), commits what
+// committed and leaves the group.
+func (g *group) leave(ctx context.Context, endHandlers context.CancelFunc) {
 	drained := make(chan struct{})
 	go func() {
 		g.stop(nil)
@@ -202,18 +243,17 @@ func Consume(ctx context.Context, c *consume.Consumer, opts ConsumeOptions, clie
 	}()
 	select {
 	case <-drained:
-	case <-time.After(opts.DrainTimeout):
+	case <-time.After(g.opts.DrainTimeout):
 		endHandlers() // nothing uncommitted is marked: it is consumed again
 		<-drained
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := cl.CommitMarkedOffsets(cctx); err != nil {
-		opts.Logger.Warn("relayerkafka: consume: committing offsets at the end failed; the partitions' next owners handle some records again, as duplicates",
+	if err := g.cl.CommitMarkedOffsets(cctx); err != nil {
+		g.opts.Logger.Warn("relayerkafka: consume: committing offsets at the end failed; the partitions' next owners handle some records again, as duplicates",
 			slog.String("error", err.Error()))
 	}
-	cl.CloseAllowingRebalance()
-	return nil
+	g.cl.CloseAllowingRebalance()
 }
 
 // topicPartition names a partition.

@@ -105,11 +105,11 @@ func ExampleConsume() {
 	}
 	// Until ctx ends; then the records being handled commit, their offsets
 	// are committed and the consumer leaves the group.
-	err = relayerkafka.Consume(ctx, c, relayerkafka.ConsumeOptions{
+	err = relayerkafka.Consume(ctx, c, []kgo.Opt{kgo.SeedBrokers("localhost:9092")}, relayerkafka.ConsumeOptions{
 		Group:           "billing",
 		Topics:          []string{"orders"},
 		DeadLetterTopic: "orders.dead",
-	}, kgo.SeedBrokers("localhost:9092"))
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -70,27 +70,47 @@ func (o ConsumeOptions) Validate() error {
 	if reason := checkSubject(o.DeadLetterSubject); reason != "" {
 		return fmt.Errorf("%w: ConsumeOptions.DeadLetterSubject %q: %s", ErrInvalidOptions, o.DeadLetterSubject, reason)
 	}
-	if o.Concurrency < 0 || o.Concurrency > 1000 {
-		return fmt.Errorf("%w: ConsumeOptions.Concurrency is %d, want 1 to 1000 (0 for 1)", ErrInvalidOptions, o.Concurrency)
+	return consume.CheckLimits(ErrInvalidOptions,
+		consume.Limit{Name: "ConsumeOptions.Concurrency", Value: int64(o.Concurrency), Min: 1, Max: 1000, Zero: "1"},
+		consume.Limit{Name: "ConsumeOptions.Prefetch", Value: int64(o.Prefetch), Min: 1, Max: 10_000, Zero: "twice Concurrency"},
+		consume.Limit{Name: "ConsumeOptions.DrainTimeout", Value: int64(o.DrainTimeout), Min: 1, Duration: true, Zero: "10s"})
+}
+
+// withDefaults validates o and fills in its defaults.
+func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
+	if err := o.Validate(); err != nil {
+		return o, err
 	}
-	if o.Prefetch < 0 || o.Prefetch > 10_000 {
-		return fmt.Errorf("%w: ConsumeOptions.Prefetch is %d, want 1 to 10000 (0 for twice Concurrency)", ErrInvalidOptions, o.Prefetch)
+	if o.Concurrency == 0 {
+		o.Concurrency = 1
 	}
-	if o.DrainTimeout < 0 {
-		return fmt.Errorf("%w: ConsumeOptions.DrainTimeout is negative", ErrInvalidOptions)
+	if o.Prefetch == 0 {
+		o.Prefetch = 2 * o.Concurrency
 	}
-	return nil
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
 }
 
 // Consume hands the messages of the JetStream consumer cons to c, one
 // [consume.Delivery] each, until ctx ends; then it stops fetching, waits up
-// to DrainTimeout for the messages being handled, and returns nil. It
+// to DrainTimeout for the messages being handled, and returns nil. The
+// caller owns js and its connection, which Consume never closes. It
 // returns an error at once for options or a consumer that cannot work, and for a consume.Consumer whose database is not ready
 // (consume.ErrNotReady: its inbox table does not exist, naming the
 // migration to run); a database that does not answer yet is waited for
 // (consume.Consumer.AwaitDatabase).
 //
-// cons must acknowledge explicitly (jetstream.AckExplicitPolicy). Each
+// cons must acknowledge explicitly (jetstream.AckExplicitPolicy). While
+// JetStream cannot be reached, its client reconnects by itself: Consume
+// waits, and says so once in its log, and once when fetching works again.
+// When js's connection is closed for good, Consume returns an error
+// wrapping relayer.ErrUnavailable: dial again and call it again, as with
+// every adapter. Each
 // message is settled once its transaction ended: acknowledged when it was
 // handled and committed, or was a duplicate; negatively acknowledged with
 // the consumer's backoff (NakWithDelay) when its handler failed; published
@@ -110,51 +130,29 @@ func (o ConsumeOptions) Validate() error {
 //		AckPolicy:     jetstream.AckExplicitPolicy,
 //		FilterSubject: "orders.>",
 //	})
-func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, c *consume.Consumer, opts ConsumeOptions) error {
+func Consume(ctx context.Context, c *consume.Consumer, js jetstream.JetStream, cons jetstream.Consumer, opts ConsumeOptions) error {
 	if js == nil || cons == nil || c == nil {
-		return fmt.Errorf("%w: Consume needs a JetStream context, a consumer and a consume.Consumer", ErrInvalidOptions)
+		return fmt.Errorf("%w: Consume needs a consume.Consumer, a JetStream context and a consumer", ErrInvalidOptions)
 	}
-	if err := opts.Validate(); err != nil {
+	opts, err := opts.withDefaults()
+	if err != nil {
 		return err
 	}
-	if opts.Concurrency == 0 {
-		opts.Concurrency = 1
+	ackWait, err := checkConsumer(cons, c)
+	if err != nil {
+		return err
 	}
-	if opts.Prefetch == 0 {
-		opts.Prefetch = 2 * opts.Concurrency
-	}
-	if opts.DrainTimeout == 0 {
-		opts.DrainTimeout = 10 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	cfg := cons.CachedInfo().Config
-	if cfg.AckPolicy != jetstream.AckExplicitPolicy {
-		return fmt.Errorf("%w: consumer %q acknowledges with %s; Consume needs AckExplicitPolicy", ErrInvalidOptions, cfg.Durable, cfg.AckPolicy)
-	}
-	if attempts := c.Options().Retry.MaxAttempts; cfg.MaxDeliver > 0 && cfg.MaxDeliver < attempts {
-		return fmt.Errorf("%w: consumer %q delivers a message at most %d times, fewer than the %d attempts of the consume.Consumer's Retry: a failing message would stop short of the dead letters",
-			ErrInvalidOptions, cfg.Durable, cfg.MaxDeliver, attempts)
-	}
-	if err := c.AwaitDatabase(ctx); err != nil {
+	// One at a time, JetStream hands a subject's messages over in order:
+	// keys are then held by default (consume.HoldKeysAuto).
+	stopHeld, err := c.Start(ctx, consume.HeldKeysOptions{Ordered: opts.Concurrency == 1,
+		DeadLetters: &deadLetters{js: js, subject: opts.DeadLetterSubject, consumer: c.Options().Name}})
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("relayernats: consume: %w", err)
 	}
-	// One at a time, JetStream hands a subject's messages over in order:
-	// keys are then held by default (consume.HoldKeysAuto).
-	stopHeld, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: opts.Concurrency == 1,
-		DeadLetters: &deadLetters{js: js, subject: opts.DeadLetterSubject, consumer: c.Options().Name}})
-	if err != nil {
-		return fmt.Errorf("relayernats: consume: %w", err)
-	}
 	defer stopHeld()
-	ackWait := cfg.AckWait
-	if ackWait <= 0 {
-		ackWait = 30 * time.Second
-	}
 	// A short pull expiry bounds a stall of the client's iterator: it asks
 	// for more messages only from Next, and skips the request while the
 	// previous one is still being published, which a loaded machine can
@@ -165,6 +163,43 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if err != nil {
 		return fmt.Errorf("relayernats: consume: %w", err)
 	}
+	r := &receiver{c: c, js: js, opts: opts, ackWait: ackWait, name: c.Options().Name}
+	return r.receive(ctx, it)
+}
+
+// checkConsumer refuses a JetStream consumer Consume cannot keep its
+// promises with, and returns its AckWait.
+func checkConsumer(cons jetstream.Consumer, c *consume.Consumer) (ackWait time.Duration, err error) {
+	cfg := cons.CachedInfo().Config
+	if cfg.AckPolicy != jetstream.AckExplicitPolicy {
+		return 0, fmt.Errorf("%w: consumer %q acknowledges with %s; Consume needs AckExplicitPolicy", ErrInvalidOptions, cfg.Durable, cfg.AckPolicy)
+	}
+	if attempts := c.Options().Retry.MaxAttempts; cfg.MaxDeliver > 0 && cfg.MaxDeliver < attempts {
+		return 0, fmt.Errorf("%w: consumer %q delivers a message at most %d times, fewer than the %d attempts of the consume.Consumer's Retry: a failing message would stop short of the dead letters",
+			ErrInvalidOptions, cfg.Durable, cfg.MaxDeliver, attempts)
+	}
+	if cfg.AckWait <= 0 {
+		return 30 * time.Second, nil
+	}
+	return cfg.AckWait, nil
+}
+
+// receiver is one run of Consume: it hands what it fetches to a pool.
+type receiver struct {
+	c       *consume.Consumer
+	js      jetstream.JetStream
+	opts    ConsumeOptions
+	ackWait time.Duration
+	name    string
+	// failing is set while fetching fails, so that an outage is logged
+	// once when it begins and once when it ends.
+	failing bool
+}
+
+// receive fetches until ctx ends or the connection closes for good, then
+// lets the messages being handled commit and be acknowledged within the
+// drain timeout.
+func (r *receiver) receive(ctx context.Context, it jetstream.MessagesContext) error {
 	stopped := make(chan struct{})
 	go func() {
 		select {
@@ -175,36 +210,73 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	}()
 	// The handlers outlive ctx by up to DrainTimeout, so that a stop lets
 	// the messages being handled commit and be acknowledged.
-	workers := consume.NewWorkers(ctx, opts.Concurrency, opts.DrainTimeout)
-	name := c.Options().Name
+	pool := consume.NewPool(ctx, r.opts.Concurrency, r.opts.DrainTimeout)
+	var lost error
 	for {
 		msg, err := it.Next()
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+			if lost = r.fetchFailed(ctx, err); lost != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
 				break
 			}
-			opts.Logger.Warn("relayernats: consume: fetching failed; trying again", slog.String("error", err.Error()))
 			continue
 		}
-		// In progress from the fetch on: a message waits here for a worker
-		// while every worker waits, say, for the consumer's database.
-		keepAlive := inProgress(msg, ackWait/2)
-		taken := workers.Go(ctx, func(hctx context.Context) {
-			defer keepAlive()
-			d := &delivery{msg: msg, js: js, dead: opts.DeadLetterSubject, consumer: name}
-			if _, err := c.Handle(hctx, d); err != nil && hctx.Err() == nil {
-				opts.Logger.Warn("relayernats: consume: a message was not settled; JetStream delivers it again",
-					slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
-			}
-		})
-		if !taken {
-			keepAlive()
-			_ = msg.Nak() // fetched but not handled: delivered again at once
+		r.fetched()
+		if !r.hand(ctx, pool, msg) {
+			break
 		}
 	}
 	close(stopped)
-	workers.Stop() // nothing uncommitted is acknowledged: it is delivered again
+	pool.Stop() // nothing uncommitted is acknowledged: it is delivered again
+	return lost
+}
+
+// hand runs msg's handling on the pool, and reports false when the pool
+// took nothing more because ctx ended.
+func (r *receiver) hand(ctx context.Context, pool *consume.Pool, msg jetstream.Msg) bool {
+	// In progress from the fetch on: a message waits here for a worker
+	// while every worker waits, say, for the consumer's database.
+	keepAlive := inProgress(msg, r.ackWait/2)
+	taken := pool.Go(ctx, func(hctx context.Context) {
+		defer keepAlive()
+		d := &delivery{msg: msg, js: r.js, dead: r.opts.DeadLetterSubject, consumer: r.name}
+		if _, err := r.c.Handle(hctx, d); err != nil && hctx.Err() == nil {
+			r.opts.Logger.Warn("relayernats: consume: a message was not settled; JetStream delivers it again",
+				slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
+		}
+	})
+	if !taken {
+		keepAlive()
+		_ = msg.Nak() // fetched but not handled: delivered again at once
+	}
+	return taken
+}
+
+// fetchFailed logs the first failure of an outage, and returns an error
+// wrapping relayer.ErrUnavailable once the connection is closed for good.
+func (r *receiver) fetchFailed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if nc := r.js.Conn(); nc != nil && nc.IsClosed() {
+		return fmt.Errorf("relayernats: consume: the connection is closed: %w: %w", relayer.ErrUnavailable, err)
+	}
+	if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		return nil
+	}
+	if !r.failing {
+		r.failing = true
+		r.opts.Logger.Warn("relayernats: consume: fetching fails; waiting for JetStream", slog.String("consumer", r.name),
+			slog.String("error", err.Error()))
+	}
 	return nil
+}
+
+// fetched logs the end of an outage.
+func (r *receiver) fetched() {
+	if r.failing {
+		r.failing = false
+		r.opts.Logger.Info("relayernats: consume: fetching works again", slog.String("consumer", r.name))
+	}
 }
 
 // pullExpiry is how long a pull request of Consume waits on the server.

@@ -153,7 +153,7 @@ func ExampleConsume() {
 	}
 	// Until ctx ends; then the messages being handled commit and are
 	// acknowledged before Consume returns.
-	if err := relayernats.Consume(ctx, js, cons, c, relayernats.ConsumeOptions{DeadLetterSubject: "orders.dead"}); err != nil {
+	if err := relayernats.Consume(ctx, c, js, cons, relayernats.ConsumeOptions{DeadLetterSubject: "orders.dead"}); err != nil {
 		log.Fatal(err)
 	}
 }

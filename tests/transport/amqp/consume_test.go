@@ -98,7 +98,7 @@ func (b *consumeBundle) run(t *testing.T, c *consume.Consumer, opts relayeramqp.
 	if opts.DeadLetterExchange == "" && opts.DeadLetterRoutingKey == "" {
 		opts.DeadLetterRoutingKey = b.dead
 	}
-	return consumetest.Running(t, func(ctx context.Context) error { return relayeramqp.Consume(ctx, b.conn, b.queue, c, opts) })
+	return consumetest.Running(t, func(ctx context.Context) error { return relayeramqp.Consume(ctx, c, b.conn, b.queue, opts) })
 }
 
 // until waits up to 10 s for cond.
@@ -120,7 +120,7 @@ func TestConsumeConformance(t *testing.T) {
 				Transport:   b.tr,
 				Destination: b.queue,
 				Consume: func(ctx context.Context, c *consume.Consumer) error {
-					return relayeramqp.Consume(ctx, b.conn, b.queue, c, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: b.dead})
+					return relayeramqp.Consume(ctx, c, b.conn, b.queue, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: b.dead})
 				},
 				DeadLetters: func(t *testing.T, n int) []consumetest.DeadLetter {
 					var out []consumetest.DeadLetter
@@ -254,7 +254,7 @@ func TestConsumeRefusesWhatCannotWork(t *testing.T) {
 		{"prefetch", b.queue, relayeramqp.ConsumeOptions{DeadLetterRoutingKey: b.dead, Prefetch: -1}, "Prefetch"},
 		{"long queue name", strings.Repeat("q", 250), relayeramqp.ConsumeOptions{DeadLetterRoutingKey: b.dead}, "retry queues"},
 	} {
-		err := relayeramqp.Consume(ctx, b.conn, tc.queue, c, tc.opts)
+		err := relayeramqp.Consume(ctx, c, b.conn, tc.queue, tc.opts)
 		if !errors.Is(err, relayeramqp.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s: Consume = %v, want ErrInvalidOptions naming %q", tc.name, err, tc.text)
 		}

@@ -61,7 +61,7 @@ func (b *consumeBundle) consume(ctx context.Context, c *relayerconsume.Consumer,
 	if opts.DeadLetterTopic == "" {
 		opts.DeadLetterTopic = deadTopic
 	}
-	return relayerkafka.Consume(ctx, c, opts, kgo.SeedBrokers(b.cluster.ListenAddrs()...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	return relayerkafka.Consume(ctx, c, []kgo.Opt{kgo.SeedBrokers(b.cluster.ListenAddrs()...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts)
 }
 
 // consumer returns a consumer named billing on the bundle's database.
@@ -291,7 +291,7 @@ func TestConsumeRefusesWhatCannotWork(t *testing.T) {
 		{"dead letters consumed", relayerkafka.ConsumeOptions{Group: "g", Topics: []string{ordersTopic, deadTopic}, DeadLetterTopic: deadTopic}, "would be consumed again"},
 		{"bad topic", relayerkafka.ConsumeOptions{Group: "g", Topics: []string{"a b"}, DeadLetterTopic: deadTopic}, "not a valid topic name"},
 	} {
-		err := relayerkafka.Consume(context.Background(), c, tc.opts, kgo.SeedBrokers(b.cluster.ListenAddrs()...))
+		err := relayerkafka.Consume(context.Background(), c, []kgo.Opt{kgo.SeedBrokers(b.cluster.ListenAddrs()...)}, tc.opts)
 		if !errors.Is(err, relayerkafka.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s: Consume = %v, want ErrInvalidOptions naming %q", tc.name, err, tc.text)
 		}

@@ -76,7 +76,7 @@ func (b *consumeBundle) run(t *testing.T, c *consume.Consumer, opts relayernats.
 	if opts.DeadLetterSubject == "" {
 		opts.DeadLetterSubject = b.dead
 	}
-	return consumetest.Running(t, func(ctx context.Context) error { return relayernats.Consume(ctx, b.js, b.cons, c, opts) })
+	return consumetest.Running(t, func(ctx context.Context) error { return relayernats.Consume(ctx, c, b.js, b.cons, opts) })
 }
 
 // until waits up to 10 s for cond.
@@ -127,7 +127,7 @@ func TestConsumeRefusesWhatCannotWork(t *testing.T) {
 		{"concurrency", relayernats.ConsumeOptions{DeadLetterSubject: b.dead, Concurrency: -1}, "Concurrency"},
 		{"prefetch", relayernats.ConsumeOptions{DeadLetterSubject: b.dead, Prefetch: 10_001}, "Prefetch"},
 	} {
-		err := relayernats.Consume(ctx, b.js, b.cons, c, tc.opts)
+		err := relayernats.Consume(ctx, c, b.js, b.cons, tc.opts)
 		if !errors.Is(err, relayernats.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s: Consume = %v, want ErrInvalidOptions naming %q", tc.name, err, tc.text)
 		}
@@ -137,7 +137,7 @@ func TestConsumeRefusesWhatCannotWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := relayernats.Consume(ctx, b.js, none, c, relayernats.ConsumeOptions{DeadLetterSubject: b.dead}); !errors.Is(err, relayernats.ErrInvalidOptions) {
+	if err := relayernats.Consume(ctx, c, b.js, none, relayernats.ConsumeOptions{DeadLetterSubject: b.dead}); !errors.Is(err, relayernats.ErrInvalidOptions) {
 		t.Errorf("a consumer without acknowledgements: Consume = %v, want ErrInvalidOptions", err)
 	}
 }
@@ -155,7 +155,7 @@ func TestConsumeConformance(t *testing.T) {
 				Transport:   b.tr,
 				Destination: b.subject("orders.placed"),
 				Consume: func(ctx context.Context, c *consume.Consumer) error {
-					return relayernats.Consume(ctx, b.js, b.cons, c, relayernats.ConsumeOptions{DeadLetterSubject: b.dead})
+					return relayernats.Consume(ctx, c, b.js, b.cons, relayernats.ConsumeOptions{DeadLetterSubject: b.dead})
 				},
 				DeadLetters: func(t *testing.T, n int) []consumetest.DeadLetter {
 					var out []consumetest.DeadLetter
@@ -304,5 +304,42 @@ func TestConsumeThroughTheConsumersDatabaseOutage(t *testing.T) {
 	}
 	if st := c.Stats(); st.Retried != 0 || st.DeadLettered != 0 {
 		t.Errorf("stats %+v: the outage spent attempts", st)
+	}
+}
+
+// A connection closed for good ends Consume with an error wrapping
+// relayer.ErrUnavailable, as every adapter does: the caller dials again.
+func TestConsumeReturnsWhenItsConnectionCloses(t *testing.T) {
+	t.Parallel()
+	b := setupConsume(t, nil)
+	ctx := testContext(t)
+	nc, err := nats.Connect(serverURL(t), nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, b.stream.CachedInfo().Config.Name, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.consumer(t, func(context.Context, *consume.Tx, *relayer.Message) error { return nil }, consume.Options{})
+	done := make(chan error, 1)
+	go func() { done <- relayernats.Consume(ctx, c, js, cons, relayernats.ConsumeOptions{DeadLetterSubject: b.dead}) }()
+	m := &relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "t", Destination: b.subject("orders.placed"), Body: []byte("x")}
+	if err := b.tr.Send(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the message handled", func() bool { return c.Stats().Handled == 1 })
+	nc.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, relayer.ErrUnavailable) {
+			t.Errorf("Consume after its connection closed = %v, want an error wrapping relayer.ErrUnavailable", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Consume did not return after its connection closed")
 	}
 }

@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// Workers run an adapter's deliveries on a fixed number of goroutines, and
-// stop the way a consumer must: taking nothing new, and letting the
+// Pool is a fixed number of goroutines that run an adapter's deliveries,
+// and stop the way a consumer must: taking nothing new, and letting the
 // deliveries being handled commit and be settled within a drain timeout
-// before their context ends. Make them with [NewWorkers]; an adapter hands
-// each broker message over with [Workers.Go] and calls [Workers.Stop] once
-// it stopped receiving.
-type Workers struct {
+// before their context ends. Make one with [NewPool]; an adapter hands
+// each broker message over with [Pool.Go] and calls [Pool.Stop] once it
+// stopped receiving.
+type Pool struct {
 	work  chan func(context.Context)
 	hctx  context.Context
 	end   context.CancelFunc
@@ -21,13 +21,13 @@ type Workers struct {
 	once  sync.Once
 }
 
-// NewWorkers starts n goroutines (at least one). The context they hand
+// NewPool starts n goroutines (at least one). The context they hand
 // each function carries ctx's values but not its end: it ends when Stop's
 // drain runs out, so that a consumer whose ctx ended still commits and
 // acknowledges what it is handling.
-func NewWorkers(ctx context.Context, n int, drain time.Duration) *Workers {
+func NewPool(ctx context.Context, n int, drain time.Duration) *Pool {
 	hctx, end := context.WithCancel(context.WithoutCancel(ctx))
-	w := &Workers{work: make(chan func(context.Context)), hctx: hctx, end: end, drain: drain}
+	w := &Pool{work: make(chan func(context.Context)), hctx: hctx, end: end, drain: drain}
 	for range max(n, 1) {
 		w.wg.Go(func() {
 			for f := range w.work {
@@ -38,10 +38,10 @@ func NewWorkers(ctx context.Context, n int, drain time.Duration) *Workers {
 	return w
 }
 
-// Go runs f on the next free worker, waiting for one until ctx ends; it
-// reports whether a worker took f. f gets the workers' context, for
+// Go runs f on the next free goroutine, waiting for one until ctx ends; it
+// reports whether one took f. f gets the pool's context, for
 // Consumer.Handle.
-func (w *Workers) Go(ctx context.Context, f func(ctx context.Context)) bool {
+func (w *Pool) Go(ctx context.Context, f func(ctx context.Context)) bool {
 	select {
 	case w.work <- f:
 		return true
@@ -53,7 +53,7 @@ func (w *Workers) Go(ctx context.Context, f func(ctx context.Context)) bool {
 // Stop takes no more functions and waits for those running, up to the
 // drain timeout; then it ends their context, so that nothing uncommitted is
 // settled, and waits for them to return. Go must not be called after Stop.
-func (w *Workers) Stop() {
+func (w *Pool) Stop() {
 	w.once.Do(func() {
 		close(w.work)
 		drained := make(chan struct{})

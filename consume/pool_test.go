@@ -12,10 +12,10 @@ import (
 // Stop lets the running functions finish within the drain, keeping their
 // context alive though the adapter's ended; past the drain it ends their
 // context.
-func TestWorkersDrainThenEnd(t *testing.T) {
+func TestPoolDrainsThenEnds(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := consume.NewWorkers(ctx, 2, 200*time.Millisecond)
+	w := consume.NewPool(ctx, 2, 200*time.Millisecond)
 	var quick, slowEnded atomic.Bool
 	started := make(chan struct{}, 2)
 	w.Go(ctx, func(hctx context.Context) {
