@@ -327,7 +327,9 @@ func TestConsumeReturnsWhenItsConnectionCloses(t *testing.T) {
 	}
 	c := b.consumer(t, func(context.Context, *consume.Tx, *relayer.Message) error { return nil }, consume.Options{})
 	done := make(chan error, 1)
-	go func() { done <- relayernats.Consume(ctx, c, js, cons, relayernats.ConsumeOptions{DeadLetterSubject: b.dead}) }()
+	go func() {
+		done <- relayernats.Consume(ctx, c, js, cons, relayernats.ConsumeOptions{DeadLetterSubject: b.dead})
+	}()
 	m := &relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "t", Destination: b.subject("orders.placed"), Body: []byte("x")}
 	if err := b.tr.Send(ctx, m); err != nil {
 		t.Fatal(err)
