@@ -514,12 +514,15 @@ VALUES ('billing', $1, $2, 'orders.Placed', 'orders.placed', '\x0100000000000000
 	if _, body, _ := c.get("held?did=retry-held&n=1"); !strings.Contains(body, "retried 1 held key(s)") {
 		t.Error("the outcome is not shown")
 	}
-	status, _, hdr = c.post("held", url.Values{"csrf": {token}, "op": {"skip"}, "consumer": {"billing"}, "key": {"cust-" + xss}})
+	status, _, hdr = c.post("held", url.Values{"csrf": {token}, "op": {"skip"}, "consumer": {"billing"}, "key": {"cust-" + xss}, "message": {head.String()}})
 	if status != http.StatusSeeOther || hdr.Get("Location") != "held?did=skip-held&n=1" {
 		t.Fatalf("skip: %d to %q", status, hdr.Get("Location"))
 	}
 	if _, body, _ := c.get("held"); !strings.Contains(body, "skipping") {
 		t.Error("a skipped key does not say so")
+	}
+	if _, _, hdr := c.post("held", url.Values{"csrf": {token}, "op": {"skip"}, "consumer": {"billing"}, "key": {"cust-" + xss}, "message": {uuid.NewString()}}); hdr.Get("Location") != "held?did=skip-held&n=0" {
+		t.Errorf("a skip naming another message than the first: %q, want nothing skipped", hdr.Get("Location"))
 	}
 	if status, _, _ := c.post("held", url.Values{"csrf": {token}, "op": {"skip"}, "key": {"k"}}); status != http.StatusBadRequest {
 		t.Errorf("skip without a consumer: %d, want 400", status)

@@ -523,7 +523,7 @@ func (c *Console) heldAction(w http.ResponseWriter, r *http.Request) {
 	if !c.checkAction(w, r) {
 		return
 	}
-	op, consumer, key := r.PostForm.Get("op"), r.PostForm.Get("consumer"), r.PostForm.Get("key")
+	op, consumer, key, message := r.PostForm.Get("op"), r.PostForm.Get("consumer"), r.PostForm.Get("key"), r.PostForm.Get("message")
 	for _, field := range []struct{ name, value string }{{"consumer", consumer}, {"key", key}} {
 		if err := checkField(field.name, field.value); err != nil {
 			http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
@@ -534,12 +534,20 @@ func (c *Console) heldAction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 bad request: want op=retry or op=skip, with a consumer and a key", http.StatusBadRequest)
 		return
 	}
+	var first uuid.UUID
+	if op == "skip" {
+		var err error
+		if first, err = uuid.Parse(message); err != nil {
+			http.Error(w, "400 bad request: op=skip needs message, the id of the key's first waiting message", http.StatusBadRequest)
+			return
+		}
+	}
 	opts := c.store.Options()
 	c.actTx(w, r, "held", op+"-held", func(ctx context.Context, b *budgetTx) (int64, error) {
 		if op == "retry" {
 			return heldkeys.Retry(ctx, b.tx, opts, heldkeys.Filter{Consumer: consumer, Key: key})
 		}
-		ok, err := heldkeys.Skip(ctx, b.tx, opts, consumer, key)
+		ok, err := heldkeys.Skip(ctx, b.tx, opts, consumer, key, first)
 		if ok {
 			return 1, err
 		}

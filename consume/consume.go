@@ -207,7 +207,7 @@ type Consumer struct {
 	check func(ctx context.Context) error
 	// outage holds the deliveries the database failed until it answers.
 	outage *outage
-	// held holds the keys of failing messages (see RunHeldKeys).
+	// held holds the keys of failing messages (see StartHeldKeys).
 	held heldKeys
 }
 
@@ -330,7 +330,7 @@ const (
 // the handler in the same transaction. An error of the consumer's own
 // statements is an *ownStatement; the handler's is returned as it is.
 func (c *Consumer) run(ctx context.Context, m *relayer.Message) (res result, err error) {
-	holding := c.held.holds(m)
+	holding := c.held.checks(m)
 	err = c.inTx(ctx, func(q store.DBTX, handle func(context.Context, *relayer.Message) error) error {
 		if holding {
 			first, waits, err := c.held.record(ctx, q, c.opts.Name, m)
@@ -460,7 +460,7 @@ const (
 	// committed nor acknowledged, and the broker delivers the message again.
 	Abandoned
 	// Held: the handler failed, and the consumer holds the message's key
-	// (see [Consumer.RunHeldKeys]): the message waits in the consumer's
+	// (see [Consumer.StartHeldKeys]): the message waits in the consumer's
 	// database, recorded in the inbox, to be tried again from there before
 	// any later message of its key; acknowledged.
 	Held
@@ -770,7 +770,8 @@ type Stats struct {
 	// Duplicates counts deliveries of messages handled before.
 	Duplicates uint64
 	// Retried counts deliveries whose handler failed and that were handed
-	// back to the broker for another delivery.
+	// back to the broker for another delivery, and the held messages whose
+	// handler failed again, tried again from the consumer's database.
 	Retried uint64
 	// DeadLettered counts messages taken out of delivery for good.
 	DeadLettered uint64

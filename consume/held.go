@@ -49,10 +49,10 @@ func (k KeyHolding) String() string {
 	return fmt.Sprintf("KeyHolding(%d)", int(k))
 }
 
-// missingTable reports an error of a table that does not exist.
-func missingTable(err error) bool {
+// hasSQLState reports an error of the database with SQLSTATE code.
+func hasSQLState(err error, code string) bool {
 	var pg interface{ SQLState() string }
-	return errors.As(err, &pg) && pg.SQLState() == "42P01"
+	return errors.As(err, &pg) && pg.SQLState() == code
 }
 
 // ErrSkipped is the cause a held key's first message is dead-lettered with
@@ -82,21 +82,35 @@ type HeldKeysOptions struct {
 }
 
 // heldKeys is a consumer's side of key holding: whether it holds keys,
-// and the statements it does it with.
+// the statements it does it with, and its drain.
 type heldKeys struct {
-	// on is set once an adapter started the held keys with holding on; it
-	// stays set, so that a key held stays held for every later delivery.
+	// check is set once the held keys' tables were found readable: a
+	// message whose key is held waits behind it, whatever HoldKeys says,
+	// so that turning holding off never lets a key's later messages
+	// overtake the ones already waiting.
+	check atomic.Bool
+	// on is set once an adapter started the held keys with holding on: a
+	// failing message with a key then holds its key.
 	on atomic.Bool
 	q  heldQueries
+
+	// The drain, shared by every StartHeldKeys of the consumer running.
+	mu     sync.Mutex
+	users  int
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
-// holds reports whether m's failure, or its key's, holds it.
+// holds reports whether m's failure holds its key.
 func (h *heldKeys) holds(m *relayer.Message) bool { return m.Key != "" && h.on.Load() }
+
+// checks reports whether m's delivery looks for its key among the held.
+func (h *heldKeys) checks(m *relayer.Message) bool { return m.Key != "" && h.check.Load() }
 
 // heldQueries are the statements of key holding, built from validated
 // names.
 type heldQueries struct {
-	record, hold, due, lock, done, retry, free string
+	record, store, hold, due, lock, done, retry, free string
 }
 
 func buildHeldQueries(n tables.Names) heldQueries {
@@ -106,39 +120,38 @@ func buildHeldQueries(n tables.Names) heldQueries {
     INSERT INTO ` + n.Inbox + ` (consumer, message_id) VALUES ($1, $2::text::uuid)
     ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1)`
 	return heldQueries{
-		// The inbox record, and, when the key is held, the message stored
-		// behind it, in one statement whose row count tells which: 0 for a
-		// duplicate, 1 for a message to handle, 2 for one stored. The share
-		// lock on the held row waits for a drain of the key in progress,
-		// which frees the key only once no message waits behind it.
-		record: `WITH ` + rec + `,
-waits AS (
-    INSERT INTO ` + n.InboxWaiting + ` (` + columns + `)
-    SELECT ` + values + ` WHERE EXISTS (SELECT 1 FROM rec)
-      AND EXISTS (SELECT 1 FROM ` + n.InboxHeld + ` WHERE consumer = $1 AND ordering_key = $3 FOR KEY SHARE)
-    RETURNING 1)
-SELECT 1 FROM rec UNION ALL SELECT 1 FROM waits`,
-		// A failed message's inbox record, its key held (unless another
-		// message holds it already), and the message stored first behind
-		// it; one row when it was recorded, none for a duplicate.
+		// The inbox record, and whether the key is held. The share lock on
+		// the held row, kept to the transaction's end, waits for a drain
+		// of the key in progress, which frees the key only once no message
+		// waits behind it, and keeps the key held until the message stored
+		// behind it commits.
+		record: `WITH ` + rec + `
+SELECT EXISTS (SELECT 1 FROM rec), EXISTS (SELECT 1 FROM ` + n.InboxHeld + `
+    WHERE consumer = $1 AND ordering_key = $3 FOR KEY SHARE)`,
+		store: `INSERT INTO ` + n.InboxWaiting + ` (` + columns + `) VALUES (` + values + `)`,
+		// A failed message's inbox record, its key held, and the message
+		// stored behind the key's waiting ones (first, unless another
+		// message holds the key). The upsert waits for a drain of the key
+		// in progress: if the drain freed the key meanwhile, the key is
+		// held anew, for this message.
 		hold: `WITH ` + rec + `,
 h AS (
     INSERT INTO ` + n.InboxHeld + ` (consumer, ordering_key, attempts, retry_at, last_error)
     SELECT $1, $3, $11, now() + $12::bigint * interval '1 microsecond', $13 WHERE EXISTS (SELECT 1 FROM rec)
-    ON CONFLICT (consumer, ordering_key) DO NOTHING RETURNING 1),
+    ON CONFLICT (consumer, ordering_key) DO UPDATE SET since = ` + n.InboxHeld + `.since RETURNING 1),
 waits AS (
     INSERT INTO ` + n.InboxWaiting + ` (` + columns + `)
     SELECT ` + values + ` WHERE EXISTS (SELECT 1 FROM rec) RETURNING 1)
-SELECT 1 FROM rec`,
+SELECT EXISTS (SELECT 1 FROM rec)`,
 		due: `SELECT ordering_key FROM ` + n.InboxHeld + `
-WHERE consumer = $1 AND (retry_at <= now() OR skip) ORDER BY retry_at LIMIT 16`,
+WHERE consumer = $1 AND retry_at <= now() ORDER BY retry_at LIMIT 16`,
 		// A due held key, locked, and its first waiting message, if any.
-		lock: `SELECT h.attempts, h.skip, w.seq, w.message_id, w.message_type, w.destination, w.headers, w.body,
+		lock: `SELECT h.attempts, coalesce(h.skip_message::text, ''), w.seq, w.message_id, w.message_type, w.destination, w.headers, w.body,
     w.trace_parent, w.trace_state, w.created_at
 FROM ` + n.InboxHeld + ` AS h
 LEFT JOIN LATERAL (SELECT * FROM ` + n.InboxWaiting + `
     WHERE consumer = h.consumer AND ordering_key = h.ordering_key ORDER BY seq LIMIT 1) AS w ON true
-WHERE h.consumer = $1 AND h.ordering_key = $2 AND (h.retry_at <= now() OR h.skip)
+WHERE h.consumer = $1 AND h.ordering_key = $2 AND h.retry_at <= now()
 FOR UPDATE OF h SKIP LOCKED`,
 		// The first waiting message done with (handled or dead-lettered):
 		// it leaves, and the key is freed when none waits behind it, or
@@ -149,7 +162,7 @@ rest AS (
     SELECT 1 FROM ` + n.InboxWaiting + ` WHERE consumer = $1 AND ordering_key = $2 AND seq <> $3 LIMIT 1),
 freed AS (
     DELETE FROM ` + n.InboxHeld + ` WHERE consumer = $1 AND ordering_key = $2 AND NOT EXISTS (SELECT 1 FROM rest) RETURNING 1)
-UPDATE ` + n.InboxHeld + ` SET attempts = 0, last_error = NULL, skip = false, retry_at = now()
+UPDATE ` + n.InboxHeld + ` SET attempts = 0, last_error = NULL, skip_message = NULL, retry_at = now()
 WHERE consumer = $1 AND ordering_key = $2 AND EXISTS (SELECT 1 FROM rest)`,
 		retry: `UPDATE ` + n.InboxHeld + ` SET attempts = $3, retry_at = now() + $4::bigint * interval '1 microsecond', last_error = $5
 WHERE consumer = $1 AND ordering_key = $2`,
@@ -186,19 +199,37 @@ func nullText(s string) any {
 // when the key is held: first is false for a duplicate, waits true for a
 // message stored.
 func (h *heldKeys) record(ctx context.Context, q store.DBTX, consumer string, m *relayer.Message) (first, waits bool, err error) {
+	rows, err := q.QueryContext(ctx, h.q.record, consumer, m.ID.String(), m.Key)
+	if err != nil {
+		return false, false, fmt.Errorf("consume: record inbox: %w", err)
+	}
+	if rows.Next() {
+		err = rows.Scan(&first, &waits)
+	}
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil || !first || !waits {
+		return first, false, wrapRecord(err)
+	}
 	args, err := storedArgs(consumer, m)
 	if err != nil {
 		return false, false, err
 	}
-	res, err := q.ExecContext(ctx, h.q.record, args...)
-	if err != nil {
-		return false, false, fmt.Errorf("consume: record inbox: %w", err)
+	if _, err := q.ExecContext(ctx, h.q.store, args...); err != nil {
+		return false, false, fmt.Errorf("consume: store behind held key: %w", err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, false, fmt.Errorf("consume: record inbox: %w", err)
+	return true, true, nil
+}
+
+func wrapRecord(err error) error {
+	if err == nil {
+		return nil
 	}
-	return n > 0, n > 1, nil
+	return fmt.Errorf("consume: record inbox: %w", err)
 }
 
 // holdKey records m, whose handler failed with cause on its attempt, in the
@@ -213,13 +244,20 @@ func (c *Consumer) holdKey(ctx context.Context, m *relayer.Message, attempt int,
 	args = append(args, attempt, delay.Microseconds(), storesql.CleanText(cause.Error()))
 	for {
 		err = c.inTx(ctx, func(q store.DBTX, _ func(context.Context, *relayer.Message) error) error {
-			res, err := q.ExecContext(ctx, c.held.q.hold, args...)
+			rows, err := q.QueryContext(ctx, c.held.q.hold, args...)
 			if err != nil {
 				return &ownStatement{fmt.Errorf("consume: hold key: %w", err)}
 			}
-			n, err := res.RowsAffected()
-			held = n > 0
-			return err
+			defer rows.Close()
+			if rows.Next() {
+				if err := rows.Scan(&held); err != nil {
+					return &ownStatement{fmt.Errorf("consume: hold key: %w", err)}
+				}
+			}
+			if err := rows.Close(); err != nil {
+				return &ownStatement{fmt.Errorf("consume: hold key: %w", err)}
+			}
+			return nil
 		})
 		if err == nil {
 			c.outage.committed()
@@ -234,10 +272,14 @@ func (c *Consumer) holdKey(ctx context.Context, m *relayer.Message, attempt int,
 // head is a held key's first waiting message, as its drain locked it.
 type head struct {
 	attempts int
-	skip     bool
-	waiting  bool // a message waits: seq and m are set
-	seq      int64
-	m        relayer.Message
+	// skip is set when an operator skipped the first waiting message
+	// (heldkeys.Skip names the message, so that a skip meant for one that
+	// was handled meanwhile skips nothing).
+	skip        bool
+	skipMessage string
+	waiting     bool // a message waits: seq and m are set
+	seq         int64
+	m           relayer.Message
 }
 
 // lockHead locks key's held row, when it is due and no other drain holds
@@ -258,7 +300,7 @@ func (c *Consumer) lockHead(ctx context.Context, q store.DBTX, key string) (hd h
 		parent, traceState sql.NullString
 		created            sql.NullTime
 	)
-	if err := rows.Scan(&hd.attempts, &hd.skip, &seq, &id, &typ, &dest, &hs, &body, &parent, &traceState, &created); err != nil {
+	if err := rows.Scan(&hd.attempts, &hd.skipMessage, &seq, &id, &typ, &dest, &hs, &body, &parent, &traceState, &created); err != nil {
 		return hd, false, err
 	}
 	if err := rows.Close(); err != nil {
@@ -281,57 +323,94 @@ func (c *Consumer) lockHead(ctx context.Context, q store.DBTX, key string) (hd h
 	if created.Valid {
 		hd.m.CreatedAt = created.Time
 	}
+	hd.skip = hd.skipMessage != "" && hd.skipMessage == mid.String()
 	return hd, true, nil
 }
 
 // StartHeldKeys is what an adapter runs before it fetches: it decides
 // whether the consumer holds keys (Options.HoldKeys, and opts.Ordered for
-// [HoldKeysAuto]) and, when it does, drains the held keys in the
-// background until ctx ends or stop is called, which waits for the drain
-// to return. A consumer that holds keys handles a failing message with an
-// ordering key by holding its key: the message, recorded in the inbox, is
-// stored in the consumer's database with the key's later messages behind
-// it as they arrive, each acknowledged to the broker; the drain tries the
-// first one again after the Retry policy's backoff, and once it succeeds
-// (or is dead-lettered through opts.DeadLetters after its attempts, or at
-// once for a permanent error) handles the others in the order they
-// arrived, then frees the key. Other keys flow meanwhile. It returns an
-// error wrapping [ErrInvalidOptions] without DeadLetters, and one wrapping
-// [ErrNotReady] when HoldKeys is [HoldKeysOn] and the held keys' tables do
-// not exist (migration 9) or the consumer's data layer cannot read rows in
-// its transaction; with [HoldKeysAuto], keys are then not held, and the
-// log says so once, so that a consumer can be deployed before its
+// [HoldKeysAuto]) and drains the held keys in the background until ctx
+// ends or stop is called, which waits for the drain to return. A consumer
+// that holds keys handles a failing message with an ordering key by
+// holding its key: the message, recorded in the inbox, is stored in the
+// consumer's database with the key's later messages behind it as they
+// arrive, each acknowledged to the broker; the drain tries the first one
+// again after the Retry policy's backoff, and once it succeeds (or is
+// dead-lettered through opts.DeadLetters after its attempts, or at once
+// for a permanent error or an operator's skip) handles the others in the
+// order they arrived, then frees the key. Other keys flow meanwhile.
+//
+// Whenever the held keys' tables are readable, the drain runs and a
+// message of a key already held waits behind it, even with holding off
+// (HoldKeysOff, or HoldKeysAuto and an adapter that is not ordered), so
+// that turning holding off never lets a key's later messages overtake the
+// ones waiting. A consumer shared by several Consume calls runs one drain,
+// which dead-letters through the first call's DeadLetters.
+//
+// It returns an error wrapping [ErrInvalidOptions] without DeadLetters,
+// and one wrapping [ErrNotReady] when HoldKeys is [HoldKeysOn] and the
+// held keys' tables do not exist (migration 9) or the consumer's role may
+// not use them, or its data layer cannot read rows in its transaction;
+// otherwise keys are then not held, and the log says so once where they
+// would have been, so that a consumer can be deployed before its
 // migration runs.
 func (c *Consumer) StartHeldKeys(ctx context.Context, opts HeldKeysOptions) (stop func(), err error) {
-	mode := c.opts.HoldKeys
-	if mode == HoldKeysOff || (mode == HoldKeysAuto && !opts.Ordered) {
-		return func() {}, nil
-	}
 	if opts.DeadLetters == nil {
 		return nil, fmt.Errorf("%w: StartHeldKeys needs DeadLetters, where held messages given up on go", ErrInvalidOptions)
 	}
 	if opts.Poll <= 0 {
 		opts.Poll = 500 * time.Millisecond
 	}
+	mode := c.opts.HoldKeys
+	hold := mode == HoldKeysOn || (mode == HoldKeysAuto && opts.Ordered)
 	if err := c.heldKeysReadable(ctx); err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return func() {}, nil
 		case mode == HoldKeysOn:
 			return nil, fmt.Errorf("%w: HoldKeys is on, and the consumer cannot read its held keys: %w", ErrNotReady, err)
+		case hold:
+			c.opts.Logger.Warn("consume: keys are not held: the consumer cannot read its held keys; a failing message is delivered again by the broker",
+				slog.String("consumer", c.opts.Name), slog.String("error", err.Error()))
 		}
-		c.opts.Logger.Warn("consume: keys are not held: the consumer cannot read its held keys; a failing message is delivered again by the broker",
-			slog.String("consumer", c.opts.Name), slog.String("error", err.Error()))
 		return func() {}, nil
 	}
-	c.held.on.Store(true)
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { c.drainHeld(ctx, opts) })
+	c.held.check.Store(true)
+	if hold {
+		c.held.on.Store(true)
+	}
+	return c.held.startDrain(ctx, func(ctx context.Context) { c.drainHeld(ctx, opts) }), nil
+}
+
+// startDrain runs drain unless it runs already, and returns the function
+// that ends this caller's use of it: the last one stops it and waits.
+func (h *heldKeys) startDrain(ctx context.Context, drain func(ctx context.Context)) (stop func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.users++
+	if h.users == 1 {
+		dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		h.cancel, h.done = cancel, make(chan struct{})
+		done := h.done
+		go func() {
+			defer close(done)
+			drain(dctx)
+		}()
+	}
+	var once sync.Once
 	return func() {
-		cancel()
-		wg.Wait()
-	}, nil
+		once.Do(func() {
+			h.mu.Lock()
+			h.users--
+			last := h.users == 0
+			cancel, done := h.cancel, h.done
+			h.mu.Unlock()
+			if last {
+				cancel()
+				<-done
+			}
+		})
+	}
 }
 
 // heldKeysReadable looks for due keys once, to tell whether the held keys'
@@ -343,9 +422,11 @@ func (c *Consumer) heldKeysReadable(ctx context.Context) error {
 		switch {
 		case err == nil:
 			return nil
-		case missingTable(err):
+		case hasSQLState(err, "42P01"):
 			return fmt.Errorf("the held keys' tables (migration 9) do not exist: run `%s` or store.Migrate: %w",
 				migrateCommand(c.inbox.Options()), err)
+		case hasSQLState(err, "42501"):
+			return fmt.Errorf("the consumer's role may not use the held keys' tables: grant it SELECT, INSERT, UPDATE and DELETE on them: %w", err)
 		case !c.waitedOut(ctx, err):
 			return err
 		}
@@ -362,7 +443,7 @@ func (c *Consumer) Start(ctx context.Context, opts HeldKeysOptions) (stop func()
 	return c.StartHeldKeys(ctx, opts)
 }
 
-// dueKeys returns held keys whose first message is due, or skipped.
+// dueKeys returns held keys whose first message is due (or skipped).
 func (c *Consumer) dueKeys(ctx context.Context) (keys []string, err error) {
 	err = c.inTx(ctx, func(q store.DBTX, _ func(context.Context, *relayer.Message) error) error {
 		rows, err := q.QueryContext(ctx, c.held.q.due, c.opts.Name)
@@ -420,12 +501,14 @@ func (c *Consumer) drainKey(ctx context.Context, key string, dl DeadLetters) {
 		step, m, err := c.drainOnce(ctx, key, dl)
 		switch {
 		case err != nil:
+			// A fault of the database is waited out; either way the next
+			// look comes back to the key, so that a key whose handler keeps
+			// meeting one does not hold the drain of the others.
 			if !c.waitedOut(ctx, err) && ctx.Err() == nil {
 				c.opts.Logger.Warn("consume: draining a held key failed; trying again", slog.String("consumer", c.opts.Name),
 					slog.String("key", key), slog.String("error", err.Error()))
-				return
 			}
-			continue
+			return
 		case step == drainHandled:
 			c.outage.committed()
 			c.stats.handled.Add(1)

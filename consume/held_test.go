@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,7 +313,10 @@ func TestHeldKeysAreListedRetriedAndSkipped(t *testing.T) {
 	}
 	waitFor(t, "key a drained", func() bool { return len(b.notes(t, table)) == 2 })
 	// b1 cannot be billed: skipped, it goes to the dead letters and b2 goes on.
-	if ok, err := heldkeys.Skip(ctx, b.db, b.tables, "billing", "b"); err != nil || !ok {
+	if ok, err := heldkeys.Skip(ctx, b.db, b.tables, "billing", "b", b2.ID); err != nil || ok {
+		t.Fatalf("Skip of b2, not the first of b = %v, %v; want nothing skipped", ok, err)
+	}
+	if ok, err := heldkeys.Skip(ctx, b.db, b.tables, "billing", "b", b1.ID); err != nil || !ok {
 		t.Fatalf("Skip = %v, %v", ok, err)
 	}
 	waitFor(t, "key b drained", func() bool { return len(b.notes(t, table)) == 3 })
@@ -326,4 +330,50 @@ func TestHeldKeysAreListedRetriedAndSkipped(t *testing.T) {
 		keys, err := heldkeys.List(ctx, b.db, b.tables, heldkeys.Filter{}, 10)
 		return err == nil && len(keys) == 0
 	})
+}
+
+// Turning holding off (or an adapter that is not ordered) does not let a
+// key's later messages overtake the ones already waiting behind it: they
+// wait too, and the drain still runs.
+func TestHeldKeysStayHeldWhenHoldingIsTurnedOff(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	table := b.orderedEffects(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	handler := func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		if string(m.Body) == "k1" && failing.Load() {
+			return errors.New("ledger down")
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id, note) VALUES ($1, $2)`, m.ID, string(m.Body))
+		return err
+	}
+	retry := relayer.Retry{MaxAttempts: 5, Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before := b.consumer(t, handler, consume.Options{Retry: retry})
+	stop, err := before.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: &sink{}, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1 := keyed("k", "k1")
+	if out, _ := before.Handle(ctx, &delivery{msg: k1, attempt: 1}); out != consume.Held {
+		t.Fatalf("k1: %s, want held", out)
+	}
+	stop()
+	// Restarted with holding off.
+	failing.Store(false)
+	after := b.consumer(t, handler, consume.Options{Retry: retry, HoldKeys: consume.HoldKeysOff})
+	stop, err = after.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: &sink{}, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if out, _ := after.Handle(ctx, &delivery{msg: keyed("k", "k2"), attempt: 1}); out != consume.Waiting && out != consume.Handled {
+		t.Fatalf("k2: %s", out)
+	}
+	waitFor(t, "k1 and k2 handled", func() bool { return len(b.notes(t, table)) == 2 })
+	if got := strings.Join(b.notes(t, table), " "); got != "k1 k2" {
+		t.Errorf("effects %s; want k1 k2: the key's order kept with holding off", got)
+	}
 }

@@ -198,8 +198,8 @@ func (o *outage) run() {
 	reminded := time.Now()
 	for {
 		o.mu.Lock()
-		delay := o.delay
-		o.delay = min(2*o.delay, outageMaxBackoff)
+		delay := max(o.delay, outageBackoff)
+		o.delay = min(2*delay, outageMaxBackoff)
 		o.mu.Unlock()
 		time.Sleep(delay)
 		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
@@ -230,13 +230,19 @@ func (o *outage) committed() {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.waiting > 0 {
+		return // deliveries still wait: the outage goes on for them
+	}
 	if o.announced {
 		o.logger.Info("consume: the database answers again; handling resumed",
 			slog.String("consumer", o.name), slog.Duration("after", time.Since(o.since).Round(time.Millisecond)),
 			slog.Uint64("held", o.held))
 	}
-	o.announced, o.delay, o.held = false, 0, 0
-	o.active.Store(false)
+	o.announced, o.held = false, 0
+	if !o.probing {
+		o.delay = 0
+		o.active.Store(false)
+	}
 }
 
 // The markers of the readiness check's exceptions.
@@ -258,7 +264,7 @@ func readinessStatement(inbox string) string {
 		"    IF to_regclass(" + lit + ") IS NULL THEN\n" +
 		"        RAISE EXCEPTION '" + markNoInbox + "' USING ERRCODE = '42P01';\n" +
 		"    END IF;\n" +
-		"    IF NOT has_table_privilege(" + lit + ", 'SELECT, INSERT') THEN\n" +
+		"    IF NOT (has_table_privilege(" + lit + ", 'SELECT') AND has_table_privilege(" + lit + ", 'INSERT')) THEN\n" +
 		"        RAISE EXCEPTION '" + markNoRights + "' USING ERRCODE = '42501';\n" +
 		"    END IF;\n" +
 		"    IF current_setting('transaction_read_only') = 'on' THEN\n" +

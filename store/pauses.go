@@ -18,7 +18,7 @@ import (
 
 // PauseStaleAfter is how long a published pause counts without being
 // refreshed; publishers refresh theirs more often than that.
-const PauseStaleAfter = time.Minute
+const PauseStaleAfter = storesql.PauseStaleAfter
 
 // Pause is a destination a worker has paused.
 type Pause struct {

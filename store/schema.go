@@ -229,7 +229,7 @@ CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outb
     attempts     integer     NOT NULL DEFAULT 0,
     retry_at     timestamptz NOT NULL DEFAULT now(),
     last_error   text,
-    skip         boolean     NOT NULL DEFAULT false,
+    skip_message uuid,
     PRIMARY KEY (consumer, ordering_key)
 );
 CREATE INDEX IF NOT EXISTS ` + n.Index("inbox_held_due_idx") + ` ON ` + n.InboxHeld + ` (consumer, retry_at);

@@ -166,12 +166,16 @@ func runHeldSkip(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("skip held key %s: %w", *key, err)
 	}
-	ok, err := heldkeys.Skip(ctx, db, opts, *consumer, *key)
+	if len(held) == 0 || held[0].Waiting == 0 {
+		fmt.Fprintf(stdout, "consumer %s holds no key %s with a message waiting\n", oneLine(*consumer), oneLine(*key))
+		return nil
+	}
+	ok, err := heldkeys.Skip(ctx, db, opts, *consumer, *key, held[0].HeadID)
 	if err != nil {
 		return fmt.Errorf("skip held key %s: %w", *key, err)
 	}
 	if !ok {
-		fmt.Fprintf(stdout, "consumer %s holds no key %s\n", oneLine(*consumer), oneLine(*key))
+		fmt.Fprintf(stdout, "message %s is no longer the first of key %s: nothing skipped; list the held keys again\n", held[0].HeadID, oneLine(*key))
 		return nil
 	}
 	s := summarizeHeld(held[0])

@@ -56,7 +56,7 @@ VALUES ('billing', 'customer-7', $1, 'orders.Placed', 'orders.placed', '\x010000
 	}
 	r = b.mustRun(t, "held", "skip", "--consumer", "billing", "--key", "customer-7")
 	if !strings.Contains(r.stdout, "skipping message "+first.String()) || !strings.Contains(r.stderr, "order is broken on purpose") ||
-		b.count(t, held, "skip") != 1 {
+		b.count(t, held, "skip_message = $1", first) != 1 {
 		t.Errorf("held skip printed %q, %q; want the first message marked for the dead letters, with a warning", r.stdout, r.stderr)
 	}
 	r = b.mustRun(t, "held", "skip", "--consumer", "billing", "--key", "customer-8")

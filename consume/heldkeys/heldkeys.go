@@ -5,8 +5,9 @@
 // as package store's parked keys are the view of the outbox's.
 //
 // Retry makes a held key's first message due at once, its attempts from
-// zero; Skip sends it to its consumer's dead letters at the drain's next
-// look, breaking the key's order on purpose, and the key goes on. Both take
+// zero; Skip sends a key's first message, named by its id, to its
+// consumer's dead letters at the drain's next look, breaking the key's
+// order on purpose, and the key goes on. Both take
 // effect through the consumers' drains, within their poll, so that a
 // message is never handled outside its consumer's transaction.
 package heldkeys
@@ -88,7 +89,8 @@ func List(ctx context.Context, db store.DBTX, opts store.Options, f Filter, limi
 	if limit < 1 {
 		return nil, fmt.Errorf("heldkeys: %w: limit %d, want 1 or more", store.ErrInvalidArgument, limit)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT h.consumer, h.ordering_key, h.since, h.attempts, h.retry_at, coalesce(h.last_error, ''), h.skip,
+	rows, err := db.QueryContext(ctx, `SELECT h.consumer, h.ordering_key, h.since, h.attempts, h.retry_at, coalesce(h.last_error, ''),
+    h.skip_message IS NOT NULL AND h.skip_message = w.message_id,
     (SELECT count(*) FROM `+n.InboxWaiting+` AS c WHERE c.consumer = h.consumer AND c.ordering_key = h.ordering_key),
     w.message_id::text, w.message_type, w.destination
 FROM `+n.InboxHeld+` AS h
@@ -135,27 +137,32 @@ func Retry(ctx context.Context, db store.DBTX, opts store.Options, f Filter) (in
 		return 0, err
 	}
 	res, err := db.ExecContext(ctx, `UPDATE `+n.InboxHeld+` SET attempts = 0, retry_at = now()
-WHERE ($1 = '' OR consumer = $1) AND ($2 = '' OR ordering_key = $2) AND NOT skip`, f.Consumer, f.Key)
+WHERE ($1 = '' OR consumer = $1) AND ($2 = '' OR ordering_key = $2) AND skip_message IS NULL`, f.Consumer, f.Key)
 	if err != nil {
 		return 0, fmt.Errorf("heldkeys: retry: %w", err)
 	}
 	return res.RowsAffected()
 }
 
-// Skip marks the first waiting message of consumer's held key key for the
-// dead letters: the consumer's drain sends it there at its next look (with
-// consume.ErrSkipped for a cause), and the key's later messages go on
-// without it. It reports whether the key is held.
-func Skip(ctx context.Context, db store.DBTX, opts store.Options, consumer, key string) (bool, error) {
-	if consumer == "" || key == "" {
-		return false, fmt.Errorf("heldkeys: %w: Skip needs a consumer and a key", store.ErrInvalidArgument)
+// Skip marks message, the first waiting message of consumer's held key
+// key, for the dead letters: the consumer's drain sends it there at its
+// next look (with consume.ErrSkipped for a cause), and the key's later
+// messages go on without it. It reports whether message is the key's
+// first waiting message: a skip meant for a message that was handled
+// meanwhile skips nothing, and a drain skips the message only while it is
+// still the first.
+func Skip(ctx context.Context, db store.DBTX, opts store.Options, consumer, key string, message uuid.UUID) (bool, error) {
+	if consumer == "" || key == "" || message == uuid.Nil {
+		return false, fmt.Errorf("heldkeys: %w: Skip needs a consumer, a key and the id of its first waiting message", store.ErrInvalidArgument)
 	}
 	n, err := names(opts)
 	if err != nil {
 		return false, err
 	}
-	res, err := db.ExecContext(ctx, `UPDATE `+n.InboxHeld+` SET skip = true, retry_at = now()
-WHERE consumer = $1 AND ordering_key = $2`, consumer, key)
+	res, err := db.ExecContext(ctx, `UPDATE `+n.InboxHeld+` AS h SET skip_message = $3::text::uuid, retry_at = now()
+WHERE consumer = $1 AND ordering_key = $2 AND (SELECT message_id FROM `+n.InboxWaiting+` AS w
+    WHERE w.consumer = h.consumer AND w.ordering_key = h.ordering_key ORDER BY seq LIMIT 1) = $3::text::uuid`,
+		consumer, key, message.String())
 	if err != nil {
 		return false, fmt.Errorf("heldkeys: skip: %w", err)
 	}

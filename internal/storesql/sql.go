@@ -1,7 +1,9 @@
 package storesql
 
 import (
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/relayer-go/relayer/internal/tables"
 )
@@ -25,11 +27,14 @@ func Eligible(now string) string { return strings.ReplaceAll(eligible, "$now", n
 // ordering_key) that are held at the instant now (a parameter such as
 // "$1"): one of their rows is parked or waiting for its retry, or, not
 // parked, goes to a paused destination, which no worker sends to until its
-// probe succeeds. The first part reads the held-key index alone; the
-// second reads the rows of paused destinations, and nothing when none is.
+// probe succeeds. A pause not refreshed within PauseStaleAfter (its worker
+// crashed) does not count. The first part reads the held-key index alone;
+// the second reads the rows of paused destinations, and nothing when none
+// is.
 func HeldKeys(n tables.Names, now string) string {
 	return `WITH paused AS (
-    SELECT DISTINCT transport, destination FROM ` + n.Pauses + `),
+    SELECT DISTINCT transport, destination FROM ` + n.Pauses + `
+    WHERE updated_at > now() - interval '` + strconv.FormatInt(PauseStaleAfter.Microseconds(), 10) + ` microseconds'),
 held AS (
     SELECT lane, ordering_key FROM ` + n.Outbox + `
     WHERE lane IS NOT NULL AND (parked_at IS NOT NULL OR retry_at > ` + now + `)
@@ -39,6 +44,10 @@ held AS (
     WHERE o.lane IS NOT NULL AND o.parked_at IS NULL)
 `
 }
+
+// PauseStaleAfter is how long a published pause counts without being
+// refreshed (store.PauseStaleAfter).
+const PauseStaleAfter = time.Minute
 
 // Unheld is the predicate of an ordered row (alias o) whose key is not held:
 // no row of its key is parked or waiting for its retry. Only the first row of

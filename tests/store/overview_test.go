@@ -135,6 +135,9 @@ func TestRowsBehindAPausedDestinationAreBlocked(t *testing.T) {
 		b.insert(t, pausedHead, behind, free, pausedUnordered, due)
 		b.exec(t, `INSERT INTO $pauses (owner_token, transport, destination, owner, since, next_probe)
 VALUES (gen_random_uuid(), 'nats', 'ledger', 'w1', now(), now() + interval '1 minute')`)
+		// A pause its worker stopped refreshing (it crashed) does not count.
+		b.exec(t, `INSERT INTO $pauses (owner_token, transport, destination, owner, since, next_probe, updated_at)
+VALUES (gen_random_uuid(), 'nats', 'orders.placed', 'gone', now() - interval '2 hours', now(), now() - interval '2 hours')`)
 
 		st, err := b.store.Stats(ctx, now)
 		if err != nil {

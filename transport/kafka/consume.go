@@ -174,8 +174,10 @@ func Consume(ctx context.Context, c *consume.Consumer, clientOpts []kgo.Opt, opt
 		g.cl.Close()
 		return fmt.Errorf("relayerkafka: consume: %w", err)
 	}
-	defer stopHeld()
 	g.poll(ctx)
+	// The drain stops before the client closes: it may be producing a
+	// dead letter.
+	stopHeld()
 	g.leave(ctx, endHandlers)
 	return nil
 }
