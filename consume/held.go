@@ -99,6 +99,22 @@ type heldKeys struct {
 	users  int
 	cancel context.CancelFunc
 	done   chan struct{}
+	// wake tells the drain that a key was held, so that it looks again
+	// when the key's first message is due rather than at its next poll.
+	wake chan struct{}
+}
+
+// signal wakes the drain, if it sleeps.
+func (h *heldKeys) signal() {
+	h.mu.Lock()
+	wake := h.wake
+	h.mu.Unlock()
+	if wake != nil {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // holds reports whether m's failure holds its key.
@@ -143,8 +159,10 @@ waits AS (
     INSERT INTO ` + n.InboxWaiting + ` (` + columns + `)
     SELECT ` + values + ` WHERE EXISTS (SELECT 1 FROM rec) RETURNING 1)
 SELECT EXISTS (SELECT 1 FROM rec)`,
-		due: `SELECT ordering_key FROM ` + n.InboxHeld + `
-WHERE consumer = $1 AND retry_at <= now() ORDER BY retry_at LIMIT 16`,
+		// The held keys next due: those due now, up to 16, and when the
+		// first of the others is.
+		due: `SELECT ordering_key, retry_at <= now(), retry_at FROM ` + n.InboxHeld + `
+WHERE consumer = $1 ORDER BY retry_at LIMIT 17`,
 		// A due held key, locked, and its first waiting message, if any.
 		lock: `SELECT h.attempts, coalesce(h.skip_message::text, ''), w.seq, w.message_id, w.message_type, w.destination, w.headers, w.body,
     w.trace_parent, w.trace_state, w.created_at
@@ -261,6 +279,9 @@ func (c *Consumer) holdKey(ctx context.Context, m *relayer.Message, attempt int,
 		})
 		if err == nil {
 			c.outage.committed()
+			if held {
+				c.held.signal()
+			}
 			return held, nil
 		}
 		if !c.waitedOut(ctx, err) {
@@ -391,6 +412,9 @@ func (h *heldKeys) startDrain(ctx context.Context, drain func(ctx context.Contex
 	if h.users == 1 {
 		dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		h.cancel, h.done = cancel, make(chan struct{})
+		if h.wake == nil {
+			h.wake = make(chan struct{}, 1)
+		}
 		done := h.done
 		go func() {
 			defer close(done)
@@ -418,7 +442,7 @@ func (h *heldKeys) startDrain(ctx context.Context, drain func(ctx context.Contex
 // another fault of the database is waited out.
 func (c *Consumer) heldKeysReadable(ctx context.Context) error {
 	for {
-		_, err := c.dueKeys(ctx)
+		_, _, err := c.dueKeys(ctx)
 		switch {
 		case err == nil:
 			return nil
@@ -443,32 +467,47 @@ func (c *Consumer) Start(ctx context.Context, opts HeldKeysOptions) (stop func()
 	return c.StartHeldKeys(ctx, opts)
 }
 
-// dueKeys returns held keys whose first message is due (or skipped).
-func (c *Consumer) dueKeys(ctx context.Context) (keys []string, err error) {
+// dueKeys returns held keys whose first message is due (or skipped), and
+// when the next of the others is (zero: none is held, or more are due).
+func (c *Consumer) dueKeys(ctx context.Context) (keys []string, next time.Time, err error) {
 	err = c.inTx(ctx, func(q store.DBTX, _ func(context.Context, *relayer.Message) error) error {
 		rows, err := q.QueryContext(ctx, c.held.q.due, c.opts.Name)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
+		n := 0
 		for rows.Next() {
 			var k string
-			if err := rows.Scan(&k); err != nil {
+			var due bool
+			var at time.Time
+			if err := rows.Scan(&k, &due, &at); err != nil {
 				return err
 			}
-			keys = append(keys, k)
+			n++
+			switch {
+			case due && len(keys) < 16:
+				keys = append(keys, k)
+			case !due && next.IsZero():
+				next = at
+			}
+		}
+		if n == 17 && next.IsZero() {
+			next = time.Now() // more are due: look again at once
 		}
 		return rows.Err()
 	})
-	return keys, err
+	return keys, next, err
 }
 
-// drainHeld drains the due held keys every opts.Poll until ctx ends.
+// drainHeld drains the due held keys until ctx ends: when the next is
+// due, when a key is held, and at least every opts.Poll (for keys other
+// processes of the consumer hold).
 func (c *Consumer) drainHeld(ctx context.Context, opts HeldKeysOptions) {
-	t := time.NewTicker(opts.Poll)
+	t := time.NewTimer(opts.Poll)
 	defer t.Stop()
 	for {
-		keys, err := c.dueKeys(ctx)
+		keys, next, err := c.dueKeys(ctx)
 		if err != nil && ctx.Err() == nil && !c.waitedOut(ctx, err) {
 			c.opts.Logger.Warn("consume: reading the held keys failed; trying again", slog.String("consumer", c.opts.Name),
 				slog.String("error", err.Error()))
@@ -476,10 +515,16 @@ func (c *Consumer) drainHeld(ctx context.Context, opts HeldKeysOptions) {
 		for _, key := range keys {
 			c.drainKey(ctx, key, opts.DeadLetters)
 		}
+		wait := opts.Poll
+		if !next.IsZero() {
+			wait = min(wait, max(time.Until(next), 0))
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-c.held.wake:
 		}
 	}
 }
