@@ -41,7 +41,8 @@ var consumerOutcomes = []struct {
 // collection, each data point carrying messaging.consumer.group.name, the
 // consumer's name in the inbox:
 //
-//   - relayer.consumer.messages, the deliveries c settled, by relayer.outcome
+//   - relayer.consumer.messages, what c did with its deliveries and with
+//     the held messages its drain handled, by relayer.outcome
 //     (handled, duplicate, retried, dead_lettered, abandoned; held, a
 //     failing message that held its key, and waiting, one stored behind a
 //     held key; see consume.Consumer.StartHeldKeys): every outcome
@@ -64,7 +65,7 @@ func ObserveConsumer(meter metric.Meter, c *consume.Consumer) (metric.Registrati
 	}
 	group := semconv.MessagingConsumerGroupName(c.Options().Name)
 	messages, err1 := meter.Int64ObservableCounter("relayer.consumer.messages", metric.WithUnit("{message}"),
-		metric.WithDescription("Deliveries the consumer settled, by outcome."))
+		metric.WithDescription("Deliveries the consumer settled, and held messages it handled from its database, by outcome."))
 	settle, err2 := meter.Int64ObservableCounter("relayer.consumer.settle_failures", metric.WithUnit("{call}"),
 		metric.WithDescription("Broker calls settling a delivery (acknowledgement, retry, dead letter) that failed; the broker delivers the message again."))
 	waits, err3 := meter.Int64ObservableCounter("relayer.consumer.database_waits", metric.WithUnit("{transaction}"),
