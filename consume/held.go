@@ -69,6 +69,34 @@ type DeadLetters interface {
 	DeadLetter(ctx context.Context, m *relayer.Message, cause error) error
 }
 
+// Rows are the rows a [RowQuerier] returns. A *sql.Rows is one.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+// RowQuerier is implemented by a [Txn] whose data layer reads rows in its
+// transaction other than through database/sql (relayerpgx's): the consumer
+// reads its held keys through it. A Txn without it reads them with
+// QueryContext, and a data layer that can do neither does not hold keys.
+type RowQuerier interface {
+	QueryRows(ctx context.Context, query string, args ...any) (Rows, error)
+}
+
+// queryRows runs query through q's RowQuerier, or its QueryContext.
+func queryRows(ctx context.Context, q store.DBTX, query string, args ...any) (Rows, error) {
+	if rq, ok := q.(RowQuerier); ok {
+		return rq.QueryRows(ctx, query, args...)
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
 // HeldKeysOptions are what an adapter tells [Consumer.StartHeldKeys].
 type HeldKeysOptions struct {
 	// Ordered says the adapter hands a key's messages over one at a time,
@@ -217,7 +245,7 @@ func nullText(s string) any {
 // when the key is held: first is false for a duplicate, waits true for a
 // message stored.
 func (h *heldKeys) record(ctx context.Context, q store.DBTX, consumer string, m *relayer.Message) (first, waits bool, err error) {
-	rows, err := q.QueryContext(ctx, h.q.record, consumer, m.ID.String(), m.Key)
+	rows, err := queryRows(ctx, q, h.q.record, consumer, m.ID.String(), m.Key)
 	if err != nil {
 		return false, false, fmt.Errorf("consume: record inbox: %w", err)
 	}
@@ -262,7 +290,7 @@ func (c *Consumer) holdKey(ctx context.Context, m *relayer.Message, attempt int,
 	args = append(args, attempt, delay.Microseconds(), storesql.CleanText(cause.Error()))
 	for {
 		err = c.inTx(ctx, func(q store.DBTX, _ func(context.Context, *relayer.Message) error) error {
-			rows, err := q.QueryContext(ctx, c.held.q.hold, args...)
+			rows, err := queryRows(ctx, q, c.held.q.hold, args...)
 			if err != nil {
 				return &ownStatement{fmt.Errorf("consume: hold key: %w", err)}
 			}
@@ -306,7 +334,7 @@ type head struct {
 // lockHead locks key's held row, when it is due and no other drain holds
 // it, and reads its first waiting message; ok is false otherwise.
 func (c *Consumer) lockHead(ctx context.Context, q store.DBTX, key string) (hd head, ok bool, err error) {
-	rows, err := q.QueryContext(ctx, c.held.q.lock, c.opts.Name, key)
+	rows, err := queryRows(ctx, q, c.held.q.lock, c.opts.Name, key)
 	if err != nil {
 		return hd, false, err
 	}
@@ -471,7 +499,7 @@ func (c *Consumer) Start(ctx context.Context, opts HeldKeysOptions) (stop func()
 // when the next of the others is (zero: none is held, or more are due).
 func (c *Consumer) dueKeys(ctx context.Context) (keys []string, next time.Time, err error) {
 	err = c.inTx(ctx, func(q store.DBTX, _ func(context.Context, *relayer.Message) error) error {
-		rows, err := q.QueryContext(ctx, c.held.q.due, c.opts.Name)
+		rows, err := queryRows(ctx, q, c.held.q.due, c.opts.Name)
 		if err != nil {
 			return err
 		}

@@ -38,7 +38,7 @@ func NewConsumer(db TxBeginner, handler func(ctx context.Context, tx pgx.Tx, m *
 		if err != nil {
 			return nil, nil, err
 		}
-		return tx, &pgxTxn{ctx: ctx, exec: tx.Exec, commit: tx.Commit, rollback: tx.Rollback}, nil
+		return tx, &pgxTxn{ctx: ctx, exec: tx.Exec, query: tx.Query, commit: tx.Commit, rollback: tx.Rollback}, nil
 	}, handler, opts)
 }
 
@@ -67,7 +67,7 @@ func (w *Writer) NewConsumer(db TxBeginner, handler func(ctx context.Context, tx
 		if err != nil {
 			return nil, nil, err
 		}
-		return tx, &pgxTxn{ctx: ctx, exec: tx.Tx.Exec, commit: tx.Commit, rollback: tx.Rollback}, nil
+		return tx, &pgxTxn{ctx: ctx, exec: tx.Tx.Exec, query: tx.Tx.Query, commit: tx.Commit, rollback: tx.Rollback}, nil
 	}, handler, opts)
 }
 
@@ -97,13 +97,31 @@ func pgxOptions(o *sql.TxOptions) (pgx.TxOptions, error) {
 }
 
 // pgxTxn is a pgx transaction as the consumer records its inbox in it and
-// ends it. The inbox record is one statement (ExecContext); the consumer
-// reads nothing through it.
+// ends it: its statements run through ExecContext, and its reads of the
+// held keys through QueryRows (consume.RowQuerier), on pgx's own rows.
 type pgxTxn struct {
 	ctx      context.Context
 	exec     func(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	query    func(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	commit   func(ctx context.Context) error
 	rollback func(ctx context.Context) error
+}
+
+// QueryRows runs a query of the consumer's in the transaction.
+func (t *pgxTxn) QueryRows(ctx context.Context, query string, args ...any) (consume.Rows, error) {
+	rows, err := t.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgxRows{rows}, nil
+}
+
+// pgxRows are pgx's rows as consume.Rows: Close reports the rows' error.
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error {
+	r.Rows.Close()
+	return r.Rows.Err()
 }
 
 func (t *pgxTxn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -114,9 +132,9 @@ func (t *pgxTxn) ExecContext(ctx context.Context, query string, args ...any) (sq
 	return rowsAffected(tag.RowsAffected()), nil
 }
 
-// errNoQueries reports a read the consumer never makes through a pgx
-// transaction.
-var errNoQueries = errors.New("relayerpgx: the consumer's transaction runs no queries through database/sql")
+// errNoQueries reports a read through database/sql, which the consumer
+// makes through QueryRows instead.
+var errNoQueries = errors.New("relayerpgx: the consumer's transaction reads rows through QueryRows, not database/sql")
 
 func (t *pgxTxn) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
 	return nil, errNoQueries

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,6 +136,47 @@ func Run(t *testing.T, l Layer) {
 			t.Errorf("%d effect rows, want 1", n)
 		}
 	})
+	t.Run("AFailingKeyIsHeld", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, l.Driver)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		table := `"` + b.tables.Schema + `".held_effects`
+		if _, err := b.db.ExecContext(ctx, `CREATE TABLE `+table+` (seq bigserial PRIMARY KEY, note text NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		var failed atomic.Bool
+		c := l.Consumer(t, b.db, b.tables, nil, func(ctx context.Context, tx Tx, m *relayer.Message) error {
+			if string(m.Body) == "k1" && !failed.Swap(true) {
+				return errors.New("ledger busy")
+			}
+			return tx.Exec(ctx, `INSERT INTO `+table+` (note) VALUES ($1)`, string(m.Body))
+		})
+		stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: noDeadLetters{t}, Poll: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		for _, body := range []string{"k1", "k2"} {
+			m := newMessage()
+			m.Key, m.Body = "k", []byte(body)
+			want := map[string]consume.Outcome{"k1": consume.Held, "k2": consume.Waiting}[body]
+			if out, err := c.Handle(ctx, &delivery{msg: m}); out != want || err != nil {
+				t.Fatalf("%s: Handle = %s, %v; want %s", body, out, err, want)
+			}
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for b.count(t, "held_effects") < 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the held key was not drained: %+v", c.Stats())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		var notes string
+		if err := b.db.QueryRowContext(ctx, `SELECT string_agg(note, ' ' ORDER BY seq) FROM `+table).Scan(&notes); err != nil || notes != "k1 k2" {
+			t.Errorf("effects %q (%v); want k1 k2, in order", notes, err)
+		}
+	})
 	t.Run("FollowUpsCommitWithTheHandler", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, l.Driver)
@@ -210,6 +252,14 @@ func (b *bundle) count(t *testing.T, table string) int {
 
 func newMessage() relayer.Message {
 	return relayer.Message{ID: uuid.Must(relayer.NewID()), Type: "orders.Placed", Destination: "orders", Body: []byte("ok")}
+}
+
+// noDeadLetters fails the test when a held message is dead-lettered.
+type noDeadLetters struct{ t *testing.T }
+
+func (d noDeadLetters) DeadLetter(_ context.Context, m *relayer.Message, cause error) error {
+	d.t.Errorf("message %s dead-lettered: %v", m.Body, cause)
+	return nil
 }
 
 // delivery is a broker message that records how it was settled.
