@@ -158,3 +158,105 @@ func (d *faultDelivery) DeadLetter(_ context.Context, cause error) error {
 	d.lastErr = cause
 	return nil
 }
+
+// consumeInOrder is the consumer stage for per-key order: the deliveries
+// of ordered messages, duplicates included, handed one at a time in the
+// order the broker got them to a consumer that holds keys, whose handler
+// fails a fifth of its runs at random; a delivery handed back to the broker
+// comes again behind the others. It returns how many messages of
+// keys took effect out of the order of their first delivery, and how many
+// took effect.
+func (s *system) consumeInOrder(ctx context.Context, ds []delivery) (outOfOrder, took int) {
+	table := s.schema + ".consumer_ordered_effects"
+	must(s.t, s.harness(ctx, func(ctx context.Context) error {
+		_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (seq bigserial PRIMARY KEY, message_id uuid NOT NULL, key text NOT NULL)`)
+		return err
+	}))
+	c, err := consume.New(s.db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
+		if rand.IntN(5) == 0 {
+			return errors.New("the ledger is busy")
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id, key) VALUES ($1, $2)`, m.ID, m.Key)
+		return err
+	}, consume.Options{Name: "faults-ordered", Tables: store.OptionsOf(s.outbox),
+		Retry: relayer.Retry{MaxAttempts: 100, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}})
+	must(s.t, err)
+	stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: stageDeadLetters{s}, Poll: 20 * time.Millisecond})
+	must(s.t, err)
+	defer stop()
+	first := map[string][]uuid.UUID{} // each key's messages in the order of their first delivery
+	seen := map[uuid.UUID]bool{}
+	var queue []*faultDelivery
+	for _, d := range ds {
+		if !d.ordered {
+			continue
+		}
+		if !seen[d.id] {
+			seen[d.id] = true
+			first[d.key] = append(first[d.key], d.id)
+		}
+		queue = append(queue, &faultDelivery{id: d.id, key: d.key})
+	}
+	// A delivery handed back comes again behind the ones delivered
+	// meanwhile, as JetStream and RabbitMQ redeliver.
+	for handed := 0; len(queue) > 0; handed++ {
+		fd := queue[0]
+		queue = queue[1:]
+		out, err := c.Handle(ctx, fd)
+		if out == consume.Retried || out == consume.Abandoned {
+			queue = append(queue, fd)
+		}
+		if handed > 100*len(seen) || ctx.Err() != nil {
+			s.t.Errorf("ordered consumer stage: %d deliveries not settled: %s, %v", len(queue), out, err)
+			return 0, 0
+		}
+	}
+	// The held keys drain; then each key's effects are in order.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var effected int
+		must(s.t, s.harness(ctx, func(ctx context.Context) error {
+			return s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&effected)
+		}))
+		if effected >= len(seen) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := map[string][]uuid.UUID{}
+	must(s.t, s.harness(ctx, func(ctx context.Context) error {
+		clear(got)
+		r, err := s.db.QueryContext(ctx, `SELECT message_id, key FROM `+table+` ORDER BY seq`)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var id uuid.UUID
+			var key string
+			if err := r.Scan(&id, &key); err != nil {
+				return err
+			}
+			got[key] = append(got[key], id)
+		}
+		return r.Err()
+	}))
+	for key, want := range first {
+		for i, id := range got[key] {
+			took++
+			if i >= len(want) || want[i] != id {
+				outOfOrder++
+			}
+		}
+	}
+	return outOfOrder, took
+}
+
+// stageDeadLetters fails the test when the ordered consumer stage gives a
+// message up.
+type stageDeadLetters struct{ s *system }
+
+func (d stageDeadLetters) DeadLetter(_ context.Context, m *relayer.Message, cause error) error {
+	d.s.t.Errorf("ordered consumer stage: message %v dead-lettered: %v", m.ID, cause)
+	return nil
+}

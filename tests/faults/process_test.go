@@ -219,7 +219,7 @@ func (b *broker) arrive(req sendRequest) {
 				}
 			}
 		}
-		b.deliveries = append(b.deliveries, delivery{id: m.ID, key: m.Key, lane: m.Lane, at: now})
+		b.deliveries = append(b.deliveries, delivery{id: m.ID, key: m.Key, ordered: m.Ordered, lane: m.Lane, at: now})
 	}
 	lanes := map[int]bool{}
 	for _, m := range req.Msgs {

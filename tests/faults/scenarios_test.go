@@ -586,13 +586,20 @@ func runScenario(t *testing.T, sc scenario) {
 	// The consumer stage where the broker got duplicates: the deliveries an
 	// inbox is for, racing their first copies.
 	var fx effects
+	var outOfOrder, ordered int
 	if v.Duplicates > 0 {
 		ds, _ := s.broker.snapshot()
 		fx = s.consumeEffects(ctx, ds)
+		// And per-key order through the consumer's failures, end to end:
+		// from the producers' commits through the broker to the effects.
+		outOfOrder, ordered = s.consumeInOrder(ctx, ds)
 	}
 	cancel()
+	if outOfOrder != 0 {
+		t.Errorf("ordered consumer stage: %d of %d effects out of their key's order", outOfOrder, ordered)
+	}
 
-	t.Logf("%s: %+v; %s; drained %s after the producers stopped; consumer stage %+v", sc.name, v, in.note, drained.Round(time.Millisecond), fx)
+	t.Logf("%s: %+v; %s; drained %s after the producers stopped; consumer stage %+v; ordered consumer stage %d effects", sc.name, v, in.note, drained.Round(time.Millisecond), fx, ordered)
 	if fx.Missing != 0 || fx.Doubled != 0 || fx.Foreign != 0 {
 		t.Errorf("consumer stage: %d delivered messages without their effect, %d with more than one, %d effects of messages never committed",
 			fx.Missing, fx.Doubled, fx.Foreign)

@@ -17,11 +17,12 @@ import (
 
 // delivery is one message the broker accepted.
 type delivery struct {
-	id   uuid.UUID
-	key  string
-	lane int // for ordered messages
-	at   time.Time
-	by   *worker // who sent it, when known
+	id      uuid.UUID
+	key     string
+	ordered bool
+	lane    int // for ordered messages
+	at      time.Time
+	by      *worker // who sent it, when known
 }
 
 // broker is the instrumented transport: it records every message it
@@ -203,7 +204,7 @@ func (b *broker) sendAs(ctx context.Context, ms []*relayer.Message, w *worker) e
 	now := time.Now()
 	b.mu.Lock()
 	for _, m := range ms {
-		b.deliveries = append(b.deliveries, delivery{id: m.ID, key: m.Key, lane: m.Lane, at: now, by: w})
+		b.deliveries = append(b.deliveries, delivery{id: m.ID, key: m.Key, ordered: m.Ordered, lane: m.Lane, at: now, by: w})
 	}
 	b.mu.Unlock()
 	return nil
