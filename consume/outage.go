@@ -152,6 +152,7 @@ type outage struct {
 	since     time.Time     // when the announced outage began
 	delay     time.Duration // the next probe's wait; back to outageBackoff once a transaction commits
 	waiting   int           // deliveries waiting for the prober
+	idle      chan struct{} // told when no delivery waits any more
 	held      uint64        // deliveries held since the outage began
 	lastCause string
 }
@@ -171,6 +172,13 @@ func (o *outage) wait(ctx context.Context, cause error) error {
 	if !o.probing {
 		o.probing = true
 		o.reopened = make(chan struct{})
+		if o.idle == nil {
+			o.idle = make(chan struct{}, 1)
+		}
+		select {
+		case <-o.idle: // left by the end of an earlier outage
+		default:
+		}
 		if o.delay == 0 {
 			o.delay = outageBackoff
 		}
@@ -182,6 +190,12 @@ func (o *outage) wait(ctx context.Context, cause error) error {
 	defer func() {
 		o.mu.Lock()
 		o.waiting--
+		if o.waiting == 0 && o.idle != nil {
+			select {
+			case o.idle <- struct{}{}: // the prober stops: nobody waits
+			default:
+			}
+		}
 		o.mu.Unlock()
 	}()
 	select {
@@ -200,11 +214,25 @@ func (o *outage) run() {
 		o.mu.Lock()
 		delay := max(o.delay, outageBackoff)
 		o.delay = min(2*delay, outageMaxBackoff)
+		idle := o.idle
 		o.mu.Unlock()
-		time.Sleep(delay)
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-		err := o.probe(ctx)
-		cancel()
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-idle:
+			// Every delivery stopped waiting (their consumer stopped):
+			// probe no more.
+			t.Stop()
+		}
+		var err error
+		o.mu.Lock()
+		waiting := o.waiting
+		o.mu.Unlock()
+		if waiting > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+			err = o.probe(ctx)
+			cancel()
+		}
 		o.mu.Lock()
 		if err == nil || o.waiting == 0 {
 			o.probing = false
