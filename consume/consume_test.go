@@ -19,6 +19,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/testkit/dbproxy"
+	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -586,24 +587,6 @@ func TestTraceContextHeadersBecomeTheMessagesTraceContext(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log's output, written by several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A database that goes away is not the messages' fault: deliveries on
 // their last attempt wait for it instead of going to the dead letters, are
 // handled once it answers, and the outage is logged once when it begins
@@ -612,7 +595,7 @@ func TestDatabaseOutageSpendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	proxy, db := dbproxy.Open(t, testdb.URL(t))
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	c, err := consume.New(db, b.writeEffect, consume.Options{Name: "billing", Tables: b.tables,
 		Retry:  relayer.Retry{MaxAttempts: 3, Backoff: time.Millisecond, MaxBackoff: time.Millisecond},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -32,30 +32,12 @@ func TestConsoleNeedsATokenOffLoopback(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 var servingOn = regexp.MustCompile(`on (http://[0-9.:]+/)`)
 
 // runningConsole is a "relayer console" started by startConsole.
 type runningConsole struct {
 	base           string // http://127.0.0.1:port/
-	stdout, stderr *lockedBuffer
+	stdout, stderr *syncbuf.Buffer
 	cancel         context.CancelFunc // Ctrl-C
 	code           chan int
 }
@@ -66,7 +48,7 @@ func startConsole(t *testing.T, args ...string) *runningConsole {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
-	rc := &runningConsole{stdout: new(lockedBuffer), stderr: new(lockedBuffer), cancel: cancel, code: make(chan int, 1)}
+	rc := &runningConsole{stdout: new(syncbuf.Buffer), stderr: new(syncbuf.Buffer), cancel: cancel, code: make(chan int, 1)}
 	go func() { rc.code <- run(ctx, append([]string{"console"}, args...), rc.stdout, rc.stderr) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for rc.base == "" {

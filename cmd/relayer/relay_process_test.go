@@ -21,6 +21,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
@@ -29,7 +30,7 @@ import (
 type relayProcess struct {
 	name   string
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	exited chan struct{}
 	err    error // Wait's, once exited is closed
 }
@@ -38,7 +39,7 @@ type relayProcess struct {
 // delivers.
 func startRelayProcess(t *testing.T, name string, env []string, args ...string) *relayProcess {
 	t.Helper()
-	p := &relayProcess{name: name, stderr: new(lockedBuffer), exited: make(chan struct{})}
+	p := &relayProcess{name: name, stderr: new(syncbuf.Buffer), exited: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], append([]string{"run", "--name", name}, args...)...)
 	p.cmd.Env = append(append(os.Environ(), asCommandEnv+"=1"), env...)
 	p.cmd.Stderr = p.stderr

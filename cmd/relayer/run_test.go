@@ -23,6 +23,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
@@ -74,7 +75,7 @@ func natsStream(t testing.TB, url, name string, subjects ...string) jetstream.Je
 // runningRelay is a "relayer run" in this process.
 type runningRelay struct {
 	base           string // http://127.0.0.1:port, "" without --http
-	stdout, stderr *lockedBuffer
+	stdout, stderr *syncbuf.Buffer
 	cancel         context.CancelFunc // the first signal
 	code           chan int
 }
@@ -86,7 +87,7 @@ func startRelay(t *testing.T, args ...string) *runningRelay {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
-	rr := &runningRelay{stdout: new(lockedBuffer), stderr: new(lockedBuffer), cancel: cancel, code: make(chan int, 1)}
+	rr := &runningRelay{stdout: new(syncbuf.Buffer), stderr: new(syncbuf.Buffer), cancel: cancel, code: make(chan int, 1)}
 	go func() { rr.code <- run(ctx, append([]string{"run"}, args...), rr.stdout, rr.stderr) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(rr.stderr.String(), "relayer run: delivering") {

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
@@ -271,7 +271,7 @@ func runConsumer(t *testing.T, cfg processConfig, deadline time.Time, done func(
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), consumerProcessEnv+"="+string(raw))
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -442,23 +442,4 @@ func kafkaRigOf(t testing.TB, partitions int32) rig {
 		t.Fatal(err)
 	}
 	return rig{tr: tr, dst: "orders", cfg: processConfig{Broker: "kafka", Addr: cluster.ListenAddrs()[0], Source: "orders", Dead: "orders.dead"}}
-}
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	return len(p), nil
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
