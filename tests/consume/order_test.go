@@ -35,14 +35,16 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // Per-key order from the producer's commit to the consumer's committed
 // effect, through failures, on each broker: producers commit each key's
-// steps in sequence, an embedded runner delivers them over an ordered
-// route, and consumer processes (one at a time, their adapter handing a
+// steps in sequence, an embedded runner and a relay process (`relayer
+// run`, killed once while it delivers and replaced) share the ordered
+// route's lanes, and consumer processes (one at a time, their adapter handing a
 // key's messages over in order, so that they hold keys) fail a fifth of
 // their handlers at random and kill themselves between a commit and its
 // acknowledgement, again and again. In the end every committed step has
 // exactly one effect, and each key's effects committed in step order.
 func TestOrderEndToEnd(t *testing.T) {
 	t.Parallel()
+	relay := buildRelay(t, t.TempDir())
 	for _, broker := range []struct {
 		name string
 		rig  func(t testing.TB) rig
@@ -56,12 +58,12 @@ func TestOrderEndToEnd(t *testing.T) {
 	} {
 		t.Run(broker.name, func(t *testing.T) {
 			t.Parallel()
-			orderEndToEnd(t, broker.rig(t))
+			orderEndToEnd(t, broker.rig(t), relay)
 		})
 	}
 }
 
-func orderEndToEnd(t *testing.T, r rig) {
+func orderEndToEnd(t *testing.T, r rig, relayBin string) {
 	const keys, steps, minKills = 10, 20, 4
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
@@ -90,6 +92,16 @@ func orderEndToEnd(t *testing.T, r rig) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The relay starts first and the embedded runner joins it: each holds
+	// lanes before the first commit.
+	relay := startRelay(t, relayBin, tables, relayURL(r.cfg), "order-relay-1")
+	relayLanes := func() (n int) {
+		if err := db.QueryRow(`SELECT count(*) FROM "`+tables.Schema+`".o_relayer_leases WHERE owner LIKE 'order-relay-%' AND expires_at > now()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	awaitFor(t, time.Minute, func() bool { return relayLanes() > 0 }, "the relay to hold lanes:\n%s", relay.logs)
 	rctx, stopRunner := context.WithCancel(ctx)
 	defer stopRunner()
 	if err := runner.Start(rctx); err != nil {
@@ -101,6 +113,8 @@ func orderEndToEnd(t *testing.T, r rig) {
 		defer cancel()
 		_ = runner.Stop(sctx)
 	}()
+
+	awaitFor(t, time.Minute, func() bool { return len(runner.Lanes()) > 0 }, "the embedded runner to hold lanes beside the relay (%d)", relayLanes())
 
 	// Each key's steps commit in sequence, the keys side by side.
 	committed := make(map[uuid.UUID]bool, keys*steps)
@@ -125,6 +139,22 @@ func orderEndToEnd(t *testing.T, r rig) {
 		})
 	}
 	wg.Wait()
+	// The relay crashes once it has delivered some of them; a second one
+	// takes its place (its leases free the first one's lanes when they
+	// expire, to whichever worker claims them first).
+	outboxRows := func() (n int) {
+		if err := db.QueryRow(`SELECT count(*) FROM "` + tables.Schema + `".o_outbox`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(time.Minute); outboxRows() > keys*steps*3/4; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the commits, %d of %d messages are still in the outbox:\n%s", outboxRows(), keys*steps, relay.logs)
+		}
+	}
+	relay.kill(t)
+	relay = startRelay(t, relayBin, tables, relayURL(r.cfg), "order-relay-2")
 
 	r.cfg.Tables, r.cfg.Ordered, r.cfg.Concurrency, r.cfg.FailPercent = tables, true, 1, 20
 	handled := func() (n int) {
@@ -146,6 +176,15 @@ func orderEndToEnd(t *testing.T, r rig) {
 		if runConsumer(t, r.cfg, deadline, func() bool { return handled() >= keys*steps }) {
 			kills++
 		}
+	}
+
+	relay.stop(t)
+	embedded := uint64(0)
+	for _, o := range runner.Stats().Ordered {
+		embedded += o.Stats.Sent
+	}
+	if embedded == 0 || embedded >= keys*steps {
+		t.Errorf("the embedded runner sent %d messages of %d: both it and the relays should have sent some", embedded, keys*steps)
 	}
 
 	rows, err := db.Query(`SELECT message_id, key, n FROM ` + orderedEffects(tables) + ` ORDER BY seq`)
@@ -185,5 +224,6 @@ func orderEndToEnd(t *testing.T, r rig) {
 	if err := db.QueryRow(`SELECT count(*) FROM "` + tables.Schema + `".o_inbox_waiting`).Scan(&held); err != nil || held != 0 {
 		t.Errorf("%d messages still wait behind held keys (%v)", held, err)
 	}
-	t.Logf("%d keys × %d steps, %d consumer processes killed between a commit and its acknowledgement", keys, steps, kills)
+	t.Logf("%d keys × %d steps, %d sent by the embedded runner and the rest by two relays, %d consumer processes killed between a commit and its acknowledgement",
+		keys, steps, embedded, kills)
 }
