@@ -15,6 +15,8 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/internal/storewrite"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -94,7 +96,10 @@ func (o Options) Validate() error {
 // transaction, and tells its listener about them after commit. It is safe for
 // concurrent use; each transaction has its own [Enlistment].
 type Writer struct {
-	store       *store.Store
+	// tables names the outbox's tables, the defaults applied.
+	tables store.Options
+	// stmts are the writer statements on them.
+	stmts       storewrite.Statements
 	routes      *relayer.Routes
 	serializer  relayer.Serializer
 	lanes       int
@@ -121,10 +126,12 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := store.Unbound(store.OptionsOf(outbox))
+	tables := store.OptionsOf(outbox)
+	stmts, err := storewrite.For(tables.Schema, tables.TablePrefix)
 	if err != nil {
 		return nil, err
 	}
+	tables.Schema = stmts.Schema
 	if err := outbox.Validate(); err != nil {
 		return nil, fmt.Errorf("enlist: %w", err)
 	}
@@ -133,7 +140,8 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 	}
 	outbox = outbox.WithDefaults()
 	w := &Writer{
-		store:       st,
+		tables:      tables,
+		stmts:       stmts,
 		routes:      outbox.Routes.Clone(),
 		serializer:  outbox.Serializer,
 		lanes:       outbox.Lanes,
@@ -151,12 +159,12 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 		if interval == 0 {
 			interval = WakeIntervalDefault
 		}
-		if w.notifier, err = newNotifier(opts.Wake, st.Options(), interval, w.logger); err != nil {
+		if w.notifier, err = newNotifier(opts.Wake, tables, interval, w.logger); err != nil {
 			return nil, err
 		}
 	}
 	if w.listener != nil {
-		if got, want := w.listener.StoreOptions(), st.Options(); got != want {
+		if got, want := w.listener.StoreOptions(), tables; got != want {
 			return nil, fmt.Errorf("%w: listener serves schema %q prefix %q, writer writes schema %q prefix %q",
 				ErrStoreMismatch, got.Schema, got.TablePrefix, want.Schema, want.TablePrefix)
 		}
@@ -169,7 +177,7 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 }
 
 // StoreOptions returns the schema and prefix the writer writes to.
-func (w *Writer) StoreOptions() store.Options { return w.store.Options() }
+func (w *Writer) StoreOptions() store.Options { return w.tables }
 
 // WakeUps returns how many wake-up NOTIFYs the writer has sent (see
 // Options.Wake).
@@ -315,8 +323,8 @@ type Enlistment struct {
 // [relayer.ErrInvalidMessage]. After the enlistment ended it returns
 // [relayer.ErrNotInTransaction].
 func (e *Enlistment) Publish(ctx context.Context, q store.DBTX, msgs ...relayer.Outgoing) error {
-	if err := store.CheckDBTX(q); err != nil {
-		return fmt.Errorf("%w: %w", relayer.ErrNotInTransaction, err)
+	if storesql.IsNil(q) {
+		return fmt.Errorf("%w: %w", relayer.ErrNotInTransaction, store.ErrNilDB)
 	}
 	return e.PublishWith(ctx, func(ctx context.Context, query string, args ...any) error {
 		_, err := q.ExecContext(ctx, query, args...)
@@ -324,10 +332,16 @@ func (e *Enlistment) Publish(ctx context.Context, q store.DBTX, msgs ...relayer.
 	}, msgs...)
 }
 
+// ExecFunc runs one statement with its arguments on a transaction's
+// connection and reports whether it succeeded: how [Enlistment.PublishWith]
+// writes through drivers that are not database/sql drivers, such as pgx's
+// native interface.
+type ExecFunc func(ctx context.Context, query string, args ...any) error
+
 // PublishWith is [Enlistment.Publish] for transactions of drivers that are not
 // database/sql drivers: exec runs the insert on the transaction's connection.
 // The rows written are the same, byte for byte.
-func (e *Enlistment) PublishWith(ctx context.Context, exec store.ExecFunc, msgs ...relayer.Outgoing) error {
+func (e *Enlistment) PublishWith(ctx context.Context, exec ExecFunc, msgs ...relayer.Outgoing) error {
 	if exec == nil {
 		return fmt.Errorf("%w: nil exec function", relayer.ErrNotInTransaction)
 	}
@@ -342,15 +356,15 @@ func (e *Enlistment) PublishWith(ctx context.Context, exec store.ExecFunc, msgs 
 		return err
 	}
 	if !e.w.schemaChecked.Load() {
-		if err := e.w.store.CheckSchemaWith(ctx, exec, e.w.refuseNewer); err != nil {
+		if err := e.w.stmts.CheckSchema(ctx, storewrite.ExecFunc(exec), e.w.refuseNewer); err != nil {
 			return fmt.Errorf("enlist: %w", err)
 		}
-		if err := e.w.store.CheckLaneCountWith(ctx, exec, e.w.lanes); err != nil {
+		if err := e.w.stmts.CheckLaneCount(ctx, storewrite.ExecFunc(exec), e.w.lanes); err != nil {
 			return fmt.Errorf("enlist: %w", err)
 		}
 		e.w.schemaChecked.Store(true)
 	}
-	if err := e.w.store.InsertWith(ctx, exec, rows); err != nil {
+	if err := e.w.stmts.Insert(ctx, storewrite.ExecFunc(exec), rows); err != nil {
 		if errors.Is(err, store.ErrInvalidMessage) {
 			return fmt.Errorf("%w: %w", relayer.ErrInvalidMessage, err)
 		}

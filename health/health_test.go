@@ -182,7 +182,7 @@ func TestHandlerTimeout(t *testing.T) {
 
 func TestHandlerMethods(t *testing.T) {
 	t.Parallel()
-	st, err := store.Unbound(store.Options{})
+	st, err := store.New(&sql.DB{}, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestOptionsValidate(t *testing.T) {
 					t.Errorf("Handler accepted %+v", c.opts)
 				}
 			}()
-			st, _ := store.Unbound(store.Options{})
+			st, _ := store.New(&sql.DB{}, store.Options{})
 			health.Handler(st, c.opts)
 		}()
 	}

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"reflect"
 	"strings"
@@ -24,11 +25,23 @@ type Inbox struct {
 // database. A consumer needs only where the tables are, not the producer's
 // routes: for a [relayer.Outbox], pass store.OptionsOf(outbox).
 func New(opts store.Options) (*Inbox, error) {
-	st, err := store.Unbound(opts)
+	st, err := store.New(noHandle{}, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &Inbox{store: st}, nil
+}
+
+// noHandle is the inbox's store's own handle: none. Each Handle binds the
+// store to the consumer's transaction (store.Store.With).
+type noHandle struct{}
+
+func (noHandle) ExecContext(context.Context, string, ...any) (sql.Result, error) {
+	return nil, store.ErrNilDB
+}
+
+func (noHandle) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return nil, store.ErrNilDB
 }
 
 // Options returns the inbox's table options with defaults applied.

@@ -63,7 +63,7 @@ func TestOnlyKnownDriversKeepBodiesUncopied(t *testing.T) {
 			t.Errorf("%s: With(another driver's database) keeps bodies uncopied", c.name)
 		}
 	}
-	u, err := Unbound(opts)
+	u, err := unbound(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

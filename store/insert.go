@@ -13,6 +13,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/storesql"
+	"github.com/relayer-go/relayer/internal/storewrite"
 )
 
 // Insert writes msgs in one statement, one round trip whatever their number. Run
@@ -21,24 +22,24 @@ import (
 // nothing when one is invalid; the error wraps [ErrInvalidMessage] and names the
 // message and field. A zero CreatedAt is set to the current time.
 func (s *Store) Insert(ctx context.Context, msgs []relayer.Message) error {
-	return s.InsertWith(ctx, s.exec, msgs)
+	return s.insertWith(ctx, s.exec, msgs)
 }
 
-// ExecFunc runs one statement with its arguments and reports whether it
-// succeeded. Adapters of drivers that are not database/sql drivers, such as
-// pgx's native interface, run the store's statements through one.
-type ExecFunc func(ctx context.Context, query string, args ...any) error
+// execFunc runs one statement with its arguments and reports whether it
+// succeeded: the store's handle, or a writer's transaction of any driver
+// (internal/storewrite).
+type execFunc = storewrite.ExecFunc
 
 func (s *Store) exec(ctx context.Context, query string, args ...any) error {
 	_, err := s.db.ExecContext(ctx, query, args...)
 	return err
 }
 
-// InsertWith is [Store.Insert] with the statement run by exec instead of the
-// store's handle: the same statement, arguments and checks. Run exec on the
-// business transaction. The arguments are strings, byte slices, time.Time
-// values in UTC and database/sql's Null types.
-func (s *Store) InsertWith(ctx context.Context, exec ExecFunc, msgs []relayer.Message) error {
+// insertWith is [Store.Insert] with the statement run by exec instead of the
+// store's handle: the same statement, arguments and checks. The arguments
+// are strings, byte slices, time.Time values in UTC and database/sql's Null
+// types.
+func (s *Store) insertWith(ctx context.Context, exec execFunc, msgs []relayer.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -67,7 +68,7 @@ func (s *Store) InsertWith(ctx context.Context, exec ExecFunc, msgs []relayer.Me
 // plain parameters, leaving out the optional columns no message has and
 // sending once the columns every message holds one value of (typically the
 // type, route and creation time of a PublishAll, and its trace context).
-func (s *Store) insertValues(ctx context.Context, exec ExecFunc, msgs []relayer.Message) error {
+func (s *Store) insertValues(ctx context.Context, exec execFunc, msgs []relayer.Message) error {
 	sh := insertShape{rows: len(msgs), sent: insertRequired, shared: insertShareable}
 	now := time.Now()
 	first := &msgs[0]

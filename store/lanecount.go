@@ -80,12 +80,12 @@ func (s *Store) CheckLaneCount(ctx context.Context, lanes int) error {
 	return nil
 }
 
-// CheckLaneCountWith is [Store.CheckLaneCount] for writers that can only
-// execute statements (see [ExecFunc]), such as inside a caller's
+// checkLaneCountWith is [Store.CheckLaneCount] for writers that can only
+// execute statements, such as inside a caller's
 // transaction: one statement, which records the count in that transaction
 // when none is recorded, and fails on a mismatch (aborting the
 // transaction).
-func (s *Store) CheckLaneCountWith(ctx context.Context, exec ExecFunc, lanes int) error {
+func (s *Store) checkLaneCountWith(ctx context.Context, exec execFunc, lanes int) error {
 	if err := validLanes(lanes); err != nil {
 		return err
 	}

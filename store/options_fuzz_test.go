@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relayer-go/relayer/internal/storewrite"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -50,8 +51,8 @@ func FuzzOptionsValidate(f *testing.F) {
 		case err != nil && !errors.Is(err, store.ErrInvalidOptions):
 			t.Fatalf("Validate(%q, %q) = %v, want ErrInvalidOptions", schema, prefix, err)
 		}
-		if _, uerr := store.Unbound(store.Options{Schema: schema, TablePrefix: prefix}); (uerr == nil) != (err == nil) {
-			t.Fatalf("Unbound and Validate disagree on (%q, %q): %v, %v", schema, prefix, uerr, err)
+		if _, uerr := storewrite.For(schema, prefix); (uerr == nil) != (err == nil) {
+			t.Fatalf("the writers' statements and Validate disagree on (%q, %q): %v, %v", schema, prefix, uerr, err)
 		}
 	})
 }

@@ -59,10 +59,10 @@ func newStore(db DBTX, opts Options) *Store {
 		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), lq: buildLaneCountQueries(n), aq: buildActivityQueries(n), freshBytes: storesql.FreshBytes(db)}
 }
 
-// Unbound returns a store with no database handle of its own, for writers that
-// only run statements inside their callers' transactions, binding them with
-// [Store.With]. The unbound store's own methods return [ErrNilDB].
-func Unbound(opts Options) (*Store, error) {
+// unbound returns a store with no database handle of its own, for writers
+// that only run statements inside their callers' transactions
+// (internal/storewrite). Its own methods return [ErrNilDB].
+func unbound(opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -96,16 +96,6 @@ func (s *Store) With(db DBTX) (*Store, error) {
 
 // Options returns the store's options with defaults applied.
 func (s *Store) Options() Options { return s.opts }
-
-// CheckDBTX returns [ErrNilDB] when db is nil, a typed nil pointer
-// included, and nil otherwise: what [Store.With] checks, for callers that
-// run a store's statements through another function (see [Store.InsertWith]).
-func CheckDBTX(db DBTX) error {
-	if isNil(db) {
-		return ErrNilDB
-	}
-	return nil
-}
 
 func isNil(db DBTX) bool { return storesql.IsNil(db) }
 

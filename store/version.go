@@ -88,13 +88,13 @@ func (s *Store) CheckSchema(ctx context.Context) (int, error) {
 	return newest, nil
 }
 
-// CheckSchemaWith is [Store.CheckSchema] for writers that can only execute
-// statements (see [ExecFunc]), such as inside a caller's transaction of any
+// checkSchemaWith is [Store.CheckSchema] for writers that can only execute
+// statements, such as inside a caller's transaction of any
 // driver: one statement that fails, and so reports, an outdated schema
 // (wrapping [ErrSchemaOutdated]); a newer schema fails it (wrapping
 // [ErrSchemaNewer]) only when refuseNewer is set, and passes unreported
 // otherwise. A failed check aborts the transaction it ran in.
-func (s *Store) CheckSchemaWith(ctx context.Context, exec ExecFunc, refuseNewer bool) error {
+func (s *Store) checkSchemaWith(ctx context.Context, exec execFunc, refuseNewer bool) error {
 	q := s.vq.check
 	if refuseNewer {
 		q = s.vq.checkStrict
@@ -241,7 +241,7 @@ FROM ` + n.Migrations
 	objects := `SELECT coalesce(concat_ws(', ', ` + strings.Join(checks, ",\n    ") + `), '')`
 	// check raises an exception naming the versions found when the schema
 	// is outdated (and, strictly, when it is newer): the only answer a
-	// statement run through an ExecFunc gives is whether it failed.
+	// statement run through an execFunc gives is whether it failed.
 	check := func(strict bool) string {
 		newer := ""
 		if strict {

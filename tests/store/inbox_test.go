@@ -166,12 +166,5 @@ func TestRecordInboxRejectsInvalidArguments(t *testing.T) {
 		if err := b.db.QueryRow(`SELECT count(*) FROM ` + b.inboxTable()).Scan(&n); err != nil || n != 0 {
 			t.Errorf("inbox rows after invalid calls = %d, %v", n, err)
 		}
-		unbound, err := store.Unbound(b.opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := unbound.RecordInbox(ctx, "billing", newID(t)); !errors.Is(err, store.ErrNilDB) {
-			t.Errorf("RecordInbox on an unbound store = %v, want ErrNilDB", err)
-		}
 	})
 }

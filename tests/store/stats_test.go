@@ -227,14 +227,6 @@ func TestStatsErrors(t *testing.T) {
 		t.Fatalf("Stats with a cancelled context = %+v, %v; want context.Canceled", st, err)
 	}
 
-	unbound, err := store.Unbound(store.Options{Schema: "anything"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unbound.Stats(context.Background(), o.t0); !errors.Is(err, store.ErrNilDB) {
-		t.Fatalf("Stats on an unbound store: %v, want ErrNilDB", err)
-	}
-
 	missing, err := workerstore.New(o.db, store.Options{Schema: "no_such_schema_for_stats"})
 	if err != nil {
 		t.Fatal(err)

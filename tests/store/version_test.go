@@ -9,11 +9,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relayer-go/relayer/internal/storewrite"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
 
-// CheckSchema and CheckSchemaWith tell a current schema from one missing a
+// CheckSchema and the writers' check (internal/storewrite) tell a current schema from one missing a
 // migration (or every one) and from one a newer release migrated, on every
 // driver, and say how to migrate.
 func TestCheckSchema(t *testing.T) {
@@ -26,7 +27,7 @@ func TestCheckSchema(t *testing.T) {
 		}
 		check := func(st *workerstore.Store) (int, error, error, error) {
 			v, err := st.CheckSchema(ctx)
-			return v, err, st.CheckSchemaWith(ctx, exec, false), st.CheckSchemaWith(ctx, exec, true)
+			return v, err, statementsOf(t, st.Options()).CheckSchema(ctx, exec, false), statementsOf(t, st.Options()).CheckSchema(ctx, exec, true)
 		}
 
 		v, err, with, strict := check(b.store)
@@ -88,7 +89,7 @@ func must(t *testing.T, err error) {
 }
 
 // A schema that records every migration but lacks an object they made,
-// dropped by hand, is refused by CheckSchema and CheckSchemaWith, naming
+// dropped by hand, is refused by CheckSchema and the writers' check (internal/storewrite), naming
 // what is missing; the script SchemaSQL prints makes it again.
 func TestCheckSchemaSeesMissingObjects(t *testing.T) {
 	t.Parallel()
@@ -108,7 +109,7 @@ func TestCheckSchemaSeesMissingObjects(t *testing.T) {
 			_, err := b.db.ExecContext(ctx, tc.drop)
 			must(t, err)
 			_, err = b.store.CheckSchema(ctx)
-			with := b.store.CheckSchemaWith(ctx, exec, false)
+			with := statementsOf(t, b.store.Options()).CheckSchema(ctx, exec, false)
 			for _, e := range []error{err, with} {
 				if !errors.Is(e, store.ErrSchemaIncomplete) || !strings.Contains(e.Error(), tc.want) ||
 					!strings.Contains(e.Error(), "relayer schema --schema "+b.opts.Schema+" --prefix orders_") {
@@ -153,14 +154,14 @@ func TestLaneCountIsRecordedAndChecked(t *testing.T) {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		}
-		mismatch("CheckLaneCountWith", st.CheckLaneCountWith(ctx, exec, 64))
+		mismatch("the writers' lane count check", statementsOf(t, st.Options()).CheckLaneCount(ctx, exec, 64))
 		_ = tx.Rollback()
 		tx, st = b.begin(t, nil)
 		exec = func(ctx context.Context, q string, args ...any) error {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		}
-		must(t, st.CheckLaneCountWith(ctx, exec, 32))
+		must(t, statementsOf(t, st.Options()).CheckLaneCount(ctx, exec, 32))
 		_ = tx.Rollback()
 
 		// Not drained: an ordered row, then a live ordered worker.
@@ -188,7 +189,7 @@ func TestLaneCountIsRecordedAndChecked(t *testing.T) {
 }
 
 // An outbox whose schema does not exist is reported as such, by
-// CheckSchema and CheckSchemaWith, with the command that creates it, and
+// CheckSchema and the writers' check (internal/storewrite), with the command that creates it, and
 // not as a schema older than the release; the error still wraps
 // ErrSchemaOutdated, whose remedy it shares.
 func TestCheckSchemaNamesAMissingSchema(t *testing.T) {
@@ -203,7 +204,7 @@ func TestCheckSchemaNamesAMissingSchema(t *testing.T) {
 		st, err := workerstore.New(b.db, opts)
 		must(t, err)
 		_, err = st.CheckSchema(ctx)
-		for _, e := range []error{err, st.CheckSchemaWith(ctx, exec, false), st.CheckSchemaWith(ctx, exec, true)} {
+		for _, e := range []error{err, statementsOf(t, st.Options()).CheckSchema(ctx, exec, false), statementsOf(t, st.Options()).CheckSchema(ctx, exec, true)} {
 			want := "schema " + opts.Schema + " does not exist; run `relayer migrate --database-url URL --schema " + opts.Schema + "`"
 			if !errors.Is(e, store.ErrSchemaOutdated) || !strings.Contains(e.Error(), want) || strings.Contains(e.Error(), "older") {
 				t.Errorf("a schema that does not exist: %v; want %q, wrapping ErrSchemaOutdated, without \"older\"", e, want)
@@ -219,4 +220,15 @@ func TestCheckSchemaNamesAMissingSchema(t *testing.T) {
 			t.Errorf("after Migrate: %v", err)
 		}
 	})
+}
+
+// statementsOf returns the writer statements of tables, as enlist runs
+// them inside its callers' transactions.
+func statementsOf(t *testing.T, tables store.Options) storewrite.Statements {
+	t.Helper()
+	stmts, err := storewrite.For(tables.Schema, tables.TablePrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stmts
 }
