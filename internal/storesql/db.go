@@ -12,9 +12,10 @@ import (
 	"unicode/utf8"
 )
 
-// DB is what statements run on: a *sql.DB, a *sql.Tx or a *sql.Conn (the
-// method set of store.DBTX).
-type DB interface {
+// handle is what statements run on: a *sql.DB, a *sql.Tx or a *sql.Conn.
+// It is store.DBTX, the one exported name of this method set, which this
+// package, below store, cannot import.
+type handle interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
@@ -34,7 +35,7 @@ func Wrap(ctx context.Context, op string, err error) error {
 }
 
 // QueryRows runs query on db and returns every row, each read by scan.
-func QueryRows[T any](ctx context.Context, db DB, op, query string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
+func QueryRows[T any](ctx context.Context, db handle, op, query string, args []any, scan func(*sql.Rows, *T) error) ([]T, error) {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, Wrap(ctx, op, err)
@@ -53,7 +54,7 @@ func QueryRows[T any](ctx context.Context, db DB, op, query string, args []any, 
 
 // Affected runs a statement that changes rows and returns how many it
 // changed.
-func Affected(ctx context.Context, db DB, op, query string, args ...any) (int64, error) {
+func Affected(ctx context.Context, db handle, op, query string, args ...any) (int64, error) {
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, Wrap(ctx, op, err)
@@ -63,7 +64,7 @@ func Affected(ctx context.Context, db DB, op, query string, args ...any) (int64,
 }
 
 // Count runs a query of one integer and returns it; no row is an error.
-func Count(ctx context.Context, db DB, op, query string, args ...any) (int64, error) {
+func Count(ctx context.Context, db handle, op, query string, args ...any) (int64, error) {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return 0, Wrap(ctx, op, err)
@@ -83,7 +84,7 @@ func Count(ctx context.Context, db DB, op, query string, args ...any) (int64, er
 }
 
 // IsNil reports whether db is nil, a typed nil pointer included.
-func IsNil(db DB) bool {
+func IsNil(db handle) bool {
 	if db == nil {
 		return true
 	}
@@ -103,7 +104,7 @@ var freshBytesDrivers = []string{"github.com/jackc/pgx/v5/stdlib"}
 // included, a store copies what it keeps; with these it keeps a large
 // body as the driver returned it, which saves the delivery of a body one of
 // its copies.
-func FreshBytes(db DB) (fresh bool) {
+func FreshBytes(db handle) (fresh bool) {
 	d, ok := db.(*sql.DB)
 	if !ok {
 		return false
