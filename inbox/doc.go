@@ -38,9 +38,28 @@
 // id the producer's outbox gave the message ([relayer.Message.ID]), which
 // travels with it to the broker.
 //
-// The caller owns the transaction. Handle never commits or rolls back; the
-// handler's writes must go through the same transaction, or they are not
-// covered. When the handler fails, Handle returns its error as is.
+// # What Handle does
+//
+// [Inbox.Handle] inserts the pair (consumer, messageID) into the inbox
+// table through q, the consumer's open transaction. When the pair is new, it
+// calls the handler with ctx and returns handled = true with the handler's
+// error, unchanged. When the pair is already there, the message was handled
+// before: Handle returns handled = false and a nil error, and the handler is
+// not called.
+//
+// The transaction stays the caller's: Handle neither commits nor rolls back,
+// and the handler must write through the same transaction, or its writes
+// are not covered by the record. The rule for the caller is short. On a nil
+// error, commit, a duplicate included, and acknowledge the message to its
+// broker; on an error, roll back, which removes the record too, so that the
+// broker's redelivery runs the handler again. A handler that panics leaves
+// the transaction to the caller in the same way.
+//
+// Handle checks its arguments before the database sees them. A q that is not
+// a transaction (see Data layers), an empty or malformed consumer name, the
+// zero UUID and a nil handler make it return an error wrapping
+// store.ErrInvalidArgument; a nil q, one wrapping store.ErrNilDB. ctx bounds
+// the insert of the record, and the wait described next.
 //
 // # Concurrent deliveries
 //
@@ -49,15 +68,22 @@
 // waits on the inbox's primary key until the first transaction ends; then it
 // is skipped if the first committed, or handled if the first rolled back. So
 // under READ COMMITTED, PostgreSQL's default, the handler's effects commit
-// exactly once. Under REPEATABLE READ or SERIALIZABLE, the waiting transaction
-// fails with a serialization error (SQLSTATE 40001) instead of being skipped;
-// retry it as any serialization failure, and the retry is skipped.
+// exactly once; bound the wait with ctx. Under REPEATABLE READ or
+// SERIALIZABLE, a record committed by another transaction after this one
+// took its snapshot makes Handle fail with a serialization error (SQLSTATE
+// 40001) instead of a skip; retry the transaction as after any serialization
+// failure, and the retry is skipped.
 //
 // # Data layers
 //
 // Handle takes the transaction as a store.DBTX, the ExecContext and
-// QueryContext pair of database/sql. Each data layer has its own way to reach
-// it:
+// QueryContext pair of database/sql, and it must be a transaction. A handle
+// that begins transactions rather than being one (a *sql.DB, a *sql.Conn, a
+// *sqlx.DB, GORM's ConnPool outside a transaction) is refused, since the
+// record would commit on its own before the handler ran; so is a value of
+// any of bun's own types, whose ExecContext drops PostgreSQL's $n
+// arguments. The check looks at q's type only and costs no round trip. Each
+// data layer has its own way to reach its transaction:
 //
 // database/sql: the *sql.Tx, as above.
 //

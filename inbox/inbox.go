@@ -47,35 +47,14 @@ func (noHandle) QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 // Options returns the inbox's table options with defaults applied.
 func (i *Inbox) Options() store.Options { return i.store.Options() }
 
-// Handle runs handler for the message messageID at most once per consumer. In
-// q, the consumer's open transaction, it records (consumer, messageID); if that
-// pair was recorded before, it returns handled = false and a nil error without
-// calling handler. Otherwise it calls handler with ctx and returns handled =
-// true and the handler's error, unchanged.
-//
-// The caller owns the transaction: Handle neither commits nor rolls back. The
-// handler writes through the same transaction, so that its writes and the
-// inbox record commit together. Commit when Handle returns a nil error (a
-// duplicate included, so that the message is acknowledged); roll back on an
-// error, which also removes the record, so that a redelivery runs the handler
-// again. A panicking handler leaves the transaction to the caller in the same
-// way.
-//
-// While another transaction has recorded the same pair and not ended, Handle
-// waits for it, then skips the message if it committed or handles it if it
-// rolled back; bound the wait with ctx. Under REPEATABLE READ or SERIALIZABLE
-// a pair committed after this transaction's snapshot was taken makes Handle
-// fail with a serialization error (SQLSTATE 40001): retry the transaction.
-//
-// q must be a transaction: a *sql.Tx, a *sqlx.Tx, the *sql.Tx embedded in a
-// bun.Tx (tx.Tx), or a GORM transaction's tx.Statement.ConnPool. A handle that
-// begins transactions instead of being one (a *sql.DB, a *sql.Conn, a *sqlx.DB,
-// GORM's ConnPool outside a transaction) is refused, since the record would
-// commit on its own before the handler ran; so is any value of bun's own
-// types, whose ExecContext drops PostgreSQL's $n arguments. Such refusals, an
-// empty or malformed consumer, the zero UUID and a nil handler return errors
-// wrapping [store.ErrInvalidArgument]; a nil q returns one wrapping
-// [store.ErrNilDB]. ctx also bounds the record statement.
+// Handle runs handler for the message messageID at most once per consumer:
+// it records (consumer, messageID) in q, the consumer's open transaction,
+// and calls handler only if the pair is new, returning handled = true and
+// the handler's error unchanged; a duplicate returns handled = false and a
+// nil error. Commit q on a nil error and roll it back on any other; Handle
+// does neither. The package documentation's sections "What Handle does",
+// "Concurrent deliveries" and "Data layers" give the rules in full: which
+// q are refused, the errors returned, and how a concurrent delivery waits.
 func (i *Inbox) Handle(ctx context.Context, q store.DBTX, consumer string, messageID uuid.UUID, handler func(ctx context.Context) error) (handled bool, err error) {
 	if handler == nil {
 		return false, fmt.Errorf("inbox: %w: nil handler", store.ErrInvalidArgument)

@@ -38,12 +38,76 @@
 // propagator the application installed: rows outlive configuration changes,
 // and every reader must parse what every writer stored.
 //
+// # Send spans
+//
+// The transport [WrapTransport] returns starts one span per message it
+// sends, named "send <destination>" as the messaging semantic conventions
+// name it. Its parent is the creation context stored with the message (see
+// [TraceContext]); the span is then of kind CLIENT and links to that
+// context and, when the ctx of the call carries a different span (a
+// dispatcher's worker, say), to that span too, so that a trace of the
+// dispatcher still leads to the messages it sent. A message stored without
+// a creation context gets a PRODUCER span under the span in ctx, if any:
+// its own context is what travels with the message.
+//
+// Each span carries messaging.system, messaging.destination.name,
+// messaging.operation.name ("send"), messaging.operation.type,
+// messaging.message.id and relayer.transport, and server.address and
+// server.port when the transport can tell them (the NATS and RabbitMQ
+// transports can). messaging.system is, in order of preference, what
+// [WithMessagingSystem] set, what the transport's MessagingSystem method
+// returns, or the message's relayer transport name, since the conventions
+// require it.
+//
+// SendBatch also makes one span per message, each spanning the whole call,
+// and none of them carries messaging.batch.message_count, since each is of
+// one message. A single span for the batch, linked to every creation
+// context, would not do: a link is followed only from the span that holds
+// it, so the trace of each message would lack its send. A sampled batch of
+// n messages thus records n spans; under the ParentBased sampler, messages
+// of unsampled operations cost a span context each and record nothing.
+//
+// A failed send records its error on the span, sets the span's status to
+// Error and sets error.type; in a batch that failed in part, each span gets
+// its own message's error. The transport cannot tell a retry from a first
+// attempt, so every attempt is a span of its own, a sibling of the earlier
+// ones under the creation context: a message's retries line up in its
+// trace.
+//
+// # Trace headers
+//
+// The wrapped transport hands the broker a copy of each message whose
+// traceparent and tracestate headers carry the message's creation context
+// as stored, untouched, as the conventions ask of every hop: a consumer
+// sees the context of the operation that wrote the message, however many
+// hops it took, and continues that trace with [ConsumerContext]. A message
+// stored without a creation context carries its send span's context
+// instead. Either replaces the message's own headers of those names,
+// compared without regard to case. The caller's messages, their header
+// slices and the arrays under those slices are never written to. When
+// there is no valid context to carry (no SDK installed, no stored context
+// and no span in ctx), the message is passed on as it came.
+//
 // # Metrics
 //
-// A wrapped transport counts the messages it sent, failures marked with
-// error.type, and measures each call ([MetricSent],
-// [MetricOperationDuration]), under the messaging semantic conventions' names;
-// the outbox's own gauges keep relayer.* names.
+// A wrapped transport counts the messages it sent in [MetricSent]
+// (messaging.client.sent.messages) and records the duration of each Send
+// and SendBatch call, in seconds, in [MetricOperationDuration]
+// (messaging.client.operation.duration): the messaging semantic
+// conventions' names, whereas the outbox's own gauges keep relayer.* names.
+// Both carry messaging.operation.name ("send"), messaging.operation.type,
+// messaging.destination.name, messaging.system, relayer.transport and,
+// when the transport can tell them, server.address and server.port. Every
+// destination is a time series of its own: keep their number bounded.
+//
+// The messages the broker refused are counted with error.type; a call that
+// failed without a *relayer.BatchError naming its messages counts them all
+// as failed, and the durations of failed calls carry error.type too. Its
+// value is the ErrorType() string of the first error in the chain that has
+// that method; otherwise "permanent" or "unavailable" for errors marked with
+// relayer.ErrPermanent or relayer.ErrUnavailable, "deadline_exceeded" or
+// "canceled" for the context's errors, and "_OTHER" for anything else. The
+// duration of a call that returned a *relayer.BatchError is marked "batch".
 //
 // [ObserveStore] registers gauges of an outbox table, read with three
 // statements per collection: the backlog of deliverable rows, how long the

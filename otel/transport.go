@@ -42,67 +42,9 @@ const operationName = "send"
 // WrapTransport returns a [relayer.Transport] that traces and measures every
 // send of tr and otherwise behaves exactly like tr: it passes every message
 // on, returns tr's errors unchanged (a *relayer.BatchError keeps its
-// indexes), and answers Capabilities without a span. It panics if tr is nil.
-//
-// # Spans
-//
-// Each message sent gets a span of kind producer named "send <destination>"
-// (the messaging semantic conventions' name), parented to the creation context stored with the message (see
-// [TraceContext]), or, for a message stored without one, to the span in the
-// ctx of the call. When the creation context is the parent, the span also
-// links to it and, if ctx carries a span of its own (a worker's), to that one,
-// so that a trace of the dispatcher still reaches the messages it sent.
-//
-// Every span carries messaging.system, messaging.destination.name,
-// messaging.operation.name ("send") and .type, messaging.message.id,
-// relayer.transport and, when the transport tells them (the NATS and
-// RabbitMQ transports do), server.address and server.port.
-//
-// SendBatch makes one such span per message, all with the call's start and end
-// times (and, each being of one message, without
-// messaging.batch.message_count), rather than one span for the batch
-// with links to each creation context: a link is only followed from the span
-// that holds it, so a batch span would leave every message's own trace without
-// its send. With a sampled batch of n messages that is n spans; with the
-// ParentBased sampler, messages of unsampled operations cost a span context
-// each and record nothing.
-//
-// A send that fails records the error on the span, sets its status to Error
-// and sets error.type; in a batch that failed partly, each span gets its own
-// message's error. The transport cannot tell a first attempt from a retry:
-// every attempt is a span of its own, a sibling of the earlier attempts under
-// the creation context, so the retries of a message line up in its trace.
-//
-// # Propagation
-//
-// The transport passes tr copies of the messages whose headers carry, as
-// traceparent and tracestate, the message's creation context (the one stored
-// with it), unmodified, as the messaging conventions ask: consumers see the
-// context of the operation that wrote the message, whatever hops it took, and
-// continue its trace with [ConsumerContext]. For a message stored without a
-// creation context, the send span's context stands for it. Either replaces
-// any such headers the message had (matched regardless of case). The caller's
-// messages, their header slices and the arrays behind them are never
-// modified. When there is no valid context to carry (no SDK, and neither a
-// stored context nor a span in ctx), the message is passed on as it is.
-//
-// # Metrics
-//
-// [MetricSent] (messaging.client.sent.messages) counts the messages sent,
-// those the broker refused with error.type; a call that failed without a
-// *relayer.BatchError naming the messages counts all of its messages as
-// failed. [MetricOperationDuration] (messaging.client.operation.duration)
-// records the duration of each Send or SendBatch call, in seconds. All carry
-// messaging.operation.name ("send"), messaging.operation.type,
-// messaging.destination.name, messaging.system, relayer.transport and, when
-// the transport tells them, server.address and server.port; failures and the durations of failed calls also carry
-// error.type. Keep the number of destinations bounded: each is a time series.
-//
-// error.type is the ErrorType() string of the first error in the chain that
-// has such a method, else "permanent" or "unavailable" for errors marked with
-// relayer.ErrPermanent or relayer.ErrUnavailable, "deadline_exceeded" or
-// "canceled" for context errors, and "_OTHER" for the rest; the duration of a
-// batch that failed partly is marked "batch".
+// indexes), and answers Capabilities without a span. The package
+// documentation's sections "Send spans", "Trace headers" and "Metrics" say
+// what it records and what it adds to the messages. It panics if tr is nil.
 func WrapTransport(tr relayer.Transport, opts ...Option) relayer.Transport {
 	if tr == nil {
 		panic("relayerotel: WrapTransport of a nil transport")

@@ -120,43 +120,13 @@ func (o ConsumeOptions) withDefaults() (ConsumeOptions, error) {
 }
 
 // Consume hands the messages of queue to c, one [consume.Delivery] each,
-// until ctx ends; then it stops consuming, waits up to DrainTimeout for
-// the messages being handled, and returns nil. It returns an error at once
-// for options that cannot work, a queue or dead-letter exchange that
-// does not exist, or a consume.Consumer whose database is not ready
-// (consume.ErrNotReady: its inbox table does not exist; a database that
-// does not answer yet is waited for). The caller owns conn, which Consume
-// never closes; the channels it opens on conn are its own. When the
-// connection or its channel closes under it (RabbitMQ's client does not
-// reconnect), Consume returns an error wrapping relayer.ErrUnavailable:
-// dial again and call it again, as with every adapter; the broker then
-// delivers again what was not acknowledged.
-//
-// Consume opens two channels on conn: one consumes the queue with manual
-// acknowledgements and the Prefetch QoS, one publishes retries and dead
-// letters with publisher confirms. Each message is settled once its
-// transaction ended:
-//
-//   - handled and committed, or a duplicate: acknowledged;
-//   - its handler failed: published, with HeaderAttempts counting its
-//     failures, to the retry queue of its backoff, then acknowledged. A
-//     retry queue, "<queue>.retry-<backoff in ms>ms", is declared by
-//     Consume, durable, for each backoff the consumer's Retry policy uses;
-//     it holds the message for its backoff (per-message expiration) and
-//     then dead-letters it back to queue through the default exchange. A
-//     retry queue no one used for an hour past its backoff is deleted by
-//     the broker;
-//   - its handler failed for good: published to the dead-letter
-//     destination with the reason, then acknowledged.
-//
-// A message the broker delivers again after a consumer crashed (before its
-// acknowledgement) does not count as a failed attempt: its inbox record
-// makes it a duplicate if its transaction committed. For order, declare
-// the queue with "x-single-active-consumer" and keep Concurrency at 1:
-// every message is then handled in queue order by one consumer at a time,
-// retries excepted. RabbitMQ's consumer_timeout (30 minutes by default)
-// bounds a handler: the broker closes the channel of a consumer that held
-// a message longer.
+// until ctx ends; then it stops consuming, waits up to DrainTimeout for the
+// messages being handled, and returns nil. It returns an error at once for
+// options that cannot work, a missing queue or dead-letter exchange, or a
+// consumer whose database is not ready, and an error wrapping
+// relayer.ErrUnavailable when conn or its channel closes; conn stays the
+// caller's. The package documentation's sections "Consuming", "Settling a
+// message", "Retry queues" and "Order when consuming" say the rest.
 func Consume(ctx context.Context, c *consume.Consumer, conn *amqp.Connection, queue string, opts ConsumeOptions) error {
 	if conn == nil || c == nil {
 		return fmt.Errorf("%w: Consume needs a consume.Consumer and a connection", ErrInvalidOptions)

@@ -127,31 +127,79 @@
 //
 // # Consuming
 //
-// [Consume] runs a consume.Consumer on a queue with manual
-// acknowledgements and a prefetch: each message is handled in the
-// consumer's database transaction with its inbox record, committed, and
-// only then acknowledged. RabbitMQ has no delayed redelivery of its own
-// (a rejected message comes back at once), so a failing handler's message
-// is retried through a retry queue per backoff, "<queue>.retry-<ms>ms":
-// Consume publishes the message there, with [HeaderAttempts] counting its
-// failures and an expiration of its backoff, and acknowledges it; when
-// the wait ends, the retry queue dead-letters it back to the queue. Once
-// its attempts are spent, or at once for an error matching
-// relayer.ErrPermanent, the message is published to the dead-letter
-// exchange and routing key of [ConsumeOptions] with [HeaderDeadReason],
-// [HeaderDeadConsumer] and [HeaderDeadQueue], then acknowledged. Both
-// publishes are mandatory and confirmed: a message whose retry or dead
-// letter no queue took stays in its queue. A message without a Relayer
-// id is dead-lettered the same way, never given an id of its own.
+// [Consume] hands the messages of a queue to a consume.Consumer until its
+// context ends. Each message is handled in the consumer's database
+// transaction together with its inbox record, and it is settled with the
+// broker only once that transaction has ended. Consume opens two channels
+// of its own on the connection it is given: one consumes the queue with
+// manual acknowledgements and a prefetch (ConsumeOptions.Prefetch), the
+// other publishes retries and dead letters, mandatory and with publisher
+// confirms. The connection stays the caller's, and Consume never closes it.
 //
-// For order, declare the queue with the "x-single-active-consumer"
-// argument and keep Concurrency at 1: one consumer at a time handles the
-// queue's messages, one by one, in queue order; a consumer that stops
-// hands the messages it was sent ahead back in their place before the next
-// one takes over. A retried message comes back behind the messages
-// published during its backoff. Stopping (ctx's end) waits for the
-// messages being handled, within DrainTimeout, and acknowledges nothing
-// that did not commit.
+// Consume fails at once, before consuming anything, for options that cannot
+// work, a queue or dead-letter exchange that does not exist, and a
+// consume.Consumer whose database is not ready (consume.ErrNotReady: the
+// inbox table is missing; a database that does not answer yet is waited
+// for). RabbitMQ's client does not reconnect: when the connection or the
+// consuming channel closes under it, Consume returns an error wrapping
+// relayer.ErrUnavailable, and the caller dials again and calls Consume
+// again, as with every adapter; the broker delivers again whatever was not
+// acknowledged. When ctx ends, Consume stops taking messages, waits up to
+// ConsumeOptions.DrainTimeout for those being handled, and returns nil; a
+// message whose transaction did not commit is never acknowledged.
+//
+// RabbitMQ's consumer_timeout (30 minutes by default) bounds a handler: the
+// broker closes the channel of a consumer that keeps a message longer.
+//
+// # Settling a message
+//
+// Once its transaction has ended, a message is settled by what happened to
+// it:
+//
+//   - handled and committed, or found a duplicate: acknowledged;
+//   - its handler failed and it has attempts left: retried through a retry
+//     queue (below), or, when its key is held, stored behind the key in the
+//     consumer's database (see Order when consuming); either way it is then
+//     acknowledged;
+//   - its handler failed for good, after Retry.MaxAttempts failures or at
+//     once for an error matching relayer.ErrPermanent: published to the
+//     dead-letter exchange and routing key of [ConsumeOptions] with
+//     [HeaderDeadReason], [HeaderDeadConsumer] and [HeaderDeadQueue], then
+//     acknowledged.
+//
+// A message without a Relayer id is dead-lettered the same way, never given
+// an id of its own. A retry or dead letter that no queue took, or that the
+// broker did not confirm, leaves the message in its queue: it is handed
+// back and delivered again. A message that the broker delivers again after
+// a consumer crashed before acknowledging it has not failed an attempt: if
+// its transaction committed, its inbox record makes it a duplicate.
+//
+// # Retry queues
+//
+// RabbitMQ has no delayed redelivery of its own (a rejected message comes
+// back at once), so a failing message waits out its backoff in a retry
+// queue, one per backoff of the consumer's Retry policy, named
+// "<queue>.retry-<backoff in ms>ms". Consume declares the retry queue,
+// durable, at each retry through it, and publishes the message there with
+// [HeaderAttempts] counting its failures and an expiration of its backoff;
+// when the message expires, the retry queue dead-letters it back to its
+// queue through the default exchange. A retry queue that no one used for an
+// hour beyond its backoff is deleted by the broker.
+//
+// # Order when consuming
+//
+// For order, declare the queue with the "x-single-active-consumer" argument
+// and keep ConsumeOptions.Concurrency at 1: one consumer at a time then
+// handles the queue's messages, one by one, in queue order, and a consumer
+// that stops hands the messages it was sent ahead back in their place
+// before the next one takes over. With Concurrency 1 the consume.Consumer
+// also holds keys (consume.HoldKeysAuto): a failing message with a key is
+// stored in its database, the key's later messages wait behind it there,
+// and the key's messages take effect in order once it succeeds or is
+// dead-lettered, while other keys flow. A failing message without a key, or
+// any with consume.HoldKeysOff, goes through a retry queue and comes back
+// behind the messages published during its backoff. With a Concurrency
+// above 1, messages of one queue may be handled out of order.
 //
 // [ReceivedMessage] reads a delivery back as the relayer.Message that was
 // sent; [MessageID] reads its relayer message id alone; [Headers] decodes

@@ -94,51 +94,15 @@ func (o ConsumeOptions) Validate() error {
 	return nil
 }
 
-// Consume joins the consumer group opts.Group on a client made with
-// clientOpts (seed brokers, TLS, SASL and the like; the analogue of the
-// other adapters' connection, as franz-go's client is made with its group)
-// and hands the records
-// of opts.Topics to c, one [consume.Delivery] each, until ctx ends; then it
-// stops fetching, waits up to DrainTimeout for the records being handled,
-// commits the offsets of what committed, leaves the group and returns nil.
-// It returns an error at once for options that cannot work, a client
-// that cannot be made, or a consume.Consumer whose database is not ready
-// (consume.ErrNotReady: its inbox table does not exist; a database that
-// does not answer yet is waited for).
-//
-// Each partition's records are handled one at a time, in offset order, so
-// a key's messages are handled in the order they were produced; the
-// partitions are handled side by side. A record's offset is committed
-// (marked, then committed every five seconds, at a rebalance and at the
-// end) only once its transaction committed, or it was a duplicate, or its
-// dead letter was produced: a rebalance or a crash makes the partition's
-// next owner consume from the first record whose work did not commit.
-//
-// A failing handler's record with a key holds its key, not its partition
-// (consume.HoldKeysAuto, the default): the consume.Consumer stores it, and
-// the key's later records as they come, in its database, marks them for
-// commit, and handles them from there in order once it succeeds or is
-// dead-lettered (see consume.Consumer.StartHeldKeys), while the partition's
-// other keys go on. A failing record without a key, or any with
-// consume.HoldKeysOff, is retried in place, after the consumer's
-// backoff, holding its partition meanwhile, because moving it elsewhere
-// (a retry topic) would let the key's later messages overtake it; after
-// its attempts, or at once for an error matching relayer.ErrPermanent, it
-// is produced to DeadLetterTopic and the partition moves on. The attempts
-// are counted in memory: a record whose partition moves to another
-// consumer, or whose consumer restarts, starts them again. The wait yields
-// to a rebalance, which takes the partition away between two attempts.
-//
-// Consume owns the client it makes: it closes it before it returns. A
-// Kafka client reconnects by itself, so a broker outage never ends
-// Consume: it waits, and its log says so once when fetching fails and once
-// when it works again.
-//
-// Consume sets the client's group, topics, offset commits and rebalance
-// callbacks itself (kgo.ConsumerGroup, kgo.ConsumeTopics,
-// kgo.AutoCommitMarks, kgo.BlockRebalanceOnPoll, kgo.OnPartitionsRevoked
-// and kgo.OnPartitionsLost): clientOpts must leave them out. The same
-// client produces the dead letters with its producer defaults.
+// Consume joins the consumer group opts.Group on a client it makes from
+// clientOpts and closes at the end, and hands the records of opts.Topics to
+// c, one [consume.Delivery] each, until ctx ends; then it stops fetching,
+// waits up to DrainTimeout for the records being handled, commits the
+// offsets of what committed, leaves the group and returns nil. It returns
+// an error at once for options that cannot work, a client that cannot be
+// made, or a consumer whose database is not ready. The package
+// documentation's sections "Consuming", "Offsets" and "Failing records" say
+// the rest, including the client options Consume sets itself.
 func Consume(ctx context.Context, c *consume.Consumer, clientOpts []kgo.Opt, opts ConsumeOptions) error {
 	if c == nil {
 		return fmt.Errorf("%w: Consume needs a consume.Consumer", ErrInvalidOptions)

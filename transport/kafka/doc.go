@@ -92,27 +92,75 @@
 //
 // # Consuming
 //
-// [Consume] runs a consume.Consumer in a consumer group, on a client it
-// makes from the caller's options: each record is handled in the
-// consumer's database transaction with its inbox record, committed, and
-// only then marked for the offset commit, which follows every five
-// seconds, at each rebalance (after the partitions taken away finished the
-// record they were handling) and at the end. A partition's records are
-// handled one at a time in offset order, so a key's messages are handled
-// in the order produced, while partitions are handled side by side.
+// [Consume] runs a consume.Consumer as a member of a Kafka consumer group.
+// franz-go makes a group member and its client together, so Consume makes
+// the client itself, from the options the caller passes for seed brokers,
+// TLS, SASL and the like (what the other adapters take as a connection),
+// and closes it before it returns. Each record is handled in the
+// consumer's database transaction with its inbox record, and its offset is
+// marked for commit only after that.
 //
-// A failing handler's record is retried in its place after the consumer's
-// backoff, holding its partition, and never moved to a retry topic: a retry
-// topic would let the key's later messages overtake it, and Kafka is chosen
-// for that order. Its attempts are bounded (Retry.MaxAttempts), so a poison
-// record holds its partition for its backoffs at most (about 13 minutes
-// with the defaults; a shorter MaxBackoff shortens it) and then goes to
+// A partition's records are handled one at a time, in offset order, so
+// that a key's messages are handled in the order they were produced; the
+// partitions are handled side by side. A partition whose handler has a
+// thousand records waiting is no longer fetched until it is down to two
+// hundred.
+//
+// Consume fails at once for options that cannot work, a client that cannot
+// be made, and a consume.Consumer whose database is not ready
+// (consume.ErrNotReady: the inbox table is missing; a database that does
+// not answer yet is waited for). A broker outage never ends it: the client
+// reconnects by itself, and Consume waits, logging once when fetching
+// starts failing and once when it works again. When ctx ends, Consume stops
+// fetching, waits up to ConsumeOptions.DrainTimeout for the records being
+// handled, commits the offsets of what committed, leaves the group and
+// returns nil.
+//
+// Consume sets the client's consumer group, topics, offset commits and
+// rebalance callbacks (kgo.ConsumerGroup, kgo.ConsumeTopics,
+// kgo.AutoCommitMarks, kgo.BlockRebalanceOnPoll, kgo.OnPartitionsRevoked
+// and kgo.OnPartitionsLost), so the caller's options must not. The same
+// client produces the dead letters, with its producer defaults.
+//
+// # Offsets
+//
+// A record's offset is marked once its transaction committed, it proved a
+// duplicate, or its dead letter was produced, and nothing else is. Marked
+// offsets are committed every five seconds, at each rebalance (once the
+// partitions taken away have finished the record they were handling) and
+// at the end. After a rebalance or a crash, a partition's next owner thus
+// starts from the first record whose work did not commit; the records
+// before it that it meets again are duplicates to the inbox.
+//
+// # Failing records
+//
+// A failing record with a key holds its key, not its partition
+// (consume.HoldKeysAuto, the default, since a partition hands its records
+// over in order): the consume.Consumer stores it in its database, and the
+// key's later records behind it as they come, marks their offsets, and
+// handles them from there in order once the first succeeds or is
+// dead-lettered (see consume.Consumer.StartHeldKeys). The partition's other
+// keys go on meanwhile.
+//
+// A failing record without a key, or any record with consume.HoldKeysOff,
+// is retried in place after the consumer's backoff and holds its partition
+// while it waits. It is never moved to a retry topic: that would let the
+// key's later records overtake it, and order is why Kafka was chosen. The
+// attempts are bounded (Retry.MaxAttempts), so a poison record holds its
+// partition for its backoffs at most, about 13 minutes with the defaults (a
+// shorter MaxBackoff shortens it). The attempts are counted in memory: a
+// record whose partition moves to another consumer, or whose consumer
+// restarts, starts counting again. The wait gives way to a rebalance, which
+// may take the partition away between two attempts.
+//
+// After its attempts, or at once for an error matching
+// relayer.ErrPermanent, a record is produced to
 // [ConsumeOptions.DeadLetterTopic] with [HeaderDeadReason],
 // [HeaderDeadConsumer], [HeaderDeadTopic], [HeaderDeadPartition] and
-// [HeaderDeadOffset]; an error matching relayer.ErrPermanent sends it there
-// at once. A record without a Relayer id is dead-lettered the same way.
-// Stopping (ctx's end) waits for the records being handled, within
-// DrainTimeout, and commits the offsets of nothing that did not commit.
+// [HeaderDeadOffset], and its partition moves on. A record without a
+// Relayer id is dead-lettered the same way. While a dead letter cannot be
+// produced, the record is handled again after a pause, and its partition
+// waits.
 //
 // [ReceivedMessage] reads a record back as the relayer.Message that was
 // produced.
