@@ -60,7 +60,7 @@ func Example() {
 
 	// Once: create or upgrade the tables (or feed store.SchemaSQL to a
 	// migration tool).
-	if _, err := store.Migrate(ctx, db, store.OptionsOf(outbox)); err != nil {
+	if _, err := store.Migrate(ctx, db, store.TablesOf(outbox)); err != nil {
 		log.Fatal(err)
 	}
 	defer db.ExecContext(ctx, `DROP SCHEMA `+exampleSchema+` CASCADE`) // this run's own; a service keeps its tables

@@ -37,7 +37,7 @@ type Outbox struct {
 // range (also [ErrInvalidLanes]), a nil transport, or a retry policy out of
 // range (also [ErrInvalidRetry]). Writers and workers call it at
 // construction. Schema and TablePrefix are checked by the store
-// (store.Options.Validate); Routes by writers, which need at least one.
+// (store.Tables.Validate); Routes by writers, which need at least one.
 func (o Outbox) Validate() error {
 	if _, err := o.LaneCount(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOutbox, err)

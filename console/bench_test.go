@@ -31,7 +31,7 @@ func benchRows() int {
 // bodies over 10 destinations, a third of them ordered over 10,000 keys, 1%
 // scheduled, 1% waiting for a retry, 100 parked keys, and 10,000 dead
 // letters; then it analyzes the tables, as autovacuum would.
-func seedMillion(b *testing.B, db *sql.DB, opts store.Options, n int) {
+func seedMillion(b *testing.B, db *sql.DB, opts store.Tables, n int) {
 	b.Helper()
 	ctx := context.Background()
 	hdr, err := headers.Encode([]headers.Header{{Name: "content-type", Value: []byte("application/json")}})
@@ -77,7 +77,7 @@ func seedMillion(b *testing.B, db *sql.DB, opts store.Options, n int) {
 //	go test -run '^$' -bench BenchmarkPages -benchtime 20x ./console/
 func BenchmarkPages(b *testing.B) {
 	db := testdb.Open(b, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(b)}
+	opts := store.Tables{Schema: testdb.NewSchema(b)}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		b.Fatal(err)
 	}

@@ -191,7 +191,7 @@ func (c *Console) migrateHint(ctx context.Context, err error) string {
 	if _, cerr := c.store.CheckSchema(cctx); !errors.Is(cerr, store.ErrSchemaOutdated) {
 		return ""
 	}
-	o := c.store.Options()
+	o := c.store.Tables()
 	cmd := "relayer migrate --database-url URL --schema " + o.Schema
 	if o.TablePrefix != "" {
 		cmd += " --prefix " + o.TablePrefix

@@ -16,7 +16,7 @@ import (
 func TestOptionalReadGivesUpWithinItsShare(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t)}
+	opts := store.Tables{Schema: testdb.NewSchema(t)}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}

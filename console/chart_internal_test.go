@@ -66,7 +66,7 @@ func TestChartHasAxesAndUnits(t *testing.T) {
 func TestRunSamplesWithoutAPageOpen(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t)}
+	opts := store.Tables{Schema: testdb.NewSchema(t)}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestChartCountsDeliveriesOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t)}
+	opts := store.Tables{Schema: testdb.NewSchema(t)}
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		t.Fatal(err)
 	}

@@ -170,12 +170,12 @@ type Console struct {
 	handler http.Handler
 }
 
-// New returns a console for the outbox named by outbox (schema and table
+// New returns a console for the outbox whose tables are tables (schema and table
 // prefix), reading and redriving through db. It validates everything and
 // does not touch the database. A console needs only where the tables are,
 // not an outbox's routes: for a [relayer.Outbox], pass
-// store.OptionsOf(outbox).
-func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
+// store.TablesOf(outbox).
+func New(db *sql.DB, tables store.Tables, opts Options) (*Console, error) {
 	if db == nil {
 		return nil, fmt.Errorf("console: New: %w", store.ErrNilDB)
 	}
@@ -204,7 +204,7 @@ func New(db *sql.DB, outbox store.Options, opts Options) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.New(db, outbox)
+	st, err := store.New(db, tables)
 	if err != nil {
 		return nil, err
 	}

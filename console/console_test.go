@@ -39,7 +39,7 @@ const xss = consolefixture.XSS
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "ob_"}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "ob_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -330,14 +330,14 @@ func TestOptionsValidated(t *testing.T) {
 		{AllowedHosts: []string{"ops.example.com/console"}}, {AllowedHosts: []string{"ops.example.com:0"}}, {AllowedHosts: []string{"ops.example.com:99999"}},
 		{AllowedHosts: []string{":8080"}}, {QueryTimeout: time.Millisecond}, {QueryTimeout: time.Hour}, {QueryTimeout: -time.Second},
 		{MaxConcurrent: -1}, {MaxConcurrent: 101}} {
-		if _, err := console.New(db, store.Options{}, o); !errors.Is(err, console.ErrInvalidOptions) {
+		if _, err := console.New(db, store.Tables{}, o); !errors.Is(err, console.ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
 		}
 	}
-	if _, err := console.New(db, store.Options{Schema: `x"; DROP`}, console.Options{}); !errors.Is(err, store.ErrInvalidOptions) {
+	if _, err := console.New(db, store.Tables{Schema: `x"; DROP`}, console.Options{}); !errors.Is(err, store.ErrInvalidOptions) {
 		t.Errorf("a bad schema: %v, want store.ErrInvalidOptions", err)
 	}
-	if _, err := console.New(nil, store.Options{}, console.Options{}); !errors.Is(err, store.ErrNilDB) {
+	if _, err := console.New(nil, store.Tables{}, console.Options{}); !errors.Is(err, store.ErrNilDB) {
 		t.Errorf("no database: %v", err)
 	}
 }

@@ -20,7 +20,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := console.New(db, store.Options{Schema: "messaging"}, console.Options{
+	c, err := console.New(db, store.Tables{Schema: "messaging"}, console.Options{
 		Token:    os.Getenv("OUTBOX_CONSOLE_TOKEN"),
 		ReadOnly: true,
 	})

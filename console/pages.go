@@ -38,7 +38,7 @@ type page struct {
 }
 
 func (c *Console) newPage(r *http.Request, nav, title string) *page {
-	o := c.store.Options()
+	o := c.store.Tables()
 	return &page{
 		Title: title, Nav: nav, Refresh: int(c.opts.Refresh / time.Second),
 		ReadOnly: c.opts.ReadOnly, ShowBodies: c.opts.ShowBodies, CSRF: c.csrfToken(),
@@ -506,7 +506,7 @@ func (c *Console) held(w http.ResponseWriter, r *http.Request) {
 	}
 	err := c.withTx(r, true, func(ctx context.Context, b *budgetTx) error {
 		var err error
-		d.Items, err = heldkeys.List(ctx, b.tx, c.store.Options(), heldkeys.Filter{Consumer: d.Consumer, Key: d.Key}, d.Limit)
+		d.Items, err = heldkeys.List(ctx, b.tx, c.store.Tables(), heldkeys.Filter{Consumer: d.Consumer, Key: d.Key}, d.Limit)
 		return err
 	})
 	if err != nil {
@@ -542,7 +542,7 @@ func (c *Console) heldAction(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	opts := c.store.Options()
+	opts := c.store.Tables()
 	c.actTx(w, r, "held", op+"-held", func(ctx context.Context, b *budgetTx) (int64, error) {
 		if op == "retry" {
 			return heldkeys.Retry(ctx, b.tx, opts, heldkeys.Filter{Consumer: consumer, Key: key})

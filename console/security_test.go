@@ -206,7 +206,7 @@ func TestMissingTablesNameTheMigrateCommand(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, "pgx")
 	schema := testdb.NewSchema(t) // made, empty
-	con, err := console.New(db, store.Options{Schema: schema, TablePrefix: "ob_"}, console.Options{})
+	con, err := console.New(db, store.Tables{Schema: schema, TablePrefix: "ob_"}, console.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

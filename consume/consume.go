@@ -127,7 +127,7 @@ type Options struct {
 	// Tables names the outbox tables whose <prefix>inbox table records the
 	// handled messages. Default: the Writer's, when there is one; otherwise
 	// schema "public" and no prefix.
-	Tables store.Options
+	Tables store.Tables
 	// Writer, when set, lets handlers publish follow-up messages in the
 	// message's transaction (Tx.Publish), and tells its listener (a
 	// dispatch.Runner in this process) about them once the transaction
@@ -227,8 +227,8 @@ func New(db *sql.DB, handler Handler, opts Options) (*Consumer, error) {
 	if handler == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOptions)
 	}
-	if opts.Writer != nil && opts.Tables == (store.Options{}) {
-		opts.Tables = opts.Writer.StoreOptions()
+	if opts.Writer != nil && opts.Tables == (store.Tables{}) {
+		opts.Tables = opts.Writer.Tables()
 	}
 	c, err := newConsumer(opts)
 	if err != nil {
@@ -242,7 +242,7 @@ func New(db *sql.DB, handler Handler, opts Options) (*Consumer, error) {
 		if c.opts.Writer == nil {
 			return nil
 		}
-		st, err := store.New(db, c.opts.Writer.StoreOptions())
+		st, err := store.New(db, c.opts.Writer.Tables())
 		if err != nil {
 			return err
 		}

@@ -85,14 +85,14 @@ func (d *delivery) calls() (acks, retries, dead int) {
 // own, and an effects table the handlers write to.
 type bundle struct {
 	db     *sql.DB
-	tables store.Options
+	tables store.Tables
 }
 
 func newBundle(t *testing.T) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+	tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
 	if _, err := store.Migrate(ctx, db, tables); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func (b *bundle) consumer(t *testing.T, h consume.Handler, opts consume.Options)
 	if opts.Name == "" {
 		opts.Name = "billing"
 	}
-	if opts.Tables == (store.Options{}) && opts.Writer == nil {
+	if opts.Tables == (store.Tables{}) && opts.Writer == nil {
 		opts.Tables = b.tables
 	}
 	c, err := consume.New(b.db, h, opts)
@@ -445,7 +445,7 @@ func TestNewValidates(t *testing.T) {
 		{"no name", db, h, consume.Options{}, consume.ErrInvalidOptions, "Name"},
 		{"long name", db, h, consume.Options{Name: strings.Repeat("n", store.ConsumerMaxBytes+1)}, consume.ErrInvalidOptions, "Name"},
 		{"NUL in name", db, h, consume.Options{Name: "a\x00b"}, consume.ErrInvalidOptions, "Name"},
-		{"bad schema", db, h, consume.Options{Name: "x", Tables: store.Options{Schema: "no; drop"}}, consume.ErrInvalidOptions, "Tables"},
+		{"bad schema", db, h, consume.Options{Name: "x", Tables: store.Tables{Schema: "no; drop"}}, consume.ErrInvalidOptions, "Tables"},
 		{"bad retry", db, h, consume.Options{Name: "x", Retry: relayer.Retry{MaxAttempts: -1}}, consume.ErrInvalidOptions, "Retry"},
 	} {
 		_, err := consume.New(c.db, c.h, c.opts)
@@ -701,7 +701,7 @@ func TestCheckRefusesAnUnmigratedSchema(t *testing.T) {
 	if err := b.consumer(t, b.writeEffect, consume.Options{}).Check(ctx); err != nil {
 		t.Fatalf("Check on migrated tables = %v", err)
 	}
-	c := b.consumer(t, b.writeEffect, consume.Options{Tables: store.Options{Schema: b.tables.Schema + "_none", TablePrefix: "x_"}})
+	c := b.consumer(t, b.writeEffect, consume.Options{Tables: store.Tables{Schema: b.tables.Schema + "_none", TablePrefix: "x_"}})
 	err := c.Check(ctx)
 	want := "relayer migrate --database-url URL --schema " + b.tables.Schema + "_none --prefix x_"
 	if !errors.Is(err, consume.ErrNotReady) || !strings.Contains(err.Error(), want) {

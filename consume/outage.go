@@ -322,7 +322,7 @@ func (c *Consumer) checkOn(ctx context.Context, q store.DBTX) error {
 }
 
 // migrateCommand is the command that migrates opts' tables.
-func migrateCommand(opts store.Options) string {
+func migrateCommand(opts store.Tables) string {
 	cmd := "relayer migrate --database-url URL"
 	if opts.Schema != "public" {
 		cmd += " --schema " + opts.Schema

@@ -17,7 +17,7 @@ func TestTakingConnBoundsIdleTransactions(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
 	db.SetMaxOpenConns(1) // the pool hands the same connection back
-	st, err := workerstore.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	st, err := workerstore.New(db, store.Tables{Schema: testdb.NewSchema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestTakingConnBoundsIdleTransactions(t *testing.T) {
 func TestClockOfALocalServerHasNoOffset(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, "pgx")
-	st, err := workerstore.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	st, err := workerstore.New(db, store.Tables{Schema: testdb.NewSchema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestBatchTransactionsChainUntilIdle(t *testing.T) {
 func testBatchTransactionsChain(t *testing.T, driver string) {
 	ctx := context.Background()
 	db := testdb.Open(t, driver)
-	st, err := workerstore.New(db, store.Options{Schema: testdb.NewSchema(t)})
+	st, err := workerstore.New(db, store.Tables{Schema: testdb.NewSchema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

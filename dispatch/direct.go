@@ -114,9 +114,9 @@ func newDirect(core *outboxCore, opts DirectOptions, recovery *recoveryWorker) *
 // Options returns the effective options, defaults applied.
 func (d *directWorker) Options() DirectOptions { return d.opts }
 
-// StoreOptions returns the schema and prefix of the outbox the dispatcher
+// Tables returns the schema and prefix of the outbox the dispatcher
 // serves (enlist.CommitListener).
-func (d *directWorker) StoreOptions() store.Options { return d.store.Options() }
+func (d *directWorker) Tables() store.Tables { return d.store.Tables() }
 
 // Stats returns the dispatcher's counters.
 func (d *directWorker) Stats() Stats { return d.stats.snapshot() }

@@ -51,7 +51,7 @@ func (l *logBuffer) String() string {
 type bundle struct {
 	db     *sql.DB
 	schema string
-	opts   store.Options
+	opts   store.Tables
 	store  *workerstore.Store
 	outbox relayer.Outbox
 	mem    *memory.Transport
@@ -70,7 +70,7 @@ func setupOn(t testing.TB, db *sql.DB, opts dispatch.DirectOptions) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	schema := testdb.NewSchema(t)
-	sopts := store.Options{Schema: schema, TablePrefix: "ob_"}
+	sopts := store.Tables{Schema: schema, TablePrefix: "ob_"}
 	if _, err := store.Migrate(ctx, db, sopts); err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestTwoDispatchersNeverBothSend(t *testing.T) {
 
 type fanout []*dispatch.Direct
 
-func (f fanout) StoreOptions() store.Options { return f[0].StoreOptions() }
+func (f fanout) Tables() store.Tables { return f[0].Tables() }
 func (f fanout) Committed(rows []relayer.Message) error {
 	var errs []error
 	for _, d := range f {

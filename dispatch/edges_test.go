@@ -301,7 +301,7 @@ func TestSchemaVersionIsCheckedAtStart(t *testing.T) {
 	ctx := context.Background()
 	old := b.outbox
 	old.TablePrefix = "old_"
-	steps, err := store.Migrations(store.OptionsOf(old))
+	steps, err := store.Migrations(store.TablesOf(old))
 	must(t, err)
 	_, err = b.db.Exec(steps[0].SQL)
 	must(t, err)
@@ -337,7 +337,7 @@ func TestSchemaVersionIsCheckedAtStart(t *testing.T) {
 	// adds (not all of them make anything faster).
 	atMin := b.outbox
 	atMin.TablePrefix = "min_"
-	steps, err = store.Migrations(store.OptionsOf(atMin))
+	steps, err = store.Migrations(store.TablesOf(atMin))
 	must(t, err)
 	for _, step := range steps[:store.MinSchemaVersion] {
 		_, err = b.db.Exec(step.SQL)

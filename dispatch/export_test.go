@@ -74,7 +74,7 @@ func NewCleanup(db *sql.DB, outbox relayer.Outbox, opts CleanupOptions) (*Cleanu
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := workerstore.New(db, store.OptionsOf(outbox))
+	st, err := workerstore.New(db, store.TablesOf(outbox))
 	if err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ type listener struct {
 	received  atomic.Uint64
 }
 
-func newListener(db *sql.DB, waiter NotificationWaiter, opts store.Options, wake func(payload string), logger *slog.Logger) (*listener, error) {
+func newListener(db *sql.DB, waiter NotificationWaiter, opts store.Tables, wake func(payload string), logger *slog.Logger) (*listener, error) {
 	if waiter == nil {
 		return nil, fmt.Errorf("%w: RunnerOptions.Listen needs RunnerOptions.Notifications, the way to wait for notifications on the pool's driver (pgxlisten.Waiter{} for pgx's)", ErrInvalidOptions)
 	}

@@ -72,7 +72,7 @@ func BenchmarkOrderedThroughput(b *testing.B) {
 			d, err := dispatch.NewDirect(db, bu.outbox, dispatch.DirectOptions{QueueCapacity: orderedRows})
 			must(b, err)
 			// Write first, notify afterwards, so that only dispatch is timed.
-			rec := &recorder{opts: bu.store.Options()}
+			rec := &recorder{opts: bu.store.Tables()}
 			w, err := enlist.NewWriter(bu.outbox, enlist.Options{Listener: rec})
 			must(b, err)
 			for range orderedRows / 100 {
@@ -99,11 +99,11 @@ func BenchmarkOrderedThroughput(b *testing.B) {
 
 // recorder keeps commit notifications to replay them later.
 type recorder struct {
-	opts    store.Options
+	opts    store.Tables
 	batches [][]relayer.Message
 }
 
-func (r *recorder) StoreOptions() store.Options { return r.opts }
+func (r *recorder) Tables() store.Tables { return r.opts }
 
 func (r *recorder) Committed(rows []relayer.Message) error {
 	r.batches = append(r.batches, rows)

@@ -47,7 +47,7 @@ type outboxCore struct {
 // newOutboxCore validates what the outbox gives its workers and builds
 // their shared state; it does not touch the database. db must not be nil.
 func newOutboxCore(db *sql.DB, outbox relayer.Outbox) (*outboxCore, error) {
-	st, err := workerstore.New(db, store.OptionsOf(outbox))
+	st, err := workerstore.New(db, store.TablesOf(outbox))
 	if err != nil {
 		return nil, err
 	}

@@ -238,7 +238,7 @@ func (r *Runner) build() (*crew, error) {
 	}
 	if opts.Listen {
 		var err error
-		if c.listener, err = newListener(core.db, opts.Notifications, core.store.Options(), r.wakeFrom, opts.Logger); err != nil {
+		if c.listener, err = newListener(core.db, opts.Notifications, core.store.Tables(), r.wakeFrom, opts.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -344,9 +344,9 @@ func (r *Runner) Lanes() []int {
 // wake-ups, or before the runner started.
 func (r *Runner) Wake() { r.wakeAll() }
 
-// StoreOptions returns the outbox's schema and prefix, for
+// Tables returns the outbox's schema and prefix, for
 // [enlist.CommitListener].
-func (r *Runner) StoreOptions() store.Options { return r.store.Options() }
+func (r *Runner) Tables() store.Tables { return r.store.Tables() }
 
 // Committed hands committed rows to direct dispatch (with direct dispatch
 // turned off, it wakes recovery instead, when some of them are unordered and
@@ -591,13 +591,13 @@ func (r *Runner) checkSchema(ctx context.Context) (version int, err error) {
 		// Each step says what it adds, which is not always speed (migration
 		// 8 records deliveries for consoles).
 		var pending []string
-		steps, _ := store.Migrations(r.store.Options())
+		steps, _ := store.Migrations(r.store.Tables())
 		for _, m := range steps {
 			if m.Version > v {
 				pending = append(pending, fmt.Sprintf("%d: %s", m.Version, m.Name))
 			}
 		}
-		r.opts.Logger.Info("dispatch: the outbox "+r.store.Options().Label()+" lacks migrations of this release, which the workers run without; "+
+		r.opts.Logger.Info("dispatch: the outbox "+r.store.Tables().Label()+" lacks migrations of this release, which the workers run without; "+
 			"run `relayer migrate` or store.Migrate (safe while writers and workers run) to apply them",
 			slog.Int("schema_version", v), slog.Int("release_schema_version", store.SchemaVersion), slog.String("pending", strings.Join(pending, "; ")))
 	}

@@ -22,7 +22,7 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 	db.SetMaxOpenConns(1)
 	ctx := context.Background()
 	schema := testdb.NewSchema(b)
-	opts := store.Options{Schema: schema}
+	opts := store.Tables{Schema: schema}
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		b.Fatal(err)
 	}

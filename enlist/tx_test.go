@@ -60,7 +60,7 @@ func TestCommitAroundTheWrapperIsReported(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
 	schema := testdb.NewSchema(t)
-	if _, err := store.Migrate(ctx, db, store.Options{Schema: schema}); err != nil {
+	if _, err := store.Migrate(ctx, db, store.Tables{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	var routes relayer.Routes

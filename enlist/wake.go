@@ -52,7 +52,7 @@ type notifier struct {
 	sent    uint64
 }
 
-func newNotifier(db *sql.DB, opts store.Options, interval time.Duration, logger *slog.Logger) (*notifier, error) {
+func newNotifier(db *sql.DB, opts store.Tables, interval time.Duration, logger *slog.Logger) (*notifier, error) {
 	st, err := workerstore.New(db, opts)
 	if err != nil {
 		return nil, err

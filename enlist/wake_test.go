@@ -36,7 +36,7 @@ func TestWakeUpIsDebounced(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
 	schema := testdb.NewSchema(t)
-	opts := store.Options{Schema: schema}
+	opts := store.Tables{Schema: schema}
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		t.Fatal(err)
 	}

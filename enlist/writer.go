@@ -36,10 +36,10 @@ var ErrInvalidOptions = errors.New("enlist: invalid options")
 // A listener may receive the id of a row that a rolled-back savepoint removed;
 // it must not send a notified row that no longer exists in the table.
 type CommitListener interface {
-	// StoreOptions returns the schema and prefix of the outbox the listener
+	// Tables returns the schema and prefix of the outbox the listener
 	// serves, with defaults applied. The writer refuses a listener of another
 	// outbox.
-	StoreOptions() store.Options
+	Tables() store.Tables
 	// Committed takes the rows. When it cannot (its queue is full, it has
 	// stopped) it returns an error; the rows are durable and recovery sends them.
 	// An error with a PendingRows() int method says how many of the rows were
@@ -60,7 +60,7 @@ type Options struct {
 	// that left rows for workers — a due ordered row, or a due unordered
 	// row that no direct dispatcher of this process took — the writer sends
 	// one NOTIFY without a payload on the outbox's channel
-	// ([store.Options.WakeChannel]) through this pool, outside the
+	// ([store.Tables.WakeChannel]) through this pool, outside the
 	// transaction and off the committing goroutine, and workers that listen
 	// (dispatch.RunnerOptions.Listen) scan at once instead of at their
 	// poll. A NOTIFY that fails is logged; the workers' poll finds the rows.
@@ -97,7 +97,7 @@ func (o Options) Validate() error {
 // concurrent use; each transaction has its own [Enlistment].
 type Writer struct {
 	// tables names the outbox's tables, the defaults applied.
-	tables store.Options
+	tables store.Tables
 	// stmts are the writer statements on them.
 	stmts       storewrite.Statements
 	routes      *relayer.Routes
@@ -126,7 +126,7 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	tables := store.OptionsOf(outbox)
+	tables := store.TablesOf(outbox)
 	stmts, err := storewrite.For(tables.Schema, tables.TablePrefix)
 	if err != nil {
 		return nil, err
@@ -164,7 +164,7 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 		}
 	}
 	if w.listener != nil {
-		if got, want := w.listener.StoreOptions(), tables; got != want {
+		if got, want := w.listener.Tables(), tables; got != want {
 			return nil, fmt.Errorf("%w: listener serves schema %q prefix %q, writer writes schema %q prefix %q",
 				ErrStoreMismatch, got.Schema, got.TablePrefix, want.Schema, want.TablePrefix)
 		}
@@ -176,8 +176,8 @@ func NewWriter(outbox relayer.Outbox, opts Options) (*Writer, error) {
 	return w, nil
 }
 
-// StoreOptions returns the schema and prefix the writer writes to.
-func (w *Writer) StoreOptions() store.Options { return w.tables }
+// Tables returns the schema and prefix the writer writes to.
+func (w *Writer) Tables() store.Tables { return w.tables }
 
 // WakeUps returns how many wake-up NOTIFYs the writer has sent (see
 // Options.Wake).

@@ -17,11 +17,11 @@ import (
 )
 
 type fullListener struct {
-	opts  store.Options
+	opts  store.Tables
 	calls atomic.Int64
 }
 
-func (l *fullListener) StoreOptions() store.Options { return l.opts }
+func (l *fullListener) Tables() store.Tables { return l.opts }
 func (l *fullListener) Committed(rows []relayer.Message) error {
 	l.calls.Add(1)
 	return errors.New("queue full")
@@ -51,17 +51,17 @@ func TestNewWriterValidates(t *testing.T) {
 		"nil transport": {relayer.Outbox{Routes: r, Transports: map[string]relayer.Transport{"x": nil}}, enlist.Options{},
 			relayer.ErrInvalidOutbox},
 		"listener of another schema": {relayer.Outbox{Schema: "orders", Routes: r},
-			enlist.Options{Listener: &fullListener{opts: store.Options{Schema: "billing"}}}, enlist.ErrStoreMismatch},
+			enlist.Options{Listener: &fullListener{opts: store.Tables{Schema: "billing"}}}, enlist.ErrStoreMismatch},
 		"listener of another prefix": {relayer.Outbox{Schema: "orders", TablePrefix: "a_", Routes: r},
-			enlist.Options{Listener: &fullListener{opts: store.Options{Schema: "orders", TablePrefix: "b_"}}}, enlist.ErrStoreMismatch},
+			enlist.Options{Listener: &fullListener{opts: store.Tables{Schema: "orders", TablePrefix: "b_"}}}, enlist.ErrStoreMismatch},
 	} {
 		if _, err := enlist.NewWriter(c.outbox, c.opts); !errors.Is(err, c.want) {
 			t.Errorf("%s: NewWriter = %v, want %v", name, err, c.want)
 		}
 	}
 	// Defaults are applied before comparing: "" and "public" are one schema.
-	w, err := enlist.NewWriter(relayer.Outbox{Routes: r}, enlist.Options{Listener: &fullListener{opts: store.Options{Schema: "public"}}})
-	if err != nil || w.StoreOptions().Schema != "public" {
+	w, err := enlist.NewWriter(relayer.Outbox{Routes: r}, enlist.Options{Listener: &fullListener{opts: store.Tables{Schema: "public"}}})
+	if err != nil || w.Tables().Schema != "public" {
 		t.Errorf("NewWriter with the default schema = %v", err)
 	}
 }
@@ -72,7 +72,7 @@ func TestFullListenerNeverFailsCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t)}
+	opts := store.Tables{Schema: testdb.NewSchema(t)}
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		t.Fatal(err)
 	}

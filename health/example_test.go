@@ -13,7 +13,7 @@ import (
 
 func ExampleHandler() {
 	var db *sql.DB // the application's pool
-	st, err := store.New(db, store.Options{Schema: "messaging", TablePrefix: "orders_"})
+	st, err := store.New(db, store.Tables{Schema: "messaging", TablePrefix: "orders_"})
 	if err != nil {
 		panic(err)
 	}

@@ -88,7 +88,7 @@ func (r Report) Healthy() bool { return r.Status == StatusOK }
 // its oldest row is past a threshold, when the query fails (the reason holds
 // the error text), and when opts are invalid (nothing is queried). ctx bounds
 // the query; a deadline that ends it makes the report unhealthy. For a
-// relayer.Outbox, st is store.New(db, store.OptionsOf(outbox)).
+// relayer.Outbox, st is store.New(db, store.TablesOf(outbox)).
 func Check(ctx context.Context, st *store.Store, opts Options) Report {
 	if err := opts.Validate(); err != nil {
 		return unhealthy(err.Error())

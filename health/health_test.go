@@ -27,7 +27,7 @@ type outbox struct {
 func setup(t *testing.T) *outbox {
 	t.Helper()
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "hc_"}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "hc_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestHandlerTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	opts := o.store.Options()
+	opts := o.store.Tables()
 	if _, err := tx.Exec(`LOCK TABLE "` + opts.Schema + `"."hc_outbox" IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestHandlerTimeout(t *testing.T) {
 
 func TestHandlerMethods(t *testing.T) {
 	t.Parallel()
-	st, err := store.New(&sql.DB{}, store.Options{})
+	st, err := store.New(&sql.DB{}, store.Tables{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestOptionsValidate(t *testing.T) {
 					t.Errorf("Handler accepted %+v", c.opts)
 				}
 			}()
-			st, _ := store.New(&sql.DB{}, store.Options{})
+			st, _ := store.New(&sql.DB{}, store.Tables{})
 			health.Handler(st, c.opts)
 		}()
 	}

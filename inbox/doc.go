@@ -14,7 +14,7 @@
 // [Inbox.HandleMessage] with a [relayer.Message]) inside the consumer's
 // transaction:
 //
-//	ib, err := inbox.New(store.Options{Schema: "billing"})
+//	ib, err := inbox.New(store.Tables{Schema: "billing"})
 //	...
 //	tx, err := db.BeginTx(ctx, nil)
 //	if err != nil {
@@ -126,7 +126,7 @@
 //
 // Records live in the <prefix>inbox table that store.Migrate creates with the
 // rest of an outbox's tables, in the schema and with the prefix of the
-// store.Options given to [New]. A consumer that publishes nothing still
+// store.Tables given to [New]. A consumer that publishes nothing still
 // migrates them all; the outbox tables stay empty.
 //
 // Records accumulate, one per consumer and message. dispatch.Cleanup deletes

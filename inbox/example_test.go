@@ -23,7 +23,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ib, err := inbox.New(store.Options{Schema: "billing"})
+	ib, err := inbox.New(store.Tables{Schema: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -21,11 +21,11 @@ type Inbox struct {
 }
 
 // New returns an inbox whose records live in the <prefix>inbox table that
-// [store.Migrate] creates for opts. It validates opts and does not touch the
+// [store.Migrate] creates for tables. It validates tables and does not touch the
 // database. A consumer needs only where the tables are, not the producer's
-// routes: for a [relayer.Outbox], pass store.OptionsOf(outbox).
-func New(opts store.Options) (*Inbox, error) {
-	st, err := store.New(noHandle{}, opts)
+// routes: for a [relayer.Outbox], pass store.TablesOf(outbox).
+func New(tables store.Tables) (*Inbox, error) {
+	st, err := store.New(noHandle{}, tables)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func (noHandle) QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }
 
 // Options returns the inbox's table options with defaults applied.
-func (i *Inbox) Options() store.Options { return i.store.Options() }
+func (i *Inbox) Options() store.Tables { return i.store.Tables() }
 
 // Handle runs handler for the message messageID at most once per consumer:
 // it records (consumer, messageID) in q, the consumer's open transaction,

@@ -69,7 +69,7 @@ const (
 const pausedRemembered = 1024
 
 // ObserveStore registers gauges of the outbox st reads (for a
-// relayer.Outbox, st is store.New(db, store.OptionsOf(outbox))), observed
+// relayer.Outbox, st is store.New(db, store.TablesOf(outbox))), observed
 // with three statements per collection ([store.Store.Stats],
 // [store.Store.DeadByReason] and [store.Store.Pauses]), each data point
 // carrying relayer.outbox = name (default: "<schema>.<prefix>outbox"):
@@ -109,7 +109,7 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		return nil, errors.New("relayerotel: ObserveStore needs a meter and a store")
 	}
 	if name == "" {
-		name = st.Options().Label()
+		name = st.Tables().Label()
 	}
 	attrs := metric.WithAttributeSet(attribute.NewSet(OutboxKey.String(name)))
 

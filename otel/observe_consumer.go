@@ -102,14 +102,14 @@ func ObserveConsumer(meter metric.Meter, c *consume.Consumer) (metric.Registrati
 // as the registration lasts, so that an alert on held keys compares with a
 // series that exists. Register it once per consumers' database, in one
 // process (every process reading it would report the same keys).
-func ObserveHeldKeys(meter metric.Meter, db *sql.DB, opts store.Options) (metric.Registration, error) {
+func ObserveHeldKeys(meter metric.Meter, db *sql.DB, tables store.Tables) (metric.Registration, error) {
 	if meter == nil {
 		return nil, errors.New("relayerotel: a meter is required")
 	}
 	if db == nil {
 		return nil, errors.New("relayerotel: ObserveHeldKeys needs a database")
 	}
-	if err := opts.Validate(); err != nil {
+	if err := tables.Validate(); err != nil {
 		return nil, fmt.Errorf("relayerotel: %w", err)
 	}
 	keys, err1 := meter.Int64ObservableGauge("relayer.consumer.held_keys", metric.WithUnit("{key}"),
@@ -124,7 +124,7 @@ func ObserveHeldKeys(meter metric.Meter, db *sql.DB, opts store.Options) (metric
 	return meter.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
 		defer cancel()
-		counts, err := heldkeys.Counts(ctx, db, opts)
+		counts, err := heldkeys.Counts(ctx, db, tables)
 		if err != nil {
 			return err
 		}

@@ -35,7 +35,7 @@ func BenchmarkStore(b *testing.B) {
 
 func benchSetup(b *testing.B, driver string) (*workerstore.Store, func(n int) []relayer.Message) {
 	db := testdb.Open(b, driver)
-	opts := store.Options{Schema: testdb.NewSchema(b), TablePrefix: "bench_"}
+	opts := store.Tables{Schema: testdb.NewSchema(b), TablePrefix: "bench_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		b.Fatal(err)
 	}
@@ -236,7 +236,7 @@ const benchToken = "0190a000-0000-7000-8000-0000000000be"
 func bloatedLanes(b *testing.B, held bool) (*workerstore.Store, *sql.DB, []workerstore.LaneCursor) {
 	ctx := context.Background()
 	db := testdb.Open(b, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(b), TablePrefix: "bloat_"}
+	opts := store.Tables{Schema: testdb.NewSchema(b), TablePrefix: "bloat_"}
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		b.Fatal(err)
 	}

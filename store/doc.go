@@ -11,8 +11,8 @@
 //
 // # Tables
 //
-// One outbox is seven tables in Options.Schema, each name starting with
-// Options.TablePrefix: <prefix>outbox (pending messages), <prefix>dead (dead
+// One outbox is seven tables in Tables.Schema, each name starting with
+// Tables.TablePrefix: <prefix>outbox (pending messages), <prefix>dead (dead
 // letters), <prefix>relayer_leases (lane and worker leases),
 // <prefix>relayer_pauses (the destinations workers have set aside, published
 // for operators), <prefix>relayer_settings (what writers and workers must

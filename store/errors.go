@@ -12,7 +12,7 @@ import (
 
 // Sentinel errors. Each is wrapped with details; test with [errors.Is].
 var (
-	// ErrInvalidOptions is returned by [Options.Validate] and [New] for a bad schema
+	// ErrInvalidOptions is returned by [Tables.Validate] and [New] for a bad schema
 	// or table prefix.
 	ErrInvalidOptions = errors.New("store: invalid options")
 	// ErrNilDB is returned when a nil database handle is passed.

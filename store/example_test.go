@@ -22,7 +22,7 @@ func ExampleMigrate() {
 		log.Fatal(err)
 	}
 	outbox := relayer.Outbox{Schema: "messaging", TablePrefix: "orders_"}
-	applied, err := store.Migrate(ctx, db, store.OptionsOf(outbox))
+	applied, err := store.Migrate(ctx, db, store.TablesOf(outbox))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func ExampleMigrate() {
 
 // SchemaSQL prints the DDL instead, for a migration tool.
 func ExampleSchemaSQL() {
-	ddl, err := store.SchemaSQL(store.Options{Schema: "messaging", TablePrefix: "orders_"})
+	ddl, err := store.SchemaSQL(store.Tables{Schema: "messaging", TablePrefix: "orders_"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestOnlyKnownDriversKeepBodiesUncopied(t *testing.T) {
 	defer pgxDB.Close()
 	other := sql.OpenDB(otherConnector{})
 	defer other.Close()
-	opts := Options{Schema: "public"}
+	opts := Tables{Schema: "public"}
 	for _, c := range []struct {
 		name string
 		db   DBTX

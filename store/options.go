@@ -13,7 +13,7 @@ import (
 // Identifier limits. PostgreSQL truncates names longer than 63 bytes; the prefix
 // limit leaves room for the longest table and index name built from it.
 const (
-	// SchemaDefault is the schema used when Options.Schema is empty.
+	// SchemaDefault is the schema used when Tables.Schema is empty.
 	SchemaDefault = "public"
 	// SchemaMaxLen is the longest accepted schema name.
 	SchemaMaxLen = 63
@@ -21,9 +21,9 @@ const (
 	TablePrefixMaxLen = 63 - len("outbox_unordered_pending_idx")
 )
 
-// Options name the tables of one outbox. Every writer and worker of an outbox must
+// Tables names the tables of one outbox. Every writer and worker of an outbox must
 // use the same values. The zero value means the "public" schema and no prefix.
-type Options struct {
+type Tables struct {
 	// Schema holds the tables. It must match [a-z_][a-z0-9_]* and must not start
 	// with "pg_". Default: "public".
 	Schema string
@@ -33,19 +33,19 @@ type Options struct {
 	TablePrefix string
 }
 
-// OptionsOf returns the table names of an outbox: its Schema and
+// TablesOf returns the table names of an outbox: its Schema and
 // TablePrefix. Build every store, migration, inbox and health check of an
 // outbox from the same relayer.Outbox value through it, so that they name
 // the same tables as its writers and workers.
-func OptionsOf(outbox relayer.Outbox) Options {
-	return Options{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix}
+func TablesOf(outbox relayer.Outbox) Tables {
+	return Tables{Schema: outbox.Schema, TablePrefix: outbox.TablePrefix}
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // Validate reports the first invalid field. The rules admit only plain lowercase
 // identifiers, so a schema or prefix can never carry SQL of its own.
-func (o Options) Validate() error {
+func (o Tables) Validate() error {
 	if err := checkIdentifier("Schema", o.Schema, SchemaMaxLen); err != nil {
 		return err
 	}
@@ -71,13 +71,13 @@ func checkIdentifier(field, value string, maxLen int) error {
 
 // Label is the outbox's name for people: its outbox table as
 // "<schema>.<prefix>outbox", defaults applied, unquoted. Messages, the
-// console and the wake-up channel ([Options.WakeChannel]) name the outbox so.
-func (o Options) Label() string {
+// console and the wake-up channel ([Tables.WakeChannel]) name the outbox so.
+func (o Tables) Label() string {
 	o = o.withDefaults()
 	return o.Schema + "." + o.TablePrefix + "outbox"
 }
 
-func (o Options) withDefaults() Options {
+func (o Tables) withDefaults() Tables {
 	if o.Schema == "" {
 		o.Schema = SchemaDefault
 	}
@@ -88,4 +88,4 @@ func (o Options) withDefaults() Options {
 // built only from validated options.
 type names = tables.Names
 
-func newNames(o Options) names { return tables.Of(o.Schema, o.TablePrefix) }
+func newNames(o Tables) names { return tables.Of(o.Schema, o.TablePrefix) }

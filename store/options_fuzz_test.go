@@ -9,7 +9,7 @@ import (
 	"github.com/relayer-go/relayer/store"
 )
 
-// plainIdentifier is the rule Options.Validate enforces, written out byte by
+// plainIdentifier is the rule Tables.Validate enforces, written out byte by
 // byte: empty, or a lowercase letter or underscore followed by lowercase
 // letters, digits and underscores, at most max bytes.
 func plainIdentifier(s string, max int) bool {
@@ -40,7 +40,7 @@ func FuzzOptionsValidate(f *testing.F) {
 		f.Add("public", s)
 	}
 	f.Fuzz(func(t *testing.T, schema, prefix string) {
-		err := store.Options{Schema: schema, TablePrefix: prefix}.Validate()
+		err := store.Tables{Schema: schema, TablePrefix: prefix}.Validate()
 		want := plainIdentifier(schema, store.SchemaMaxLen) && !strings.HasPrefix(schema, "pg_") &&
 			plainIdentifier(prefix, store.TablePrefixMaxLen)
 		switch {

@@ -10,11 +10,11 @@ import (
 // channel is built on it.
 func TestOptionsLabel(t *testing.T) {
 	for _, c := range []struct {
-		opts store.Options
+		opts store.Tables
 		want string
 	}{
-		{store.Options{}, store.SchemaDefault + ".outbox"},
-		{store.Options{Schema: "messaging", TablePrefix: "ob_"}, "messaging.ob_outbox"},
+		{store.Tables{}, store.SchemaDefault + ".outbox"},
+		{store.Tables{Schema: "messaging", TablePrefix: "ob_"}, "messaging.ob_outbox"},
 	} {
 		if got := c.opts.Label(); got != c.want {
 			t.Errorf("%+v.Label() = %q, want %q", c.opts, got, c.want)

@@ -272,7 +272,7 @@ func recordSQL(n names, m Migration) string {
 // in the <prefix>relayer_migrations table (creating it first), as [Migrate]
 // does: writers and workers check those records when they start
 // ([Store.CheckSchema]).
-func Migrations(opts Options) ([]Migration, error) {
+func Migrations(opts Tables) ([]Migration, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -288,7 +288,7 @@ func Migrations(opts Options) ([]Migration, error) {
 // schema, the migrations table, every step, and the rows recording the steps, so
 // that a later [Migrate] applies only newer steps. Use it to feed a migration
 // tool; run it in one transaction.
-func SchemaSQL(opts Options) (string, error) {
+func SchemaSQL(opts Tables) (string, error) {
 	if err := opts.Validate(); err != nil {
 		return "", err
 	}
@@ -308,7 +308,7 @@ func SchemaSQL(opts Options) (string, error) {
 // safe when several processes run it at once: a transaction-scoped advisory lock
 // derived from the schema serializes them. ctx bounds the whole
 // migration. It returns the versions it applied.
-func Migrate(ctx context.Context, db *sql.DB, opts Options) (applied []int, err error) {
+func Migrate(ctx context.Context, db *sql.DB, opts Tables) (applied []int, err error) {
 	if db == nil {
 		return nil, ErrNilDB
 	}
@@ -367,7 +367,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts Options) (applied []int, err 
 // migrationLockKey is the advisory lock that serializes migrations. It is per
 // schema rather than per outbox because CREATE SCHEMA IF NOT EXISTS itself races
 // when two outboxes of one new schema migrate at once.
-func migrationLockKey(o Options) int64 {
+func migrationLockKey(o Tables) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("relayer.migrate\x00" + o.Schema))
 	return int64(h.Sum64())

@@ -7,7 +7,7 @@ import "github.com/relayer-go/relayer/internal/storewrite"
 // stable surface.
 func init() {
 	storewrite.For = func(schema, prefix string) (storewrite.Statements, error) {
-		s, err := unbound(Options{Schema: schema, TablePrefix: prefix})
+		s, err := unbound(Tables{Schema: schema, TablePrefix: prefix})
 		if err != nil {
 			return storewrite.Statements{}, err
 		}

@@ -24,7 +24,7 @@ type DBTX interface {
 // [New], from validated identifiers.
 type Store struct {
 	db   DBTX
-	opts Options
+	opts Tables
 	q    *queries
 	sq   *statsQueries
 	rdq  *redriveQueries
@@ -40,20 +40,20 @@ type Store struct {
 	freshBytes bool
 }
 
-// New returns a store for the outbox named by opts, running statements on db.
-// It validates opts and does not touch the database: create the tables first
+// New returns a store for the outbox whose tables are tables, running statements on db.
+// It validates tables and does not touch the database: create them first
 // with [Migrate] or [SchemaSQL]. The store does not take ownership of db.
-func New(db DBTX, opts Options) (*Store, error) {
+func New(db DBTX, tables Tables) (*Store, error) {
 	if isNil(db) {
 		return nil, ErrNilDB
 	}
-	if err := opts.Validate(); err != nil {
+	if err := tables.Validate(); err != nil {
 		return nil, err
 	}
-	return newStore(db, opts.withDefaults()), nil
+	return newStore(db, tables.withDefaults()), nil
 }
 
-func newStore(db DBTX, opts Options) *Store {
+func newStore(db DBTX, opts Tables) *Store {
 	n := newNames(opts)
 	return &Store{db: db, opts: opts, q: buildQueries(n), sq: buildStatsQueries(n), rdq: buildRedriveQueries(n), pq: buildPauseQueries(n),
 		oq: buildOverviewQueries(n), vq: buildVersionQueries(n), lq: buildLaneCountQueries(n), aq: buildActivityQueries(n), freshBytes: storesql.FreshBytes(db)}
@@ -62,7 +62,7 @@ func newStore(db DBTX, opts Options) *Store {
 // unbound returns a store with no database handle of its own, for writers
 // that only run statements inside their callers' transactions
 // (internal/storewrite). Its own methods return [ErrNilDB].
-func unbound(opts Options) (*Store, error) {
+func unbound(opts Tables) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -94,8 +94,8 @@ func (s *Store) With(db DBTX) (*Store, error) {
 	return &Store{db: db, opts: s.opts, q: s.q, sq: s.sq, rdq: s.rdq, pq: s.pq, oq: s.oq, vq: s.vq, lq: s.lq, aq: s.aq, freshBytes: fresh}, nil
 }
 
-// Options returns the store's options with defaults applied.
-func (s *Store) Options() Options { return s.opts }
+// Tables returns the store's options with defaults applied.
+func (s *Store) Tables() Tables { return s.opts }
 
 func isNil(db DBTX) bool { return storesql.IsNil(db) }
 

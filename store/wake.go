@@ -16,7 +16,7 @@ const channelMaxLen = 63
 // "relayer.<schema>.<prefix>outbox" (defaults applied), or, when that is
 // longer than 63 bytes, its first 46 bytes, a dot and 16 hexadecimal digits
 // of its SHA-256, so that every outbox has its own channel.
-func (o Options) WakeChannel() string {
+func (o Tables) WakeChannel() string {
 	ch := "relayer." + o.Label()
 	if len(ch) <= channelMaxLen {
 		return ch
@@ -26,10 +26,10 @@ func (o Options) WakeChannel() string {
 }
 
 // ListenSQL returns the statement that subscribes a session to the outbox's
-// wake-up channel ([Options.WakeChannel]).
-func (o Options) ListenSQL() string { return `LISTEN "` + o.WakeChannel() + `"` }
+// wake-up channel ([Tables.WakeChannel]).
+func (o Tables) ListenSQL() string { return `LISTEN "` + o.WakeChannel() + `"` }
 
 // NotifySQL returns a statement that wakes the outbox's listening
 // workers: a NOTIFY on its wake-up channel, without a payload (every
 // unordered row is then looked for from the start of recovery's next pass).
-func (o Options) NotifySQL() string { return `NOTIFY "` + o.WakeChannel() + `"` }
+func (o Tables) NotifySQL() string { return `NOTIFY "` + o.WakeChannel() + `"` }

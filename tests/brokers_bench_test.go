@@ -79,7 +79,7 @@ func runBroker(b *testing.B, tr relayer.Transport) {
 	ctx := context.Background()
 	db := testdb.Open(b, "pgx")
 	schema := testdb.NewSchema(b)
-	if _, err := store.Migrate(ctx, db, store.Options{Schema: schema}); err != nil {
+	if _, err := store.Migrate(ctx, db, store.Tables{Schema: schema}); err != nil {
 		b.Fatal(err)
 	}
 	var routes relayer.Routes

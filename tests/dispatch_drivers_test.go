@@ -43,7 +43,7 @@ func TestRunnerOnEachDriver(t *testing.T) {
 			}
 			mem := memory.New()
 			outbox := relayer.Outbox{Schema: testdb.NewSchema(t), Routes: &routes, Transports: map[string]relayer.Transport{"mem": mem}}
-			if _, err := store.Migrate(ctx, db, store.OptionsOf(outbox)); err != nil {
+			if _, err := store.Migrate(ctx, db, store.TablesOf(outbox)); err != nil {
 				t.Fatal(err)
 			}
 			r, err := dispatch.NewRunner(db, outbox, dispatch.RunnerOptions{DisableCleanup: true})

@@ -87,7 +87,7 @@ func migrated(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := store.Migrate(t.Context(), db, store.Options{Schema: schema}); err != nil {
+	if _, err := store.Migrate(t.Context(), db, store.Tables{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	return url, schema

@@ -126,7 +126,7 @@ The demo empties its tables in --schema when it starts.`,
 	case f.workers < 1 || f.workers > demoWorkersMax:
 		return usagef("--workers %d: must be 1 to %d", f.workers, demoWorkersMax)
 	}
-	if err := (store.Options{Schema: f.schema}).Validate(); err != nil {
+	if err := (store.Tables{Schema: f.schema}).Validate(); err != nil {
 		return usagef("--schema %q: %v", f.schema, reason(err, f.schema))
 	}
 	d := &demo{flags: f, stdout: stdout, stderr: stderr}

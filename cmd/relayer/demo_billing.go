@@ -52,7 +52,7 @@ func (d *demo) startBilling(ctx context.Context) error {
 		return err
 	}, consume.Options{
 		Name:   "relayer-demo-billing-" + d.token,
-		Tables: store.Options{Schema: d.flags.schema},
+		Tables: store.Tables{Schema: d.flags.schema},
 		Logger: slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

@@ -154,7 +154,7 @@ func (d *demo) ordersTable() string { return pgx.Identifier{d.flags.schema, "dem
 // prepareTables migrates the outbox and empties it and the orders table, so
 // that rows of an earlier, interrupted run are not delivered into this one.
 func (d *demo) prepareTables(ctx context.Context) error {
-	opts := store.Options{Schema: d.flags.schema}
+	opts := store.Tables{Schema: d.flags.schema}
 	if _, err := store.Migrate(ctx, d.db, opts); err != nil {
 		return err
 	}

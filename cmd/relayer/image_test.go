@@ -157,7 +157,7 @@ func TestImageBuildsAndRuns(t *testing.T) {
 	}
 	dbURL, schema := testdb.URL(t), testdb.NewSchema(t)
 	db := testdb.Open(t, "pgx")
-	if _, err := store.Migrate(t.Context(), db, store.Options{Schema: schema}); err != nil {
+	if _, err := store.Migrate(t.Context(), db, store.Tables{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	check := exec.Command(bin, "migrate", "--check", "--schema", schema)

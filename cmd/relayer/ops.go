@@ -51,14 +51,14 @@ func (f *outboxFlags) register(fs *flag.FlagSet, needDB bool) {
 }
 
 // options validates --schema and --prefix, naming the flag that is wrong.
-func (f *outboxFlags) options() (store.Options, error) {
-	if err := (store.Options{Schema: f.schema}).Validate(); err != nil {
-		return store.Options{}, usagef("--schema %q: %v", f.schema, reason(err, f.schema))
+func (f *outboxFlags) options() (store.Tables, error) {
+	if err := (store.Tables{Schema: f.schema}).Validate(); err != nil {
+		return store.Tables{}, usagef("--schema %q: %v", f.schema, reason(err, f.schema))
 	}
-	if err := (store.Options{TablePrefix: f.prefix}).Validate(); err != nil {
-		return store.Options{}, usagef("--prefix %q: %v", f.prefix, reason(err, f.prefix))
+	if err := (store.Tables{TablePrefix: f.prefix}).Validate(); err != nil {
+		return store.Tables{}, usagef("--prefix %q: %v", f.prefix, reason(err, f.prefix))
 	}
-	return store.Options{Schema: f.schema, TablePrefix: f.prefix}, nil
+	return store.Tables{Schema: f.schema, TablePrefix: f.prefix}, nil
 }
 
 // reason keeps the rule from a store validation error, whose text repeats
@@ -74,9 +74,9 @@ func reason(err error, value string) string {
 
 // connect parses a command's flags, validates the outbox options and opens
 // the database: the start of every command that reads an outbox.
-func (f *outboxFlags) connect(ctx context.Context, fs *flag.FlagSet, args []string) (store.Options, *sql.DB, error) {
+func (f *outboxFlags) connect(ctx context.Context, fs *flag.FlagSet, args []string) (store.Tables, *sql.DB, error) {
 	if err := parse(fs, args); err != nil {
-		return store.Options{}, nil, err
+		return store.Tables{}, nil, err
 	}
 	return f.open(ctx)
 }
@@ -84,15 +84,15 @@ func (f *outboxFlags) connect(ctx context.Context, fs *flag.FlagSet, args []stri
 // openStore validates --schema and --prefix, opens the database and returns
 // a store on it, for commands that parsed and checked their other flags
 // first. The caller closes db.
-func (f *outboxFlags) openStore(ctx context.Context) (store.Options, *sql.DB, *store.Store, error) {
+func (f *outboxFlags) openStore(ctx context.Context) (store.Tables, *sql.DB, *store.Store, error) {
 	opts, db, err := f.open(ctx)
 	if err != nil {
-		return store.Options{}, nil, nil, err
+		return store.Tables{}, nil, nil, err
 	}
 	st, err := checkedStore(ctx, db, opts)
 	if err != nil {
 		db.Close()
-		return store.Options{}, nil, nil, err
+		return store.Tables{}, nil, nil, err
 	}
 	return opts, db, st, nil
 }
@@ -101,7 +101,7 @@ func (f *outboxFlags) openStore(ctx context.Context) (store.Options, *sql.DB, *s
 // a migration fail it with the command that migrates them, rather than
 // with the database's "relation does not exist"; tables a newer release
 // migrated are fine to read.
-func checkedStore(ctx context.Context, db *sql.DB, opts store.Options) (*store.Store, error) {
+func checkedStore(ctx context.Context, db *sql.DB, opts store.Tables) (*store.Store, error) {
 	st, err := store.New(db, opts)
 	if err != nil {
 		return nil, err
@@ -114,10 +114,10 @@ func checkedStore(ctx context.Context, db *sql.DB, opts store.Options) (*store.S
 
 // open validates --schema and --prefix, then opens --database-url, or
 // $DATABASE_URL when it is not given. The caller closes db.
-func (f *outboxFlags) open(ctx context.Context) (store.Options, *sql.DB, error) {
+func (f *outboxFlags) open(ctx context.Context) (store.Tables, *sql.DB, error) {
 	opts, err := f.options()
 	if err != nil {
-		return store.Options{}, nil, err
+		return store.Tables{}, nil, err
 	}
 	url := f.databaseURL
 	if url == "" {
@@ -129,7 +129,7 @@ func (f *outboxFlags) open(ctx context.Context) (store.Options, *sql.DB, error) 
 	}
 	db, err := openDB(ctx, url)
 	if err != nil {
-		return store.Options{}, nil, err
+		return store.Tables{}, nil, err
 	}
 	return opts, db, nil
 }
@@ -227,7 +227,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // printPendingMigrations prints the migration steps the outbox lacks: their
 // versions and names, or with sql their SQL, changing nothing.
-func printPendingMigrations(ctx context.Context, db *sql.DB, opts store.Options, sql bool, stdout io.Writer) error {
+func printPendingMigrations(ctx context.Context, db *sql.DB, opts store.Tables, sql bool, stdout io.Writer) error {
 	st, err := store.New(db, opts)
 	if err != nil {
 		return err
@@ -258,7 +258,7 @@ func printPendingMigrations(ctx context.Context, db *sql.DB, opts store.Options,
 
 // migrationsAfter returns the migration steps of this release after
 // version newest, in order.
-func migrationsAfter(opts store.Options, newest int) ([]store.Migration, error) {
+func migrationsAfter(opts store.Tables, newest int) ([]store.Migration, error) {
 	steps, err := store.Migrations(opts)
 	if err != nil {
 		return nil, err
@@ -276,7 +276,7 @@ func migrationsAfter(opts store.Options, newest int) ([]store.Migration, error) 
 // migration this release knows and no newer one; otherwise it prints the
 // steps pending and returns an error that says why the outbox is not
 // ready, so that the command exits 1.
-func checkMigrations(ctx context.Context, db *sql.DB, opts store.Options, stdout io.Writer) error {
+func checkMigrations(ctx context.Context, db *sql.DB, opts store.Tables, stdout io.Writer) error {
 	st, err := store.New(db, opts)
 	if err != nil {
 		return err
@@ -304,7 +304,7 @@ func checkMigrations(ctx context.Context, db *sql.DB, opts store.Options, stdout
 	return nil
 }
 
-func describe(o store.Options) string {
+func describe(o store.Tables) string {
 	if o.TablePrefix == "" {
 		return fmt.Sprintf("in schema %s", o.Schema)
 	}
@@ -361,7 +361,7 @@ type holder struct {
 // readLeases reads the live leases: members with their lanes, the recovery
 // holder, and lanes held under a name no live member has
 // (store.GroupLanes).
-func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []member, recovery *holder, orphans []int, err error) {
+func readLeases(ctx context.Context, db *sql.DB, opts store.Tables) (members []member, recovery *holder, orphans []int, err error) {
 	st, err := checkedStore(ctx, db, opts)
 	if err != nil {
 		return nil, nil, nil, err
@@ -382,7 +382,7 @@ func readLeases(ctx context.Context, db *sql.DB, opts store.Options) (members []
 	return members, recovery, orphans, nil
 }
 
-func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsReport, error) {
+func collectStats(ctx context.Context, db *sql.DB, opts store.Tables) (statsReport, error) {
 	st, err := checkedStore(ctx, db, opts)
 	if err != nil {
 		return statsReport{}, err
@@ -393,7 +393,7 @@ func collectStats(ctx context.Context, db *sql.DB, opts store.Options) (statsRep
 		return statsReport{}, err
 	}
 	r := statsReport{
-		Schema: st.Options().Schema, Prefix: opts.TablePrefix, At: now,
+		Schema: st.Tables().Schema, Prefix: opts.TablePrefix, At: now,
 		Due: s.Eligible - s.Blocked, Eligible: s.Eligible, Blocked: s.Blocked, Scheduled: s.Scheduled, Claimed: s.Claimed,
 		Retrying: s.Retrying, NextRetryAt: s.NextRetryAt,
 		Parked: s.Parked, ParkedKeys: s.ParkedKeys, Dead: s.Dead,
@@ -467,7 +467,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func printStats(w io.Writer, r statsReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "outbox\t%s\t(%s)\n", describe(store.Options{Schema: r.Schema, TablePrefix: r.Prefix}), r.At.Format(time.RFC3339))
+	fmt.Fprintf(tw, "outbox\t%s\t(%s)\n", describe(store.Tables{Schema: r.Schema, TablePrefix: r.Prefix}), r.At.Format(time.RFC3339))
 	blocked := ""
 	if r.Blocked > 0 {
 		blocked = " (behind parked or retrying keys)"

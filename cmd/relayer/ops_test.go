@@ -93,7 +93,7 @@ func setupOps(t *testing.T) *opsBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t2 := tablesOf(store.Options{Schema: b.schema, TablePrefix: b.prefix})
+	t2 := tablesOf(store.Tables{Schema: b.schema, TablePrefix: b.prefix})
 	exec := func(q string, args ...any) {
 		t.Helper()
 		if _, err := b.db.ExecContext(ctx, q, args...); err != nil {
@@ -129,7 +129,7 @@ func TestSchemaCommand(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("code %d, stderr %q", r.code, r.stderr)
 	}
-	want, err := store.SchemaSQL(store.Options{Schema: "messaging", TablePrefix: "orders_"})
+	want, err := store.SchemaSQL(store.Tables{Schema: "messaging", TablePrefix: "orders_"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestSchemaCommand(t *testing.T) {
 func TestStatsJSON(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
-	st, err := workerstore.New(b.db, store.Options{Schema: b.schema, TablePrefix: b.prefix})
+	st, err := workerstore.New(b.db, store.Tables{Schema: b.schema, TablePrefix: b.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestMigrateDryRunAndShowSQL(t *testing.T) {
 	url, schema := testdb.URL(t), testdb.NewSchema(t)
 	flags := []string{"--database-url", url, "--schema", schema}
 	r := runCmd(t, append([]string{"migrate", "--dry-run"}, flags...)...)
-	steps, err := store.Migrations(store.Options{Schema: schema})
+	steps, err := store.Migrations(store.Tables{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +427,7 @@ func TestChangesReportAsJSONAndDryRun(t *testing.T) {
 // migration step, such as "[1 2]".
 func allMigrations(t *testing.T) string {
 	t.Helper()
-	steps, err := store.Migrations(store.Options{})
+	steps, err := store.Migrations(store.Tables{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ type testTables struct {
 	outbox, dead, leases string
 }
 
-func tablesOf(o store.Options) testTables {
+func tablesOf(o store.Tables) testTables {
 	schema := o.Schema
 	if schema == "" {
 		schema = store.SchemaDefault
@@ -488,7 +488,7 @@ func setupRedrive(t *testing.T) *redriveBundle {
 		t.Fatalf("migrate: code %d, stderr %q", r.code, r.stderr)
 	}
 	b.db = testdb.Open(t, "pgx")
-	b.tables = tablesOf(store.Options{Schema: b.schema, TablePrefix: b.prefix})
+	b.tables = tablesOf(store.Tables{Schema: b.schema, TablePrefix: b.prefix})
 	ids := make([]uuid.UUID, 8)
 	for i := range ids {
 		ids[i] = uuid.Must(relayer.NewID())
@@ -1007,7 +1007,7 @@ func TestBenchQuick(t *testing.T) {
 func TestListsEscapeTerminalControls(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
-	t2 := tablesOf(store.Options{Schema: b.schema, TablePrefix: b.prefix})
+	t2 := tablesOf(store.Tables{Schema: b.schema, TablePrefix: b.prefix})
 	id := uuid.Must(relayer.NewID())
 	if _, err := b.db.ExecContext(t.Context(), `INSERT INTO `+t2.dead+` (id, message_type, transport, destination, body, headers, ordering_key, attempts, last_error, reason, created_at)
 VALUES ($1, E'ops.\x1b[31mRed', 'nats', 'ops.dead', '\x7b7d', '\x0100000000000000', E'\x1b]0;pwned\x07', 1, E'\x1b[2Jcleared', 'permanent', now())`, id); err != nil {
@@ -1044,7 +1044,7 @@ func TestMigrateCheck(t *testing.T) {
 	t.Parallel()
 	url, schema := testdb.URL(t), testdb.NewSchema(t)
 	flags := []string{"--database-url", url, "--schema", schema}
-	steps, err := store.Migrations(store.Options{Schema: schema})
+	steps, err := store.Migrations(store.Tables{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

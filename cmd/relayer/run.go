@@ -371,7 +371,7 @@ func exitOnSecondSignal(stopped <-chan struct{}, report func(os.Signal)) {
 
 // openConsole opens the console's own pool, so that its pages never take
 // the workers' connections.
-func openConsole(ctx context.Context, f runFlags, sopts store.Options, token string, logger *slog.Logger) (*console.Console, *sql.DB, error) {
+func openConsole(ctx context.Context, f runFlags, sopts store.Tables, token string, logger *slog.Logger) (*console.Console, *sql.DB, error) {
 	_, cdb, err := f.open(ctx)
 	if err != nil {
 		return nil, nil, err

@@ -69,7 +69,7 @@ type Broker struct {
 	// Database returns the database and the outbox tables, migrated, in a
 	// schema of the scenario's own, where the scenario's consumers record
 	// their inbox and their effects.
-	Database func(t *testing.T) (*sql.DB, store.Options)
+	Database func(t *testing.T) (*sql.DB, store.Tables)
 }
 
 // Endpoint is one scenario's destination and the adapter's consumer of it.
@@ -133,7 +133,7 @@ type scenario struct {
 	b      Broker
 	e      Endpoint
 	db     *sql.DB
-	tables store.Options
+	tables store.Tables
 }
 
 func (s *scenario) effectsTable() string { return `"` + s.tables.Schema + `".consumetest_effects` }
@@ -590,7 +590,7 @@ func databaseFaultsSpendNoAttempt(t *testing.T, s *scenario) {
 
 func refusesAnUnmigratedDatabase(t *testing.T, s *scenario) {
 	c, err := consume.New(s.db, func(context.Context, *consume.Tx, *relayer.Message) error { return nil },
-		consume.Options{Name: "billing", Tables: store.Options{Schema: "consumetest_never_migrated"}})
+		consume.Options{Name: "billing", Tables: store.Tables{Schema: "consumetest_never_migrated"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ type Count struct {
 }
 
 // names returns the tables of opts, validated.
-func names(opts store.Options) (tables.Names, error) {
+func names(opts store.Tables) (tables.Names, error) {
 	if opts.Schema == "" {
 		opts.Schema = "public"
 	}
@@ -81,8 +81,8 @@ func names(opts store.Options) (tables.Names, error) {
 
 // List returns the held keys f selects, longest held first, at most limit
 // (1 or more).
-func List(ctx context.Context, db store.DBTX, opts store.Options, f Filter, limit int) ([]Key, error) {
-	n, err := names(opts)
+func List(ctx context.Context, db store.DBTX, tables store.Tables, f Filter, limit int) ([]Key, error) {
+	n, err := names(tables)
 	if err != nil {
 		return nil, err
 	}
@@ -128,11 +128,11 @@ ORDER BY h.since, h.consumer, h.ordering_key LIMIT $3`, f.Consumer, f.Key, limit
 // once, its attempts from zero, and returns how many keys it changed; the
 // consumers' drains try them again at their next look. A zero Filter is
 // refused with [ErrNoSelection]: retry every key of a consumer by naming it.
-func Retry(ctx context.Context, db store.DBTX, opts store.Options, f Filter) (int64, error) {
+func Retry(ctx context.Context, db store.DBTX, tables store.Tables, f Filter) (int64, error) {
 	if f == (Filter{}) {
 		return 0, ErrNoSelection
 	}
-	n, err := names(opts)
+	n, err := names(tables)
 	if err != nil {
 		return 0, err
 	}
@@ -151,11 +151,11 @@ WHERE ($1 = '' OR consumer = $1) AND ($2 = '' OR ordering_key = $2) AND skip_mes
 // first waiting message: a skip meant for a message that was handled
 // meanwhile skips nothing, and a drain skips the message only while it is
 // still the first.
-func Skip(ctx context.Context, db store.DBTX, opts store.Options, consumer, key string, message uuid.UUID) (bool, error) {
+func Skip(ctx context.Context, db store.DBTX, tables store.Tables, consumer, key string, message uuid.UUID) (bool, error) {
 	if consumer == "" || key == "" || message == uuid.Nil {
 		return false, fmt.Errorf("heldkeys: %w: Skip needs a consumer, a key and the id of its first waiting message", store.ErrInvalidArgument)
 	}
-	n, err := names(opts)
+	n, err := names(tables)
 	if err != nil {
 		return false, err
 	}
@@ -172,8 +172,8 @@ WHERE consumer = $1 AND ordering_key = $2 AND (SELECT message_id FROM `+n.InboxW
 
 // Counts returns, per consumer that holds keys, how many it holds and how
 // many messages wait behind them, in consumer order.
-func Counts(ctx context.Context, db store.DBTX, opts store.Options) ([]Count, error) {
-	n, err := names(opts)
+func Counts(ctx context.Context, db store.DBTX, tables store.Tables) ([]Count, error) {
+	n, err := names(tables)
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func TestConsumer(t *testing.T) {
 	t.Parallel()
 	consumelayer.Run(t, consumelayer.Layer{
 		Driver: "pgx",
-		Consumer: func(t *testing.T, db *sql.DB, tables store.Options, w *enlist.Writer, h consumelayer.Handler) *consume.Consumer {
+		Consumer: func(t *testing.T, db *sql.DB, tables store.Tables, w *enlist.Writer, h consumelayer.Handler) *consume.Consumer {
 			bdb := bun.NewDB(db, pgdialect.New())
 			if w != nil {
 				bdb = bdb.WithQueryHook(relayerbun.NewHook(w))

@@ -32,7 +32,7 @@ func ExampleNewConsumer() {
 	c, err := relayerbun.NewConsumer(db, func(ctx context.Context, tx bun.Tx, m *relayer.Message) error {
 		_, err := tx.NewInsert().Model(&Invoice{OrderID: string(m.Body)}).Exec(ctx)
 		return err
-	}, consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	}, consume.Options{Name: "billing", Tables: store.Tables{Schema: "billing"}})
 	if err != nil {
 		log.Fatal(err)
 	}

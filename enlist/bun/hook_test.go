@@ -38,7 +38,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	sqldb := testdb.Open(t, "pgx")
 	schema := testdb.NewSchema(t)
-	opts := store.Options{Schema: schema}
+	opts := store.Tables{Schema: schema}
 	ctx := context.Background()
 	if _, err := store.Migrate(ctx, sqldb, opts); err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &enlisttest.Recorder{Opts: st.Options()}
+	rec := &enlisttest.Recorder{Opts: st.Tables()}
 	w, err := enlist.NewWriter(relayer.Outbox{Schema: schema, Routes: mustRoutes(t)}, enlist.Options{Listener: rec})
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func Example_inbox() {
 		log.Fatal(err)
 	}
 	db := bun.NewDB(sqldb, pgdialect.New())
-	ib, err := inbox.New(store.Options{Schema: "billing"})
+	ib, err := inbox.New(store.Tables{Schema: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}

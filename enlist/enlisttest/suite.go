@@ -34,13 +34,13 @@ const Lanes = 16
 
 // Recorder is a [enlist.CommitListener] that keeps every notification.
 type Recorder struct {
-	Opts    store.Options
+	Opts    store.Tables
 	mu      sync.Mutex
 	batches [][]relayer.Message
 }
 
-// StoreOptions implements enlist.CommitListener.
-func (r *Recorder) StoreOptions() store.Options { return r.Opts }
+// Tables implements enlist.CommitListener.
+func (r *Recorder) Tables() store.Tables { return r.Opts }
 
 // Committed implements enlist.CommitListener.
 func (r *Recorder) Committed(rows []relayer.Message) error {
@@ -77,7 +77,7 @@ func newEnv(t *testing.T, a Adapter) *env {
 	}
 	db := testdb.Open(t, driver)
 	schema := testdb.NewSchema(t)
-	opts := store.Options{Schema: schema, TablePrefix: "ob_"}
+	opts := store.Tables{Schema: schema, TablePrefix: "ob_"}
 	ctx := context.Background()
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func newEnv(t *testing.T, a Adapter) *env {
 	if err := relayer.AddType[Shipped](&routes, relayer.Route{Transport: "mem", Destination: "orders.shipped", Ordered: true}); err != nil {
 		t.Fatal(err)
 	}
-	rec := &Recorder{Opts: st.Options()}
+	rec := &Recorder{Opts: st.Tables()}
 	w, err := enlist.NewWriter(relayer.Outbox{Schema: schema, TablePrefix: "ob_", Routes: &routes, Lanes: Lanes}, enlist.Options{Listener: rec})
 	if err != nil {
 		t.Fatal(err)
@@ -557,7 +557,7 @@ func publishAfterEnd(t *testing.T, e *env) {
 // store.ErrSchemaOutdated, and the transaction writes nothing.
 func outdatedSchemaRefused(t *testing.T, e *env) {
 	ctx := context.Background()
-	opts := store.Options{Schema: e.schema, TablePrefix: "old_"}
+	opts := store.Tables{Schema: e.schema, TablePrefix: "old_"}
 	steps, err := store.Migrations(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 	sqlDB.SetMaxOpenConns(1)
 	ctx := context.Background()
 	schema := testdb.NewSchema(b)
-	if _, err := store.Migrate(ctx, sqlDB, store.Options{Schema: schema}); err != nil {
+	if _, err := store.Migrate(ctx, sqlDB, store.Tables{Schema: schema}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := sqlDB.Exec(`CREATE TABLE "` + schema + `".orders (id bigint PRIMARY KEY)`); err != nil {

@@ -30,7 +30,7 @@ func TestConsumer(t *testing.T) {
 	t.Parallel()
 	consumelayer.Run(t, consumelayer.Layer{
 		Driver: "pgx",
-		Consumer: func(t *testing.T, db *sql.DB, tables store.Options, w *enlist.Writer, h consumelayer.Handler) *consume.Consumer {
+		Consumer: func(t *testing.T, db *sql.DB, tables store.Tables, w *enlist.Writer, h consumelayer.Handler) *consume.Consumer {
 			var gdb *gorm.DB
 			if w != nil {
 				gdb = openGORM(t, db, w, gorm.Config{})

@@ -43,7 +43,7 @@ func (o *order) place() *order {
 // before the commit sees none; one after the commit sees every row that
 // committed (a rolled-back savepoint's rows may be named, and are never seen).
 type visibleRecorder struct {
-	opts    store.Options
+	opts    store.Tables
 	query   func(ids []string) (int, error)
 	mu      sync.Mutex
 	batches [][]relayer.Message
@@ -51,7 +51,7 @@ type visibleRecorder struct {
 	errs    []error
 }
 
-func (r *visibleRecorder) StoreOptions() store.Options { return r.opts }
+func (r *visibleRecorder) Tables() store.Tables { return r.opts }
 
 func (r *visibleRecorder) Committed(rows []relayer.Message) error {
 	n, err := r.query(messageIDs(rows))
@@ -113,7 +113,7 @@ func setup(t *testing.T, cfg gorm.Config) *env {
 	sqlDB := testdb.Open(t, "pgx")
 	sch := testdb.NewSchema(t)
 	ctx := context.Background()
-	opts := store.Options{Schema: sch, TablePrefix: "ob_"}
+	opts := store.Tables{Schema: sch, TablePrefix: "ob_"}
 	if _, err := store.Migrate(ctx, sqlDB, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func setup(t *testing.T, cfg gorm.Config) *env {
 	}
 	outbox := fmt.Sprintf(`"%s".ob_outbox`, sch)
 	rec := &visibleRecorder{
-		opts: store.Options{Schema: sch, TablePrefix: "ob_"},
+		opts: store.Tables{Schema: sch, TablePrefix: "ob_"},
 		query: func(ids []string) (n int, err error) {
 			err = sqlDB.QueryRow(`SELECT count(*) FROM `+outbox+` WHERE id = ANY($1::uuid[])`, "{"+strings.Join(ids, ",")+"}").Scan(&n)
 			return n, err

@@ -29,7 +29,7 @@ func ExampleNewConsumer() {
 	}
 	c, err := relayergorm.NewConsumer(db, func(ctx context.Context, tx *gorm.DB, m *relayer.Message) error {
 		return tx.Create(&Receipt{OrderID: string(m.Body)}).Error
-	}, consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	}, consume.Options{Name: "billing", Tables: store.Tables{Schema: "billing"}})
 	if err != nil {
 		log.Fatal(err)
 	}

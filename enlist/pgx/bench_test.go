@@ -37,7 +37,7 @@ func BenchmarkEnlistmentCost(b *testing.B) {
 	db.SetMaxOpenConns(1)
 	pool, pgxWrites := countingPool(b, 1)
 	schema := testdb.NewSchema(b)
-	if _, err := store.Migrate(ctx, db, store.Options{Schema: schema}); err != nil {
+	if _, err := store.Migrate(ctx, db, store.Tables{Schema: schema}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE "`+schema+`".orders (id bigint PRIMARY KEY)`); err != nil {

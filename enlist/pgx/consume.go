@@ -56,7 +56,7 @@ func (w *Writer) NewConsumer(db TxBeginner, handler func(ctx context.Context, tx
 		return nil, fmt.Errorf("%w: TxOptions: %w", consume.ErrInvalidOptions, err)
 	}
 	if opts.Tables.Schema == "" && opts.Tables.TablePrefix == "" {
-		opts.Tables = w.w.StoreOptions()
+		opts.Tables = w.w.Tables()
 	}
 	return consume.NewTx(func(ctx context.Context, o *sql.TxOptions) (*Tx, consume.Txn, error) {
 		po, err := pgxOptions(o)

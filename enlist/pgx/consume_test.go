@@ -40,7 +40,7 @@ func TestConsumer(t *testing.T) {
 	t.Parallel()
 	consumelayer.Run(t, consumelayer.Layer{
 		Driver: "pgx",
-		Consumer: func(t *testing.T, _ *sql.DB, tables store.Options, w *enlist.Writer, h consumelayer.Handler) *consume.Consumer {
+		Consumer: func(t *testing.T, _ *sql.DB, tables store.Tables, w *enlist.Writer, h consumelayer.Handler) *consume.Consumer {
 			pool := newPool(t)
 			opts := consume.Options{Name: "billing", Tables: tables, TxOptions: &sql.TxOptions{Isolation: sql.LevelReadCommitted}}
 			var c *consume.Consumer

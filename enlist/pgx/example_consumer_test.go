@@ -24,7 +24,7 @@ func ExampleNewConsumer() {
 	c, err := relayerpgx.NewConsumer(pool, func(ctx context.Context, tx pgx.Tx, m *relayer.Message) error {
 		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, string(m.Body))
 		return err
-	}, consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	}, consume.Options{Name: "billing", Tables: store.Tables{Schema: "billing"}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func Example() {
 		Routes:     &routes,
 		Transports: map[string]relayer.Transport{"broker": broker},
 	}
-	if _, err := store.Migrate(ctx, db, store.OptionsOf(outbox)); err != nil {
+	if _, err := store.Migrate(ctx, db, store.TablesOf(outbox)); err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Exec(ctx, `DROP SCHEMA `+outbox.Schema+` CASCADE`) // this run's own; a service keeps its tables

@@ -34,10 +34,10 @@ func outbox(t *testing.T, db *sql.DB) (relayer.Outbox, *enlist.Writer, *enlistte
 		t.Fatal(err)
 	}
 	ob := relayer.Outbox{Schema: testdb.NewSchema(t), Routes: &routes, Lanes: enlisttest.Lanes}
-	if _, err := store.Migrate(context.Background(), db, store.OptionsOf(ob)); err != nil {
+	if _, err := store.Migrate(context.Background(), db, store.TablesOf(ob)); err != nil {
 		t.Fatal(err)
 	}
-	rec := &enlisttest.Recorder{Opts: store.OptionsOf(ob)}
+	rec := &enlisttest.Recorder{Opts: store.TablesOf(ob)}
 	w, err := enlist.NewWriter(ob, enlist.Options{Listener: rec})
 	if err != nil {
 		t.Fatal(err)

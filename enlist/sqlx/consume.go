@@ -39,7 +39,7 @@ func (w *Writer) NewConsumer(db *sqlx.DB, handler func(ctx context.Context, tx *
 		return nil, errors.New("relayersqlx: NewConsumer: nil *sqlx.DB")
 	}
 	if opts.Tables.Schema == "" && opts.Tables.TablePrefix == "" {
-		opts.Tables = w.w.StoreOptions()
+		opts.Tables = w.w.Tables()
 	}
 	return consume.NewTx(func(ctx context.Context, o *sql.TxOptions) (*Tx, consume.Txn, error) {
 		tx, err := w.Beginx(ctx, db, o)

@@ -38,7 +38,7 @@ func TestConsumer(t *testing.T) {
 	t.Parallel()
 	consumelayer.Run(t, consumelayer.Layer{
 		Driver: "pgx",
-		Consumer: func(t *testing.T, db *sql.DB, tables store.Options, w *enlist.Writer, h consumelayer.Handler) *consume.Consumer {
+		Consumer: func(t *testing.T, db *sql.DB, tables store.Tables, w *enlist.Writer, h consumelayer.Handler) *consume.Consumer {
 			xdb := sqlx.NewDb(db, "pgx")
 			opts := consume.Options{Name: "billing", Tables: tables}
 			var c *consume.Consumer

@@ -20,7 +20,7 @@ func ExampleNewConsumer() {
 		_, err := tx.NamedExecContext(ctx, `INSERT INTO invoices (order_id) VALUES (:order_id)`,
 			map[string]any{"order_id": string(m.Body)})
 		return err
-	}, consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	}, consume.Options{Name: "billing", Tables: store.Tables{Schema: "billing"}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 // *sqlx.Tx: the invoice and the inbox record commit together.
 func Example_inbox() {
 	db := sqlx.MustOpen("pgx", "postgres://localhost/billing")
-	ib, err := inbox.New(store.Options{Schema: "billing"})
+	ib, err := inbox.New(store.Tables{Schema: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func TestSqlxMethodsKeepTheirMeaning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Migrate(ctx, db.DB, store.Options{Schema: schema}); err != nil {
+	if _, err := store.Migrate(ctx, db.DB, store.Tables{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	type customer struct {

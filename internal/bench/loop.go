@@ -52,7 +52,7 @@ func (Loop) Runs(scenario string) bool { return scenario != ScenarioOrdered }
 // New implements [Contender].
 func (Loop) New(ctx context.Context, env Env) (Instance, error) {
 	outbox := relayer.Outbox{Schema: env.Schema, TablePrefix: env.Prefix}
-	if _, err := store.Migrate(ctx, env.DB, store.OptionsOf(outbox)); err != nil {
+	if _, err := store.Migrate(ctx, env.DB, store.TablesOf(outbox)); err != nil {
 		return nil, err
 	}
 	hdrs, err := headers.Encode(append([]headers.Header{{Name: relayer.HeaderContentType, Value: []byte("application/octet-stream")}}, env.Headers...))

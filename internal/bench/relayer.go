@@ -103,7 +103,7 @@ func (c relayerPath) New(ctx context.Context, env Env) (Instance, error) {
 	}
 	outbox := relayer.Outbox{Schema: env.Schema, TablePrefix: env.Prefix, Routes: routes,
 		Transports: map[string]relayer.Transport{"bench": env.Sink}, Serializer: raw{}}
-	if _, err := store.Migrate(ctx, env.DB, store.OptionsOf(outbox)); err != nil {
+	if _, err := store.Migrate(ctx, env.DB, store.TablesOf(outbox)); err != nil {
 		return nil, err
 	}
 	opts := dispatch.RunnerOptions{DisableCleanup: true, Logger: quiet}
@@ -140,7 +140,7 @@ func (c relayerPath) New(ctx context.Context, env Env) (Instance, error) {
 	}
 	switch {
 	case env.Committed != nil:
-		wopts.Listener = &stamper{next: next, committed: env.Committed, opts: runner.StoreOptions()}
+		wopts.Listener = &stamper{next: next, committed: env.Committed, opts: runner.Tables()}
 	case next != nil:
 		wopts.Listener = next
 	}
@@ -298,7 +298,7 @@ func (in *relayerInstance) Stop(ctx context.Context) error { return in.runner.St
 func (in *relayerInstance) Err() error                     { return nil }
 
 func (in *relayerInstance) Backlog(ctx context.Context) (int64, error) {
-	st, err := store.New(in.env.DB, store.OptionsOf(in.outbox))
+	st, err := store.New(in.env.DB, store.TablesOf(in.outbox))
 	if err != nil {
 		return 0, err
 	}
@@ -311,10 +311,10 @@ func (in *relayerInstance) Backlog(ctx context.Context) (int64, error) {
 type stamper struct {
 	next      enlist.CommitListener // nil: none
 	committed func(time.Time, []uuid.UUID)
-	opts      store.Options
+	opts      store.Tables
 }
 
-func (s *stamper) StoreOptions() store.Options { return s.opts }
+func (s *stamper) Tables() store.Tables { return s.opts }
 
 // SendsCommitted tells the writer whether the next listener sends rows
 // itself (enlist.Sender).

@@ -16,7 +16,7 @@ import (
 // pauses (the inbox stays): every pending message is lost. It is for demos
 // and test environments that start each run from nothing, never for a live
 // outbox.
-func Reset(ctx context.Context, db *sql.DB, opts store.Options) error {
+func Reset(ctx context.Context, db *sql.DB, opts store.Tables) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ type Names struct {
 
 // Of returns the names of the outbox tables in schema whose names start with
 // prefix. Both must have been validated as plain lowercase identifiers
-// (store.Options.Validate): they are quoted, not escaped.
+// (store.Tables.Validate): they are quoted, not escaped.
 func Of(schema, prefix string) Names {
 	q := func(s string) string { return `"` + s + `"` }
 	t := func(name string) string { return q(schema) + "." + q(prefix+name) }

@@ -117,7 +117,7 @@ func emptyAnalyzedOutbox(t *testing.T) (*sql.DB, *Store) {
 	t.Helper()
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "plan_"}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "plan_"}
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +264,9 @@ func TestOrderedSessionsPlanWithIndexes(t *testing.T) {
 		ids   = `'{0190a000-0000-7000-8000-000000000000,0190a000-0000-7000-8000-000000000001}'`
 		texts = `'{a,b}'`
 	)
-	pkey := s.Options().TablePrefix + "outbox_pkey"
-	laneIdx := s.Options().TablePrefix + "outbox_lane_pending_idx"
-	xactIdx := s.Options().TablePrefix + "outbox_lane_xact_idx"
+	pkey := s.Tables().TablePrefix + "outbox_pkey"
+	laneIdx := s.Tables().TablePrefix + "outbox_lane_pending_idx"
+	xactIdx := s.Tables().TablePrefix + "outbox_lane_xact_idx"
 	// value is what a plan made for the arguments, not generically, shows.
 	statements := []struct{ name, sql, args, index, value string }{
 		{"laneProbe", s.q.laneProbe, probeArgs(laneRead4, token), laneIdx, "{0,1,2,3}"},
@@ -378,8 +378,8 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				now  = `'2030-01-01T00:00:00Z'`
 				text = `'{a,b}'`
 			)
-			pkey := s.Options().TablePrefix + "outbox_pkey"
-			laneIdx := s.Options().TablePrefix + "outbox_lane_pending_idx"
+			pkey := s.Tables().TablePrefix + "outbox_pkey"
+			laneIdx := s.Tables().TablePrefix + "outbox_lane_pending_idx"
 			statements := []struct{ name, sql, args, index string }{
 				{"completeBatch", stable["completeBatch"], ids.String() + ", " + id + ", " + now, pkey},
 				{"laneDelete", s.q.laneDelete, ids.String() + ", " + id, pkey},
@@ -390,17 +390,17 @@ func TestHotStatementsProbeWhateverTheStatistics(t *testing.T) {
 				{"claimBatch", stable["claimBatch"], ids.String() + ", " + id + ", " + now + ", " + now, pkey},
 				{"takeIDs", s.q.takeIDs, ids.String() + ", " + now, pkey},
 				{"laneHeads", s.q.laneHeads, laneRead1, laneIdx},
-				{"laneHeadsXact", s.q.laneHeads, laneRead1, s.Options().TablePrefix + "outbox_lane_xact_idx"},
+				{"laneHeadsXact", s.q.laneHeads, laneRead1, s.Tables().TablePrefix + "outbox_lane_xact_idx"},
 				{"laneHeadsUnprobed", s.q.laneHeadsUnprobed, laneRead1, laneIdx},
-				{"laneHeadsUnprobedXact", s.q.laneHeadsUnprobed, laneRead1, s.Options().TablePrefix + "outbox_lane_xact_idx"},
+				{"laneHeadsUnprobedXact", s.q.laneHeadsUnprobed, laneRead1, s.Tables().TablePrefix + "outbox_lane_xact_idx"},
 				{"readLane", stable["readLane"], "3, " + id + ", " + now + ", 100", laneIdx},
 				{"laneProbe", s.q.laneProbe, probeArgs(laneRead1, id), laneIdx},
-				{"laneProbeXact", s.q.laneProbe, probeArgs(laneRead1, id), s.Options().TablePrefix + "outbox_lane_xact_idx"},
+				{"laneProbeXact", s.q.laneProbe, probeArgs(laneRead1, id), s.Tables().TablePrefix + "outbox_lane_xact_idx"},
 			}
 			for _, st := range statements {
 				exec(t, worker, `PREPARE `+st.name+` AS `+st.sql)
 				plan := longArray.ReplaceAllString(explain(t, worker, st.name, st.args), "'{…}'")
-				if strings.Contains(plan, "Seq Scan on "+s.Options().TablePrefix+"outbox") {
+				if strings.Contains(plan, "Seq Scan on "+s.Tables().TablePrefix+"outbox") {
 					t.Errorf("%s scans the outbox:\n%s", st.name, plan)
 				}
 				if !strings.Contains(plan, st.index) {
@@ -487,8 +487,8 @@ func TestOrderedReadsFollowTheLaneIndexOnABacklog(t *testing.T) {
 	// Whatever a plan's estimate, JIT would compile it.
 	exec(t, conn, `SET jit_above_cost = 0`)
 	token := `'0190a000-0000-7000-8000-00000000000f'`
-	pkey := s.Options().TablePrefix + "outbox_pkey"
-	laneIdx := s.Options().TablePrefix + "outbox_lane_pending_idx"
+	pkey := s.Tables().TablePrefix + "outbox_pkey"
+	laneIdx := s.Tables().TablePrefix + "outbox_lane_pending_idx"
 	for _, st := range []struct{ name, sql, args string }{
 		{"laneHeads", s.q.laneHeads, laneRead4},
 		{"laneProbe", s.q.laneProbe, probeArgs(laneRead4, token)},
@@ -509,7 +509,7 @@ func TestOrderedReadsFollowTheLaneIndexOnABacklog(t *testing.T) {
 
 // namesOf returns the names of s's tables.
 func namesOf(s *Store) tables.Names {
-	return tables.Of(s.Options().Schema, s.Options().TablePrefix)
+	return tables.Of(s.Tables().Schema, s.Tables().TablePrefix)
 }
 
 // recorder is a database handle that records the statement it is given

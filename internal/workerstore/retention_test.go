@@ -27,7 +27,7 @@ type retentionFixture struct {
 func newRetentionFixture(t *testing.T, driver, prefix string) *retentionFixture {
 	t.Helper()
 	db := testdb.Open(t, driver)
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: prefix}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: prefix}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestDeleteBeforeSkipsLockedRows(t *testing.T) {
 
 func TestDeleteBeforeRejectsInvalidArguments(t *testing.T) {
 	t.Parallel()
-	s, err := New(&recorder{}, store.Options{})
+	s, err := New(&recorder{}, store.Tables{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,12 +77,12 @@ type Store struct {
 
 // New returns a store for the outbox named by opts, running statements on
 // db, as store.New does.
-func New(db store.DBTX, opts store.Options) (*Store, error) {
+func New(db store.DBTX, opts store.Tables) (*Store, error) {
 	base, err := store.New(db, opts)
 	if err != nil {
 		return nil, err
 	}
-	n := tables.Of(base.Options().Schema, base.Options().TablePrefix)
+	n := tables.Of(base.Tables().Schema, base.Tables().TablePrefix)
 	return &Store{Store: base, db: db, q: buildQueries(n), rq: buildRetentionQueries(n), pq: buildPauseQueries(n),
 		aq: buildActivityQueries(n), freshBytes: storesql.FreshBytes(db)}, nil
 }

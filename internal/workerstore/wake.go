@@ -9,7 +9,7 @@ import (
 )
 
 // Notify wakes the workers that listen to the outbox's wake-up channel
-// (store.Options.WakeChannel), in other processes too. Run it outside
+// (store.Tables.WakeChannel), in other processes too. Run it outside
 // business transactions: a NOTIFY takes a lock, held until its transaction
 // commits, that serializes every notifying commit of the database.
 //
@@ -23,6 +23,6 @@ func (s *Store) Notify(ctx context.Context, from uuid.UUID) error {
 	if from != uuid.Nil {
 		payload = from.String()
 	}
-	_, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, s.Options().WakeChannel(), payload)
+	_, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, s.Tables().WakeChannel(), payload)
 	return storesql.Wrap(ctx, "notify", err)
 }

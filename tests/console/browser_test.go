@@ -213,7 +213,7 @@ func traffic(ctx context.Context, t *testing.T, fx *consolefixture.Fixture) {
 func TestConsoleInBrowser(t *testing.T) {
 	b := newBrowser(t)
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "billing_"}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "billing_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}

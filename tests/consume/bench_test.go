@@ -170,9 +170,9 @@ func BenchmarkConsume(b *testing.B) {
 
 // benchDatabase is a schema of the benchmark's own with the outbox tables
 // (the inbox among them) and the effects table.
-func benchDatabase(b *testing.B) (*sql.DB, store.Options) {
+func benchDatabase(b *testing.B) (*sql.DB, store.Tables) {
 	db := testdb.Open(b, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(b), TablePrefix: "c_"}
+	tables := store.Tables{Schema: testdb.NewSchema(b), TablePrefix: "c_"}
 	ctx := context.Background()
 	if _, err := store.Migrate(ctx, db, tables); err != nil {
 		b.Fatal(err)
@@ -207,7 +207,7 @@ func publish(b *testing.B, r rig, n, keys int) {
 
 // handwritten is the transaction a consumer writes by hand: the inbox
 // record, the effect when the id is new, the commit.
-func handwritten(ctx context.Context, db *sql.DB, tables store.Options, id uuid.UUID) error {
+func handwritten(ctx context.Context, db *sql.DB, tables store.Tables, id uuid.UUID) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -52,10 +52,10 @@ type processConfig struct {
 	Addr string `json:"addr"`
 	// Source is the stream's durable consumer (NATS), the queue (RabbitMQ)
 	// or the topic (Kafka) consumed.
-	Source string        `json:"source"`
-	Stream string        `json:"stream,omitempty"`
-	Dead   string        `json:"dead"`
-	Tables store.Options `json:"tables"`
+	Source string       `json:"source"`
+	Stream string       `json:"stream,omitempty"`
+	Dead   string       `json:"dead"`
+	Tables store.Tables `json:"tables"`
 	// KillAfter is the commit after which the process kills itself; 0:
 	// never.
 	KillAfter int `json:"kill_after"`
@@ -157,7 +157,7 @@ func TestConsumerProcess(t *testing.T) {
 }
 
 // effects names the consumer's effects table.
-func effects(tables store.Options) string { return `"` + tables.Schema + `".effects` }
+func effects(tables store.Tables) string { return `"` + tables.Schema + `".effects` }
 
 // rig is a broker under the kill test: its transport, and the process
 // configuration of its consumer.
@@ -192,7 +192,7 @@ func TestKillBetweenCommitAndAcknowledgement(t *testing.T) {
 func killBetweenCommitAndAcknowledgement(t *testing.T, r rig) {
 	const n, minKills = 300, 8
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+	tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
 	ctx := context.Background()
 	if _, err := store.Migrate(ctx, db, tables); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func (step) MessageType() string { return "order.Step" }
 
 // orderedEffects names the table of the order test's effects: each one's
 // key and step, in the order they committed (seq).
-func orderedEffects(tables store.Options) string { return `"` + tables.Schema + `".ordered_effects` }
+func orderedEffects(tables store.Tables) string { return `"` + tables.Schema + `".ordered_effects` }
 
 // quiet is a logger that drops everything.
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -67,7 +67,7 @@ func orderEndToEnd(t *testing.T, r rig, relayBin string) {
 	const keys, steps, minKills = 10, 20, 4
 	ctx := context.Background()
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "o_"}
+	tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "o_"}
 	// The producers' outbox and the consumer's inbox share the database and
 	// the schema, as a service consuming its own events would.
 	routes := &relayer.Routes{}
@@ -96,7 +96,7 @@ func orderEndToEnd(t *testing.T, r rig, relayBin string) {
 	// lanes before the first commit.
 	relay := startRelay(t, relayBin, tables, relayURL(r.cfg), "order-relay-1")
 	relayLanes := func() (n int) {
-		if err := db.QueryRow(`SELECT count(*) FROM "`+tables.Schema+`".o_relayer_leases WHERE owner LIKE 'order-relay-%' AND expires_at > now()`).Scan(&n); err != nil {
+		if err := db.QueryRow(`SELECT count(*) FROM "` + tables.Schema + `".o_relayer_leases WHERE owner LIKE 'order-relay-%' AND expires_at > now()`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

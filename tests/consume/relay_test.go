@@ -43,7 +43,7 @@ type relayProcess struct {
 
 // startRelay starts `relayer run` on the outbox tables, with one
 // transport named "broker" at brokerURL, under the relay name name.
-func startRelay(t *testing.T, bin string, tables store.Options, brokerURL, name string) *relayProcess {
+func startRelay(t *testing.T, bin string, tables store.Tables, brokerURL, name string) *relayProcess {
 	t.Helper()
 	p := &relayProcess{name: name, logs: &syncbuf.Buffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin, "run", "--database-url", testdb.URL(t), "--schema", tables.Schema, "--prefix", tables.TablePrefix,

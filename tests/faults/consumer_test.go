@@ -62,7 +62,7 @@ func (s *system) consumeEffects(ctx context.Context, ds []delivery) effects {
 	c, err := consume.New(db, func(ctx context.Context, tx *consume.Tx, m *relayer.Message) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id) VALUES ($1)`, m.ID)
 		return err
-	}, consume.Options{Name: "faults-consumer", Tables: store.OptionsOf(s.outbox)})
+	}, consume.Options{Name: "faults-consumer", Tables: store.TablesOf(s.outbox)})
 	must(s.t, err)
 	start := time.Now()
 	order := rand.Perm(len(ds))
@@ -178,7 +178,7 @@ func (s *system) consumeInOrder(ctx context.Context, ds []delivery) (outOfOrder,
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (message_id, key) VALUES ($1, $2)`, m.ID, m.Key)
 		return err
-	}, consume.Options{Name: "faults-ordered", Tables: store.OptionsOf(s.outbox),
+	}, consume.Options{Name: "faults-ordered", Tables: store.TablesOf(s.outbox),
 		Retry: relayer.Retry{MaxAttempts: 100, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}})
 	must(s.t, err)
 	stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: stageDeadLetters{s}, Poll: 20 * time.Millisecond})

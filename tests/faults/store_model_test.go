@@ -58,7 +58,7 @@ type storeModel struct {
 func TestStoreContractAgainstModel(t *testing.T) {
 	db := testdb.Open(t, "pgx")
 	schema := testdb.NewSchema(t)
-	opts := store.Options{Schema: schema}
+	opts := store.Tables{Schema: schema}
 	_, err := store.Migrate(context.Background(), db, opts)
 	must(t, err)
 	st, err := workerstore.New(db, opts)

@@ -118,12 +118,12 @@ type worker struct {
 // running worker's Runner, so that workers can come and go under one
 // writer. With none running, recovery finds the rows.
 type relay struct {
-	opts    store.Options
+	opts    store.Tables
 	mu      sync.Mutex
 	runners []*dispatch.Runner
 }
 
-func (r *relay) StoreOptions() store.Options { return r.opts }
+func (r *relay) Tables() store.Tables { return r.opts }
 
 func (r *relay) Committed(rows []relayer.Message) error {
 	r.mu.Lock()
@@ -169,14 +169,14 @@ func newSystemOn(t *testing.T, dbURL, schema string) *system {
 	s.db = s.open(t, "producers")
 	s.db.SetMaxOpenConns(24)
 	ctx := context.Background()
-	_, err := store.Migrate(ctx, s.db, store.OptionsOf(s.outbox))
+	_, err := store.Migrate(ctx, s.db, store.TablesOf(s.outbox))
 	must(t, err)
 	s.orders = s.schema + ".orders"
 	_, err = s.db.Exec(`CREATE TABLE ` + s.orders + ` (id bigserial PRIMARY KEY, note text NOT NULL)`)
 	must(t, err)
-	s.st, err = workerstore.New(s.db, store.OptionsOf(s.outbox))
+	s.st, err = workerstore.New(s.db, store.TablesOf(s.outbox))
 	must(t, err)
-	s.relay = &relay{opts: store.OptionsOf(s.outbox)}
+	s.relay = &relay{opts: store.TablesOf(s.outbox)}
 	s.writer, err = enlist.NewWriter(s.outbox, enlist.Options{Listener: s.relay})
 	must(t, err)
 	s.sqlxDB = sqlx.NewDb(s.db, "pgx")

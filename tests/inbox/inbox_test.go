@@ -278,7 +278,7 @@ func TestHandleRejectsInvalidArgumentsAndNonTransactions(t *testing.T) {
 	if err := b.DB.QueryRow(`SELECT count(*) FROM "` + b.Inbox.Options().Schema + `".ib_inbox`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("inbox rows after invalid calls: %d, %v", n, err)
 	}
-	if _, err := inbox.New(store.Options{Schema: "Bad-Schema"}); !errors.Is(err, store.ErrInvalidOptions) {
+	if _, err := inbox.New(store.Tables{Schema: "Bad-Schema"}); !errors.Is(err, store.ErrInvalidOptions) {
 		t.Errorf("New with a bad schema = %v, want ErrInvalidOptions", err)
 	}
 }

@@ -291,7 +291,7 @@ func sideBySide(t *testing.T, rel releases) {
 	db, err := sql.Open("pgx", testdb.URL(t))
 	must(t, err)
 	t.Cleanup(func() { db.Close() })
-	st, err := workerstore.New(db, store.OptionsOf(outbox))
+	st, err := workerstore.New(db, store.TablesOf(outbox))
 	must(t, err)
 
 	var workers []*worker

@@ -50,7 +50,7 @@ func TestWrapHandlerLinksToTheCreationContext(t *testing.T) {
 	sent := b.mem.Messages("orders")[0]
 
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t)}
+	tables := store.Tables{Schema: testdb.NewSchema(t)}
 	if _, err := store.Migrate(context.Background(), db, tables); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestConsumerMetrics(t *testing.T) {
 	t.Parallel()
 	mb := setupMeter(t)
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t)}
+	tables := store.Tables{Schema: testdb.NewSchema(t)}
 	if _, err := store.Migrate(context.Background(), db, tables); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestObserveHeldKeys(t *testing.T) {
 	t.Parallel()
 	mb := setupMeter(t)
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "hk_"}
+	tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "hk_"}
 	if _, err := store.Migrate(context.Background(), db, tables); err != nil {
 		t.Fatal(err)
 	}

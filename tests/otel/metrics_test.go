@@ -282,7 +282,7 @@ func TestObserveRunner(t *testing.T) {
 	t.Parallel()
 	db, _, _ := storeOutbox(t)
 	schema := testdb.NewSchema(t)
-	if _, err := store.Migrate(context.Background(), db, store.Options{Schema: schema}); err != nil {
+	if _, err := store.Migrate(context.Background(), db, store.Tables{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	var routes relayer.Routes
@@ -384,7 +384,7 @@ func TestObserveCleanup(t *testing.T) {
 func storeOutbox(t *testing.T) (*sql.DB, *workerstore.Store, string) {
 	t.Helper()
 	db := testdb.Open(t, "pgx")
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "obs_"}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "obs_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +500,7 @@ func TestObserveStore(t *testing.T) {
 	if _, err := relayerotel.ObserveStore(mb2.mp.Meter("test"), st.Store, ""); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"relayer.outbox": st.Options().Schema + ".obs_outbox"}
+	want := map[string]string{"relayer.outbox": st.Tables().Schema + ".obs_outbox"}
 	if got, ok := total(t, mb2.mustCollect(t), relayerotel.MetricBacklog, want); !ok || got != 2 {
 		t.Errorf("backlog under the default name = %d (reported %v), want 2", got, ok)
 	}

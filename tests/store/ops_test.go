@@ -50,7 +50,7 @@ func TestOperatorReads(t *testing.T) {
 		if err := b.store.PublishPauses(ctx, token, "w", []store.Pause{{Transport: "t", Destination: "d", Since: time.Now(), NextProbe: time.Now()}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := outboxtool.Reset(ctx, b.db, b.store.Options()); err != nil {
+		if err := outboxtool.Reset(ctx, b.db, b.store.Tables()); err != nil {
 			t.Fatal(err)
 		}
 		if leases, _ := b.store.LiveLeases(ctx); len(leases) != 0 {

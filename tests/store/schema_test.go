@@ -57,7 +57,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	totals := make(chan int, 8)
 	for i := range 8 {
 		wg.Go(func() {
-			opts := store.Options{Schema: fresh, TablePrefix: []string{"a_", "b_"}[i%2]}
+			opts := store.Tables{Schema: fresh, TablePrefix: []string{"a_", "b_"}[i%2]}
 			applied, err := store.Migrate(context.Background(), db, opts)
 			errs <- err
 			totals <- len(applied)
@@ -75,7 +75,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	for n := range totals {
 		sum += n
 	}
-	steps, _ := store.Migrations(store.Options{})
+	steps, _ := store.Migrations(store.Tables{})
 	if sum != 2*len(steps) {
 		t.Errorf("steps applied across all runs = %d, want each step once per outbox (%d)", sum, 2*len(steps))
 	}
@@ -86,7 +86,7 @@ func TestMigrateConcurrently(t *testing.T) {
 func TestSchemaSQL(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, b *bundle) {
-		opts := store.Options{Schema: b.opts.Schema, TablePrefix: "tool_"}
+		opts := store.Tables{Schema: b.opts.Schema, TablePrefix: "tool_"}
 		script, err := store.SchemaSQL(opts)
 		if err != nil {
 			t.Fatal(err)
@@ -176,7 +176,7 @@ func TestMigrationDropsTheOutboxChecks(t *testing.T) {
 func dropsTheOutboxChecks(t *testing.T, b *bundle, prefix string) {
 	t.Helper()
 	ctx := context.Background()
-	opts := store.Options{Schema: b.opts.Schema, TablePrefix: prefix}
+	opts := store.Tables{Schema: b.opts.Schema, TablePrefix: prefix}
 	steps, err := store.Migrations(opts)
 	must(t, err)
 	for _, step := range steps {
@@ -215,7 +215,7 @@ func dropsTheOutboxChecks(t *testing.T, b *bundle, prefix string) {
 	if v, err := st.CheckSchema(ctx); v != store.MinSchemaVersion || err != nil {
 		t.Errorf("CheckSchema at migration %d: %d, %v; want no error", store.MinSchemaVersion, v, err)
 	}
-	if err := statementsOf(t, st.Options()).CheckSchema(ctx, exec, true); err != nil {
+	if err := statementsOf(t, st.Tables()).CheckSchema(ctx, exec, true); err != nil {
 		t.Errorf("the writers' schema check at migration %d: %v, want no error", store.MinSchemaVersion, err)
 	}
 	applied, err := store.Migrate(ctx, b.db, opts)

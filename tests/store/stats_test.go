@@ -28,7 +28,7 @@ type statsOutbox struct {
 func newStatsOutbox(t *testing.T, driver string) *statsOutbox {
 	t.Helper()
 	db := testdb.Open(t, driver)
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "st_"}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "st_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -227,7 +227,7 @@ func TestStatsErrors(t *testing.T) {
 		t.Fatalf("Stats with a cancelled context = %+v, %v; want context.Canceled", st, err)
 	}
 
-	missing, err := workerstore.New(o.db, store.Options{Schema: "no_such_schema_for_stats"})
+	missing, err := workerstore.New(o.db, store.Tables{Schema: "no_such_schema_for_stats"})
 	if err != nil {
 		t.Fatal(err)
 	}

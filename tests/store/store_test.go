@@ -27,7 +27,7 @@ type bundle struct {
 	driver string // the database/sql driver's name
 	db     *sql.DB
 	store  *workerstore.Store
-	opts   store.Options
+	opts   store.Tables
 	t0     time.Time // a fixed instant the test reasons from
 	// heldKeys are the keys a laneRound's settle held (parked, or made wait
 	// for a retry), for the cursor's digest; laneRound takes them.
@@ -37,7 +37,7 @@ type bundle struct {
 func setup(t *testing.T, driver string) *bundle {
 	t.Helper()
 	db := testdb.Open(t, driver)
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "orders_"}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "orders_"}
 	ctx := context.Background()
 	if _, err := store.Migrate(ctx, db, opts); err != nil {
 		t.Fatalf("Migrate: %v", err)
@@ -149,23 +149,23 @@ func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("a", 64)
 	for _, tc := range []struct {
-		opts  store.Options
+		opts  store.Tables
 		field string // "" when valid
 	}{
-		{store.Options{}, ""},
-		{store.Options{Schema: "messaging", TablePrefix: "orders_"}, ""},
-		{store.Options{Schema: "_x9", TablePrefix: "_"}, ""},
-		{store.Options{Schema: strings.Repeat("s", 63), TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen)}, ""},
-		{store.Options{Schema: "Messaging"}, "Schema"},
-		{store.Options{Schema: `x"; DROP TABLE users; --`}, "Schema"},
-		{store.Options{Schema: "9lives"}, "Schema"},
-		{store.Options{Schema: "a-b"}, "Schema"},
-		{store.Options{Schema: long}, "Schema"},
-		{store.Options{Schema: "pg_temp"}, "Schema"},
-		{store.Options{Schema: "ok", TablePrefix: "orders."}, "TablePrefix"},
-		{store.Options{TablePrefix: `"x`}, "TablePrefix"},
-		{store.Options{TablePrefix: "é_"}, "TablePrefix"},
-		{store.Options{TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen+1)}, "TablePrefix"},
+		{store.Tables{}, ""},
+		{store.Tables{Schema: "messaging", TablePrefix: "orders_"}, ""},
+		{store.Tables{Schema: "_x9", TablePrefix: "_"}, ""},
+		{store.Tables{Schema: strings.Repeat("s", 63), TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen)}, ""},
+		{store.Tables{Schema: "Messaging"}, "Schema"},
+		{store.Tables{Schema: `x"; DROP TABLE users; --`}, "Schema"},
+		{store.Tables{Schema: "9lives"}, "Schema"},
+		{store.Tables{Schema: "a-b"}, "Schema"},
+		{store.Tables{Schema: long}, "Schema"},
+		{store.Tables{Schema: "pg_temp"}, "Schema"},
+		{store.Tables{Schema: "ok", TablePrefix: "orders."}, "TablePrefix"},
+		{store.Tables{TablePrefix: `"x`}, "TablePrefix"},
+		{store.Tables{TablePrefix: "é_"}, "TablePrefix"},
+		{store.Tables{TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen+1)}, "TablePrefix"},
 	} {
 		err := tc.opts.Validate()
 		if tc.field == "" {
@@ -189,13 +189,13 @@ func TestOptionsValidate(t *testing.T) {
 func TestNilDB(t *testing.T) {
 	t.Parallel()
 	var db *sql.DB
-	if _, err := workerstore.New(db, store.Options{}); !errors.Is(err, store.ErrNilDB) {
+	if _, err := workerstore.New(db, store.Tables{}); !errors.Is(err, store.ErrNilDB) {
 		t.Errorf("New(nil *sql.DB) = %v, want ErrNilDB", err)
 	}
-	if _, err := workerstore.New(nil, store.Options{}); !errors.Is(err, store.ErrNilDB) {
+	if _, err := workerstore.New(nil, store.Tables{}); !errors.Is(err, store.ErrNilDB) {
 		t.Errorf("New(nil) = %v, want ErrNilDB", err)
 	}
-	if _, err := store.Migrate(context.Background(), nil, store.Options{}); !errors.Is(err, store.ErrNilDB) {
+	if _, err := store.Migrate(context.Background(), nil, store.Tables{}); !errors.Is(err, store.ErrNilDB) {
 		t.Errorf("Migrate(nil) = %v, want ErrNilDB", err)
 	}
 }
@@ -206,7 +206,7 @@ func TestNilDB(t *testing.T) {
 func TestIdentifierLengths(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "pgx")
-	opts := store.Options{Schema: b.opts.Schema, TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen)}
+	opts := store.Tables{Schema: b.opts.Schema, TablePrefix: strings.Repeat("p", store.TablePrefixMaxLen)}
 	if _, err := store.Migrate(context.Background(), b.db, opts); err != nil {
 		t.Fatalf("Migrate with the longest prefix: %v", err)
 	}

@@ -27,7 +27,7 @@ func TestCheckSchema(t *testing.T) {
 		}
 		check := func(st *workerstore.Store) (int, error, error, error) {
 			v, err := st.CheckSchema(ctx)
-			return v, err, statementsOf(t, st.Options()).CheckSchema(ctx, exec, false), statementsOf(t, st.Options()).CheckSchema(ctx, exec, true)
+			return v, err, statementsOf(t, st.Tables()).CheckSchema(ctx, exec, false), statementsOf(t, st.Tables()).CheckSchema(ctx, exec, true)
 		}
 
 		v, err, with, strict := check(b.store)
@@ -37,7 +37,7 @@ func TestCheckSchema(t *testing.T) {
 
 		// No tables at all, then only the first migration (an upgrade
 		// whose migrations were not run), applied as a migration tool would.
-		opts := store.Options{Schema: b.opts.Schema, TablePrefix: "old_"}
+		opts := store.Tables{Schema: b.opts.Schema, TablePrefix: "old_"}
 		old, err := workerstore.New(b.db, opts)
 		must(t, err)
 		for _, step := range []int{0, 1} {
@@ -74,7 +74,7 @@ func TestCheckSchema(t *testing.T) {
 
 // SchemaVersion is the newest migration step.
 func TestSchemaVersionIsTheNewestStep(t *testing.T) {
-	steps, err := store.Migrations(store.Options{})
+	steps, err := store.Migrations(store.Tables{})
 	must(t, err)
 	if last := steps[len(steps)-1].Version; last != store.SchemaVersion {
 		t.Errorf("the newest step is %d, SchemaVersion %d", last, store.SchemaVersion)
@@ -109,7 +109,7 @@ func TestCheckSchemaSeesMissingObjects(t *testing.T) {
 			_, err := b.db.ExecContext(ctx, tc.drop)
 			must(t, err)
 			_, err = b.store.CheckSchema(ctx)
-			with := statementsOf(t, b.store.Options()).CheckSchema(ctx, exec, false)
+			with := statementsOf(t, b.store.Tables()).CheckSchema(ctx, exec, false)
 			for _, e := range []error{err, with} {
 				if !errors.Is(e, store.ErrSchemaIncomplete) || !strings.Contains(e.Error(), tc.want) ||
 					!strings.Contains(e.Error(), "relayer schema --schema "+b.opts.Schema+" --prefix orders_") {
@@ -154,14 +154,14 @@ func TestLaneCountIsRecordedAndChecked(t *testing.T) {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		}
-		mismatch("the writers' lane count check", statementsOf(t, st.Options()).CheckLaneCount(ctx, exec, 64))
+		mismatch("the writers' lane count check", statementsOf(t, st.Tables()).CheckLaneCount(ctx, exec, 64))
 		_ = tx.Rollback()
 		tx, st = b.begin(t, nil)
 		exec = func(ctx context.Context, q string, args ...any) error {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		}
-		must(t, statementsOf(t, st.Options()).CheckLaneCount(ctx, exec, 32))
+		must(t, statementsOf(t, st.Tables()).CheckLaneCount(ctx, exec, 32))
 		_ = tx.Rollback()
 
 		// Not drained: an ordered row, then a live ordered worker.
@@ -200,11 +200,11 @@ func TestCheckSchemaNamesAMissingSchema(t *testing.T) {
 			_, err := b.db.ExecContext(ctx, q, args...)
 			return err
 		}
-		opts := store.Options{Schema: b.opts.Schema + "_none"}
+		opts := store.Tables{Schema: b.opts.Schema + "_none"}
 		st, err := workerstore.New(b.db, opts)
 		must(t, err)
 		_, err = st.CheckSchema(ctx)
-		for _, e := range []error{err, statementsOf(t, st.Options()).CheckSchema(ctx, exec, false), statementsOf(t, st.Options()).CheckSchema(ctx, exec, true)} {
+		for _, e := range []error{err, statementsOf(t, st.Tables()).CheckSchema(ctx, exec, false), statementsOf(t, st.Tables()).CheckSchema(ctx, exec, true)} {
 			want := "schema " + opts.Schema + " does not exist; run `relayer migrate --database-url URL --schema " + opts.Schema + "`"
 			if !errors.Is(e, store.ErrSchemaOutdated) || !strings.Contains(e.Error(), want) || strings.Contains(e.Error(), "older") {
 				t.Errorf("a schema that does not exist: %v; want %q, wrapping ErrSchemaOutdated, without \"older\"", e, want)
@@ -224,7 +224,7 @@ func TestCheckSchemaNamesAMissingSchema(t *testing.T) {
 
 // statementsOf returns the writer statements of tables, as enlist runs
 // them inside its callers' transactions.
-func statementsOf(t *testing.T, tables store.Options) storewrite.Statements {
+func statementsOf(t *testing.T, tables store.Tables) storewrite.Statements {
 	t.Helper()
 	stmts, err := storewrite.For(tables.Schema, tables.TablePrefix)
 	if err != nil {

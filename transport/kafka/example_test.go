@@ -99,7 +99,7 @@ func ExampleConsume() {
 	c, err := consume.New(db, consume.Typed(func(ctx context.Context, tx *consume.Tx, _ *relayer.Message, o OrderPlaced) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, o.Order)
 		return err
-	}), consume.Options{Name: "billing", Tables: store.Options{Schema: "billing"}})
+	}), consume.Options{Name: "billing", Tables: store.Tables{Schema: "billing"}})
 	if err != nil {
 		log.Fatal(err)
 	}

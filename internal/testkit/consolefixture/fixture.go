@@ -30,7 +30,7 @@ const Body = `{"order":"o-1","email":"a@example.com"}`
 // Fixture is a filled outbox.
 type Fixture struct {
 	DB    *sql.DB
-	Opts  store.Options
+	Opts  store.Tables
 	Store *store.Store
 	// Plain is a due unordered row.
 	Plain relayer.Message
@@ -58,7 +58,7 @@ func message(typ, transport, dest, key string) relayer.Message {
 }
 
 // Seed fills the migrated outbox opts on db.
-func Seed(t testing.TB, db *sql.DB, opts store.Options) *Fixture {
+func Seed(t testing.TB, db *sql.DB, opts store.Tables) *Fixture {
 	t.Helper()
 	ctx := context.Background()
 	st, err := workerstore.New(db, opts)

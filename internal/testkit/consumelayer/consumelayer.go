@@ -42,7 +42,7 @@ type Layer struct {
 	// Consumer returns a consumer named "billing" on db and tables whose
 	// handler runs h with the layer's transaction; w, when not nil, is the
 	// writer its follow-ups publish through.
-	Consumer func(t *testing.T, db *sql.DB, tables store.Options, w *enlist.Writer, h Handler) *consume.Consumer
+	Consumer func(t *testing.T, db *sql.DB, tables store.Tables, w *enlist.Writer, h Handler) *consume.Consumer
 }
 
 // FollowUp is the message the scenarios' handlers publish.
@@ -92,7 +92,7 @@ func Run(t *testing.T, l Layer) {
 		if err := l.Consumer(t, b.db, b.tables, nil, b.writeEffect).Check(ctx); err != nil {
 			t.Fatalf("Check on migrated tables = %v", err)
 		}
-		none := store.Options{Schema: b.tables.Schema + "_none"}
+		none := store.Tables{Schema: b.tables.Schema + "_none"}
 		err := l.Consumer(t, b.db, none, nil, b.writeEffect).Check(ctx)
 		if !errors.Is(err, consume.ErrNotReady) || !strings.Contains(err.Error(), "relayer migrate --database-url URL --schema "+none.Schema) {
 			t.Fatalf("Check on a schema never migrated = %v; want consume.ErrNotReady naming relayer migrate", err)
@@ -218,13 +218,13 @@ func Run(t *testing.T, l Layer) {
 // and an effects table in a schema of its own.
 type bundle struct {
 	db     *sql.DB
-	tables store.Options
+	tables store.Tables
 }
 
 func setup(t *testing.T, driver string) *bundle {
 	t.Helper()
 	db := testdb.Open(t, driver)
-	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+	tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
 	ctx := context.Background()
 	if _, err := store.Migrate(ctx, db, tables); err != nil {
 		t.Fatal(err)

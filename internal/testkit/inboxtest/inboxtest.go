@@ -31,7 +31,7 @@ type Bundle struct {
 func Setup(t *testing.T, driver string) *Bundle {
 	t.Helper()
 	db := testdb.Open(t, driver)
-	opts := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "ib_"}
+	opts := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "ib_"}
 	if _, err := store.Migrate(context.Background(), db, opts); err != nil {
 		t.Fatal(err)
 	}

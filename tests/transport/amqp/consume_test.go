@@ -30,7 +30,7 @@ type consumeBundle struct {
 	*testBundle
 	dead   string
 	db     *sql.DB
-	tables store.Options
+	tables store.Tables
 }
 
 func setupConsume(t *testing.T, args amqp.Table) *consumeBundle {
@@ -67,10 +67,10 @@ func (b *testBundle) durableQueue(t *testing.T, kind string, args amqp.Table) st
 
 // database returns the consumer's database with migrated outbox tables in
 // a schema of the test's own.
-func database(t *testing.T) (*sql.DB, store.Options) {
+func database(t *testing.T) (*sql.DB, store.Tables) {
 	t.Helper()
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+	tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
 	if _, err := store.Migrate(context.Background(), db, tables); err != nil {
 		t.Fatal(err)
 	}

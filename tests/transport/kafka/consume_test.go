@@ -33,7 +33,7 @@ const (
 type consumeBundle struct {
 	*testBundle
 	db     *sql.DB
-	tables store.Options
+	tables store.Tables
 }
 
 func setupConsume(t *testing.T, partitions int32) *consumeBundle {
@@ -45,10 +45,10 @@ func setupConsume(t *testing.T, partitions int32) *consumeBundle {
 
 // database returns the consumer's database with migrated outbox tables in
 // a schema of the test's own.
-func database(t *testing.T) (*sql.DB, store.Options) {
+func database(t *testing.T) (*sql.DB, store.Tables) {
 	t.Helper()
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+	tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
 	if _, err := store.Migrate(context.Background(), db, tables); err != nil {
 		t.Fatal(err)
 	}

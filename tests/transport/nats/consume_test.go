@@ -28,7 +28,7 @@ import (
 type consumeBundle struct {
 	*testBundle
 	db     *sql.DB
-	tables store.Options
+	tables store.Tables
 	dead   string
 	cons   jetstream.Consumer
 }
@@ -38,7 +38,7 @@ func setupConsume(t *testing.T, cfg func(*jetstream.ConsumerConfig)) *consumeBun
 	b := setup(t, setupOpts{})
 	ctx := testContext(t)
 	db := testdb.Open(t, "pgx")
-	tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+	tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
 	if _, err := store.Migrate(ctx, db, tables); err != nil {
 		t.Fatal(err)
 	}
@@ -170,9 +170,9 @@ func TestConsumeConformance(t *testing.T) {
 				},
 			}
 		},
-		Database: func(t *testing.T) (*sql.DB, store.Options) {
+		Database: func(t *testing.T) (*sql.DB, store.Tables) {
 			db := testdb.Open(t, "pgx")
-			tables := store.Options{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
+			tables := store.Tables{Schema: testdb.NewSchema(t), TablePrefix: "c_"}
 			if _, err := store.Migrate(context.Background(), db, tables); err != nil {
 				t.Fatal(err)
 			}
