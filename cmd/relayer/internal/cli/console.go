@@ -13,6 +13,7 @@ import (
 
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/console"
+	"github.com/relayer-go/relayer/store"
 )
 
 type consoleFlags struct {
@@ -29,6 +30,37 @@ type consoleFlags struct {
 }
 
 func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseConsoleFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	copts, err := f.consoleOptions(stderr)
+	if err != nil {
+		return err
+	}
+	opts, db, err := f.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(f.maxConns)
+	db.SetMaxIdleConns(f.maxConns)
+	c, err := console.New(db, opts, copts)
+	if err != nil {
+		return command.Usagef("%v", err)
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	srv := command.NewServer(c)
+	fresh := trackFresh(srv)
+	f.announce(stdout, stderr, opts, ln.Addr().String())
+	return serveConsole(ctx, srv, ln, c, fresh)
+}
+
+// parseConsoleFlags returns the flags of `relayer console args`.
+func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	var f consoleFlags
 	fs := command.NewFlagSet("console",
 		"Serve the operator's web console of an outbox: backlog by destination, lanes and their owners,\n"+
@@ -53,62 +85,60 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&f.timeout, "query-timeout", console.QueryTimeoutDefault, "how long the database work of one page or action may take, 100ms to 10m")
 	fs.DurationVar(&f.sample, "sample-every", console.SampleEveryDefault, "how often the throughput chart samples the outbox's activity, in the background, 1s to 1m")
 	fs.Var(&f.hosts, "allowed-host", "a host name (or name:port) browsers use to reach the console, besides loopback and --listen's;\nrepeat it or separate names with commas, such as ops.example.com,ops.internal:8080")
-	if err := command.Parse(fs, args); err != nil {
-		return err
-	}
+	return f, command.Parse(fs, args)
+}
+
+// consoleOptions checks the flags and returns the console's options. A
+// listener off loopback needs a token.
+func (f *consoleFlags) consoleOptions(stderr io.Writer) (console.Options, error) {
 	host, _, err := net.SplitHostPort(f.listen)
 	if err != nil {
-		return command.Usagef("--listen %q: %v", f.listen, err)
+		return console.Options{}, command.Usagef("--listen %q: %v", f.listen, err)
 	}
 	if !command.Loopback(host) && f.token == "" {
-		return command.Usagef("--listen %q is not a loopback address: give --token, so that nobody else on the network can use the console", f.listen)
+		return console.Options{}, command.Usagef("--listen %q is not a loopback address: give --token, so that nobody else on the network can use the console", f.listen)
 	}
 	copts := console.Options{Token: f.token, ReadOnly: f.readOnly, ShowBodies: f.showBodies, Refresh: f.refresh,
 		QueryTimeout: f.timeout, MaxConcurrent: f.maxConns, SampleEvery: f.sample, AllowedHosts: command.AllowedHosts(f.listen, f.hosts),
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))}
 	// Zero would mean the default to console.Options: refused here.
 	if f.maxConns < 1 || f.maxConns > console.MaxConcurrentMax {
-		return command.Usagef("--max-conns must be 1 to %d, got %d", console.MaxConcurrentMax, f.maxConns)
+		return console.Options{}, command.Usagef("--max-conns must be 1 to %d, got %d", console.MaxConcurrentMax, f.maxConns)
 	}
 	if f.timeout < console.QueryTimeoutMin || f.timeout > console.QueryTimeoutMax {
-		return command.Usagef("--query-timeout must be %s to %s, got %s", console.QueryTimeoutMin, console.QueryTimeoutMax, f.timeout)
+		return console.Options{}, command.Usagef("--query-timeout must be %s to %s, got %s", console.QueryTimeoutMin, console.QueryTimeoutMax, f.timeout)
 	}
 	if f.sample < console.SampleEveryMin || f.sample > console.SampleEveryMax {
-		return command.Usagef("--sample-every must be %s to %s, got %s", console.SampleEveryMin, console.SampleEveryMax, f.sample)
+		return console.Options{}, command.Usagef("--sample-every must be %s to %s, got %s", console.SampleEveryMin, console.SampleEveryMax, f.sample)
 	}
 	if err := copts.Validate(); err != nil {
-		return command.Usagef("%v", err)
+		return console.Options{}, command.Usagef("%v", err)
 	}
-	opts, db, err := f.Open(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(f.maxConns)
-	db.SetMaxIdleConns(f.maxConns)
-	c, err := console.New(db, opts, copts)
-	if err != nil {
-		return command.Usagef("%v", err)
-	}
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return err
-	}
-	srv := command.NewServer(c)
-	fresh := trackFresh(srv)
-	addr := "http://" + ln.Addr().String() + "/"
+	return copts, nil
+}
+
+// announce says where the console serves the outbox of opts, listening on
+// addr, and warns of a wildcard listener that answers to no name.
+func (f *consoleFlags) announce(stdout, stderr io.Writer, opts store.Options, addr string) {
+	url := "http://" + addr + "/"
 	if f.token != "" {
-		addr += "?token=…"
+		url += "?token=…"
 	}
 	mode := ""
 	if f.readOnly {
 		mode = ", read-only"
 	}
-	fmt.Fprintf(stdout, "relayer console: the outbox %s, on %s%s\n", describe(opts), addr, mode)
+	fmt.Fprintf(stdout, "relayer console: the outbox %s, on %s%s\n", describe(opts), url, mode)
+	host, _, _ := net.SplitHostPort(f.listen)
 	if ip := net.ParseIP(host); (host == "" || ip != nil && ip.IsUnspecified()) && len(f.hosts) == 0 {
 		fmt.Fprintf(stderr, "relayer console: listening on every interface, but answering only to localhost, 127.0.0.1 and [::1]: "+
 			"give the names browsers use to reach it with --allowed-host\n")
 	}
+}
+
+// serveConsole serves c on ln, its sampler running, until ctx ends (then
+// it shuts down within command.ServerShutdown) or the server fails.
+func serveConsole(ctx context.Context, srv *http.Server, ln net.Listener, c *console.Console, fresh *freshConns) error {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	sampling, stopSampling := context.WithCancel(ctx)

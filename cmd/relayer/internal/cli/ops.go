@@ -291,15 +291,8 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return err
 		}
-		if *asJSON {
-			if err := command.NewJSONEncoder(stdout).Encode(r); err != nil {
-				return err
-			}
-		} else {
-			if *watch && tty {
-				fmt.Fprint(stdout, "\033[H\033[2J") // clear the screen between refreshes
-			}
-			printStats(stdout, r)
+		if err := writeStats(stdout, r, *asJSON, *watch && tty); err != nil {
+			return err
 		}
 		if !*watch {
 			return nil
@@ -313,6 +306,19 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintln(stdout)
 		}
 	}
+}
+
+// writeStats writes one report: as a line of JSON, or as text after
+// clearing the terminal's screen when clear is set (between refreshes).
+func writeStats(w io.Writer, r statsReport, asJSON, clear bool) error {
+	if asJSON {
+		return command.NewJSONEncoder(w).Encode(r)
+	}
+	if clear {
+		fmt.Fprint(w, "\033[H\033[2J")
+	}
+	printStats(w, r)
+	return nil
 }
 
 func printStats(w io.Writer, r statsReport) {

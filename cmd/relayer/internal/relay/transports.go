@@ -83,48 +83,67 @@ func parseTransport(entry, from string) (transportSpec, error) {
 	if !transportName.MatchString(name) {
 		return transportSpec{}, fmt.Errorf("transport name %q: want letters, digits, '_', '.' or '-', at most 64", name)
 	}
-	spec := transportSpec{name: name, source: from}
-	raw := value
+	raw, source, err := transportValue(name, value, from)
+	if err != nil {
+		return transportSpec{}, err
+	}
+	u, err := transportURL(name, raw, source)
+	if err != nil {
+		return transportSpec{}, err
+	}
+	return transportSpec{name: name, url: u, source: source}, nil
+}
+
+// transportValue returns the URL an entry's value gives, read from the
+// environment for env:VAR or from a file for file:PATH, and where it came
+// from: from itself, "$VAR" or the file's path.
+func transportValue(name, value, from string) (raw, source string, err error) {
 	switch {
 	case strings.HasPrefix(value, "env:"):
 		v := strings.TrimPrefix(value, "env:")
 		s, ok := os.LookupEnv(v)
 		if !ok || strings.TrimSpace(s) == "" {
-			return transportSpec{}, fmt.Errorf("transport %s: the environment variable %s is not set", name, v)
+			return "", "", fmt.Errorf("transport %s: the environment variable %s is not set", name, v)
 		}
-		raw, spec.source = strings.TrimSpace(s), "$"+v
+		return strings.TrimSpace(s), "$" + v, nil
 	case strings.HasPrefix(value, "file:"):
 		path := strings.TrimPrefix(value, "file:")
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return transportSpec{}, fmt.Errorf("transport %s: %w", name, err)
+			return "", "", fmt.Errorf("transport %s: %w", name, err)
 		}
-		raw, spec.source = strings.TrimSpace(string(b)), path
+		return strings.TrimSpace(string(b)), path, nil
 	}
+	return value, from, nil
+}
+
+// transportURL parses raw, a transport's URL from source, and checks its
+// scheme, its host and its parameters; credentials are refused on the
+// command line.
+func transportURL(name, raw, source string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url's error repeats the URL, password included.
-		return transportSpec{}, fmt.Errorf("transport %s: the URL from %s does not parse", name, spec.source)
+		return nil, fmt.Errorf("transport %s: the URL from %s does not parse", name, source)
 	}
 	known, ok := transportQuery[u.Scheme]
 	if !ok {
-		return transportSpec{}, fmt.Errorf("transport %s: scheme %q: want nats, tls, kafka, amqp or amqps", name, u.Scheme)
+		return nil, fmt.Errorf("transport %s: scheme %q: want nats, tls, kafka, amqp or amqps", name, u.Scheme)
 	}
-	if (u.User != nil || strings.Contains(raw, "@")) && spec.source == "--transport" {
+	if (u.User != nil || strings.Contains(raw, "@")) && source == "--transport" {
 		// A user alone may be a token (nats://TOKEN@host).
-		return transportSpec{}, fmt.Errorf("transport %s: credentials on the command line show in process listings: "+
+		return nil, fmt.Errorf("transport %s: credentials on the command line show in process listings: "+
 			"give the URL as %s=env:VAR or %s=file:PATH", name, name, name)
 	}
 	if u.Host == "" {
-		return transportSpec{}, fmt.Errorf("transport %s: the URL names no host", name)
+		return nil, fmt.Errorf("transport %s: the URL names no host", name)
 	}
 	for k := range u.Query() {
 		if !slices.Contains(known, k) {
-			return transportSpec{}, fmt.Errorf("transport %s: unknown parameter %q for %s (known: %s)", name, k, u.Scheme, strings.Join(known, ", "))
+			return nil, fmt.Errorf("transport %s: unknown parameter %q for %s (known: %s)", name, k, u.Scheme, strings.Join(known, ", "))
 		}
 	}
-	spec.url = u
-	return spec, nil
+	return u, nil
 }
 
 // transportEntries returns the --transport entries, or those of
