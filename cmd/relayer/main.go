@@ -48,7 +48,9 @@
 // delivers an outbox's messages as a process of its own: recovery, the
 // ordered lane workers and retention cleanup, configured by flags and
 // RELAYER_* environment variables, with /healthz, /readyz and /metrics (see
-// docs/relay.md).
+// docs/relay.md). The program to deploy is ./relay: these commands without
+// the demo and the benchmark, and without what they link (an embedded NATS
+// server, a PostgreSQL installer, the benchmark harness).
 //
 // # Benchmarks
 //
