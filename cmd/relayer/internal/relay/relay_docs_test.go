@@ -294,7 +294,7 @@ func checkEnvNames(t *testing.T, doc string) {
 	for _, name := range sortedKeys(names) {
 		switch name {
 		case consoleTokenEnv:
-			continue // the console's token: run.go reads it by this constant
+			continue // the console's token: the relay reads it by this constant
 		case "RELAYER_TRANSPORTS":
 			// The relay's transports: check that transportEntries reads
 			// them from this variable.
