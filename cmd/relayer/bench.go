@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/enlist"
 	relayerpgx "github.com/relayer-go/relayer/enlist/pgx"
 	"github.com/relayer-go/relayer/internal/bench"
@@ -33,7 +34,7 @@ type benchFlags struct {
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f benchFlags
-	fs := newFlagSet("bench", `Measures the outbox on a database: what enlistment costs a business
+	fs := command.NewFlagSet("bench", `Measures the outbox on a database: what enlistment costs a business
 transaction (0, 1, 10 and 100 messages against the insert alone), end-to-end
 throughput and commit-to-send latency, latency at a fixed rate, the drain of a
 backlog through recovery, and ordered dispatch with 1, 2 and 4 workers, each
@@ -65,7 +66,7 @@ throwaway PostgreSQL cluster.`,
 	fs.IntVar(&f.bodySize, "body-size", 256, "message body size in bytes, 16 to 1 MiB")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run (the producers, the contenders' workers and the sink) to this file, for go tool pprof")
 	fs.IntVar(&f.rounds, "rounds", 0, "rounds of each scenario, the contenders alternating within a round; medians and ranges are reported (default 3, 1 with --quick)")
-	if err := parse(fs, args); err != nil {
+	if err := command.Parse(fs, args); err != nil {
 		return err
 	}
 	cfg := bench.Config{Contenders: []bench.Contender{bench.RelayerPGX(publishPGX)}, Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
@@ -82,30 +83,30 @@ throwaway PostgreSQL cluster.`,
 	}
 	switch { // zero means a default to the library, not on the command line
 	case f.producers < 1:
-		return usagef("--producers %d: must be 1 to 64", f.producers)
+		return command.Usagef("--producers %d: must be 1 to 64", f.producers)
 	case f.rate < 1:
-		return usagef("--rate %d: must be positive", f.rate)
+		return command.Usagef("--rate %d: must be positive", f.rate)
 	case f.perTx < 1:
-		return usagef("--per-tx %d: must be 1 to 100", f.perTx)
+		return command.Usagef("--per-tx %d: must be 1 to 100", f.perTx)
 	case f.duration < 0:
-		return usagef("--duration %s: must be positive", f.duration)
+		return command.Usagef("--duration %s: must be positive", f.duration)
 	case f.rounds < 0:
-		return usagef("--rounds %d: must be 1 to 20", f.rounds)
+		return command.Usagef("--rounds %d: must be 1 to 20", f.rounds)
 	case f.backlog < 0:
-		return usagef("--backlog %d: must be positive", f.backlog)
+		return command.Usagef("--backlog %d: must be positive", f.backlog)
 	case f.orderedBacklog < 0:
-		return usagef("--ordered-backlog %d: must be positive", f.orderedBacklog)
+		return command.Usagef("--ordered-backlog %d: must be positive", f.orderedBacklog)
 	case f.orderedBatchSize < 0:
-		return usagef("--ordered-batch-size %d: must be 1 to 10,000", f.orderedBatchSize)
+		return command.Usagef("--ordered-batch-size %d: must be 1 to 10,000", f.orderedBatchSize)
 	}
 	if err := cfg.Validate(); err != nil {
-		return usagef("%s", strings.TrimPrefix(err.Error(), bench.ErrInvalidConfig.Error()+": "))
+		return command.Usagef("%s", strings.TrimPrefix(err.Error(), bench.ErrInvalidConfig.Error()+": "))
 	}
 	if !slices.Contains([]string{"memory", "nats", "kafka", "amqp"}, f.sink) {
-		return usagef("--sink %q: want memory, nats, kafka or amqp", f.sink)
+		return command.Usagef("--sink %q: want memory, nats, kafka or amqp", f.sink)
 	}
 	if f.sink == "kafka" && strings.TrimSpace(f.kafkaBrokers) == "" {
-		return usagef("--sink kafka needs --kafka-brokers host:port[,host:port…]")
+		return command.Usagef("--sink kafka needs --kafka-brokers host:port[,host:port…]")
 	}
 	db, _, stop, err := openOrStartDB(ctx, f.databaseURL, stderr, "bench", f.producers+24)
 	if err != nil {
@@ -148,7 +149,7 @@ throwaway PostgreSQL cluster.`,
 	results, err := bench.Run(ctx, cfg)
 	steps.stop()
 	if f.asJSON {
-		enc := newJSONEncoder(stdout)
+		enc := command.NewJSONEncoder(stdout)
 		for _, r := range results {
 			if err := enc.Encode(r); err != nil {
 				return err
@@ -275,7 +276,7 @@ type stepper struct {
 }
 
 func newStepper(w io.Writer, total int) *stepper {
-	s := &stepper{w: w, tty: isTerminal(w), total: total, start: time.Now(), done: make(chan struct{})}
+	s := &stepper{w: w, tty: command.IsTerminal(w), total: total, start: time.Now(), done: make(chan struct{})}
 	if s.tty {
 		s.wg.Go(s.loop)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 	relayerkafka "github.com/relayer-go/relayer/transport/kafka"
 )
@@ -26,13 +27,13 @@ func benchKafka(ctx context.Context, brokers, topic string) (relayer.Transport, 
 		}
 	}
 	if len(seeds) == 0 {
-		return nil, "", nil, usagef("--sink kafka needs --kafka-brokers host:port[,host:port…]")
+		return nil, "", nil, command.Usagef("--sink kafka needs --kafka-brokers host:port[,host:port…]")
 	}
 	client, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation())
 	if err != nil {
-		return nil, "", nil, usagef("--kafka-brokers: %v", err)
+		return nil, "", nil, command.Usagef("--kafka-brokers: %v", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	pctx, cancel := context.WithTimeout(ctx, command.ConnectTimeout)
 	defer cancel()
 	if err := client.Ping(pctx); err != nil {
 		client.Close()
@@ -50,7 +51,7 @@ func benchKafka(ctx context.Context, brokers, topic string) (relayer.Transport, 
 // at the end), and returns a transport publishing to it through the default
 // exchange.
 func benchAMQP(url string) (relayer.Transport, string, func(), error) {
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(connectTimeout)})
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(command.ConnectTimeout)})
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("--amqp-url: cannot connect: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
@@ -34,13 +35,13 @@ func TestBenchBrokers(t *testing.T) {
 		args := append([]string{"bench", "--database-url", url, "--schema", testdb.NewSchema(t) + "_" + name,
 			"--quick", "--scenario", "drain,ordered", "--backlog", "2000", "--contender", "relayer recovery,relayer ordered"}, flags...)
 		code := run(t.Context(), args, &out, &errOut)
-		if code != exitOK || !strings.Contains(out.String(), "sink "+name) || !strings.Contains(out.String(), "relayer recovery") ||
+		if code != command.ExitOK || !strings.Contains(out.String(), "sink "+name) || !strings.Contains(out.String(), "relayer recovery") ||
 			strings.Contains(out.String(), "hand-written loop") {
 			t.Errorf("%s: code %d, stdout:\n%s\nstderr:\n%s", name, code, out.String(), errOut.String())
 		}
 	}
 	var out, errOut bytes.Buffer
-	if code := run(t.Context(), []string{"bench", "--database-url", url, "--sink", "kafka"}, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "--kafka-brokers") {
+	if code := run(t.Context(), []string{"bench", "--database-url", url, "--sink", "kafka"}, &out, &errOut); code != command.ExitUsage || !strings.Contains(errOut.String(), "--kafka-brokers") {
 		t.Errorf("--sink kafka without brokers: code %d, stderr %q", code, errOut.String())
 	}
 }

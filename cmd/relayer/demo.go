@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
@@ -102,7 +103,7 @@ type demoFlags struct {
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f demoFlags
-	fs := newFlagSet("demo", `Runs an order service end to end: orders and their messages are written through
+	fs := command.NewFlagSet("demo", `Runs an order service end to end: orders and their messages are written through
 database/sql, sqlx, bun, GORM and pgx, delivered to NATS JetStream by direct dispatch,
 ordered lane workers and recovery, consumed back and checked (every message
 arrived, each customer's ordered messages in order). Without --database-url it
@@ -115,19 +116,19 @@ The demo empties its tables in --schema when it starts.`,
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL to use instead of a throwaway cluster")
 	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server with JetStream to use instead of an embedded one")
 	fs.StringVar(&f.schema, "schema", demoSchemaDefault, "schema of the demo's tables")
-	if err := parse(fs, args); err != nil {
+	if err := command.Parse(fs, args); err != nil {
 		return err
 	}
 	switch {
 	case f.messages < 1 || f.messages > demoMessagesMax:
-		return usagef("--messages %d: must be 1 to %d", f.messages, demoMessagesMax)
+		return command.Usagef("--messages %d: must be 1 to %d", f.messages, demoMessagesMax)
 	case f.duration <= 0:
-		return usagef("--duration %s: must be positive", f.duration)
+		return command.Usagef("--duration %s: must be positive", f.duration)
 	case f.workers < 1 || f.workers > demoWorkersMax:
-		return usagef("--workers %d: must be 1 to %d", f.workers, demoWorkersMax)
+		return command.Usagef("--workers %d: must be 1 to %d", f.workers, demoWorkersMax)
 	}
 	if err := (store.Tables{Schema: f.schema}).Validate(); err != nil {
-		return usagef("--schema %q: %v", f.schema, reason(err, f.schema))
+		return command.Usagef("--schema %q: %v", f.schema, command.Reason(err, f.schema))
 	}
 	d := &demo{flags: f, stdout: stdout, stderr: stderr}
 	defer d.cleanup()

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/internal/pgcluster"
 	"github.com/relayer-go/relayer/store"
 )
@@ -48,7 +49,7 @@ func (d *demo) startDatabase(ctx context.Context) error {
 // with a pool of conns connections (writers and workers pin or borrow
 // connections at once), and returns the URL it opened. stop closes the pool
 // and stops the cluster.
-func openOrStartDB(ctx context.Context, url string, stderr io.Writer, command string, conns int) (db *sql.DB, dbURL string, stop func(), err error) {
+func openOrStartDB(ctx context.Context, url string, stderr io.Writer, name string, conns int) (db *sql.DB, dbURL string, stop func(), err error) {
 	var cleanups []func()
 	stop = func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -56,7 +57,7 @@ func openOrStartDB(ctx context.Context, url string, stderr io.Writer, command st
 		}
 	}
 	if url == "" {
-		fmt.Fprintf(stderr, "relayer %s: starting a throwaway PostgreSQL cluster (use --database-url to bring your own)\n", command)
+		fmt.Fprintf(stderr, "relayer %s: starting a throwaway PostgreSQL cluster (use --database-url to bring your own)\n", name)
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		cluster, err := pgcluster.Start(sctx, pgcluster.Options{Install: true,
 			Logf: func(format string, args ...any) { fmt.Fprintf(stderr, "postgres: "+format+"\n", args...) }})
@@ -66,12 +67,12 @@ func openOrStartDB(ctx context.Context, url string, stderr io.Writer, command st
 		}
 		cleanups = append(cleanups, func() {
 			if err := cluster.Stop(); err != nil {
-				fmt.Fprintf(stderr, "relayer %s: stopping PostgreSQL: %v\n", command, err)
+				fmt.Fprintf(stderr, "relayer %s: stopping PostgreSQL: %v\n", name, err)
 			}
 		})
 		url = cluster.URL()
 	}
-	db, err = openDB(ctx, url)
+	db, err = command.OpenDB(ctx, url)
 	if err != nil {
 		stop()
 		return nil, "", nil, err

@@ -48,7 +48,9 @@
 // delivers an outbox's messages as a process of its own: recovery, the
 // ordered lane workers and retention cleanup, configured by flags and
 // RELAYER_* environment variables, with /healthz, /readyz and /metrics (see
-// docs/relay.md).
+// docs/relay.md). The program to deploy is ./relay: these commands without
+// the demo and the benchmark, and without what they link (an embedded NATS
+// server, a PostgreSQL installer, the benchmark harness).
 //
 // # Benchmarks
 //
@@ -70,214 +72,16 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"strconv"
-	"strings"
-	"syscall"
-	"unicode"
-	"unicode/utf8"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/cli"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/relay"
 )
 
-// Exit statuses.
-const (
-	exitOK    = 0
-	exitFail  = 1 // the command ran and failed
-	exitUsage = 2 // the command line is wrong
-)
+func main() { cli.Main(commands()) }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
-
-// command is one subcommand: its name, a one-line summary for the usage text,
-// and the function that parses its flags and runs it.
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-func commands() []command {
-	return []command{
-		{"demo", "run the end-to-end demo (throwaway PostgreSQL and embedded NATS)", runDemo},
-		{"schema", "print the DDL of an outbox", runSchema},
-		{"migrate", "create or upgrade the tables of an outbox", runMigrate},
-		{"stats", "show backlog, parked and dead rows, members and lane owners", runStats},
-		{"lanes", "show the lane assignment by member", runLanes},
-		{"dead", "list, show, requeue or purge dead letters", runDead},
-		{"parked", "list parked keys, retry them or skip their head", runParked},
-		{"held", "list the keys consumers hold, retry them or skip their first message", runHeld},
-		{"run", "deliver an outbox's messages as a process of its own (a relay)", runRelay},
-		{"console", "serve the operator's web console of an outbox", runConsole},
-		{"bench", "measure enlistment, throughput, latency, drain and ordered dispatch on a database", runBench},
-		{"version", "print the version of the command and its library", runVersion},
-	}
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: relayer <command> [flags]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "commands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "relayer <command> -h" for the flags of a command.`)
-}
-
-// run runs the command line args (without the program name) and returns the
-// exit status. ctx ends on Ctrl-C.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return exitUsage
-	}
-	name := args[0]
-	if name == "-h" || name == "--help" || name == "help" {
-		usage(stdout)
-		return exitOK
-	}
-	if name == "--version" || name == "-version" {
-		fmt.Fprintln(stdout, versionInfo())
-		return exitOK
-	}
-	for _, c := range commands() {
-		if c.name != name {
-			continue
-		}
-		err := c.run(ctx, args[1:], stdout, stderr)
-		switch {
-		case err == nil, errors.Is(err, flag.ErrHelp):
-			return exitOK
-		case !errors.As(err, new(loggedError)):
-			fmt.Fprintf(stderr, "relayer %s: %s\n", name, oneLine(err.Error()))
-		}
-		return exitStatus(err)
-	}
-	fmt.Fprintf(stderr, "relayer: unknown command %q\n\n", name)
-	usage(stderr)
-	return exitUsage
-}
-
-// exitStatus is the exit status of a command that failed with err.
-func exitStatus(err error) int {
-	if errors.As(err, new(usageError)) {
-		return exitUsage
-	}
-	return exitFail
-}
-
-// loggedError is an error a command has reported already, as the last line
-// of its log: run exits with its status and prints nothing more.
-type loggedError struct{ err error }
-
-func (e loggedError) Error() string { return e.err.Error() }
-func (e loggedError) Unwrap() error { return e.err }
-
-// usageError is a wrong command line: a bad flag value, a missing argument.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
-
-// oneLine returns s fit for a table cell: runs of white space become one
-// space, and whatever a terminal would act on instead of printing (control
-// characters such as ESC, other non-printing runes, invalid UTF-8) is written
-// as a Go escape such as \x1b, so that a key, a type or an error cannot
-// retitle, clear or recolour the operator's terminal.
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case !unicode.IsPrint(r):
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
-
-// newFlagSet returns a flag set whose -h prints the summary, an example and
-// the flags. Parse errors are returned, not printed twice.
-func newFlagSet(name, summary, example string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("relayer "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr) // its Output is where the command warns (see parseArgs)
-	fs.Usage = func() {
-		fs.SetOutput(stderr)
-		fmt.Fprintf(stderr, "usage: relayer %s [flags]\n\n%s\n\nexample:\n  %s\n\nflags:\n", name, summary, example)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parse parses args and turns flag errors into usage errors; -h returns
-// flag.ErrHelp. Positional arguments are refused.
-func parse(fs *flag.FlagSet, args []string) error {
-	rest, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return usagef("unexpected argument %q", rest[0])
-	}
-	return nil
-}
-
-// parseArgs is parse for commands that take positional arguments: flags may
-// come before, between and after them, up to a "--" that ends the flags. It
-// returns the positional arguments in order.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	// The flag package prints the error and the whole usage on a bad flag; the
-	// error is reported once, by run, and the usage only on -h.
-	help, out := fs.Usage, fs.Output()
-	fs.Usage = func() {}
-	fs.SetOutput(io.Discard)
-	defer func() { fs.Usage = help; fs.SetOutput(out) }()
-	var positional []string
-	for {
-		err := fs.Parse(args)
-		if errors.Is(err, flag.ErrHelp) {
-			help()
-			return nil, err
-		}
-		if err != nil {
-			return nil, usageError{err.Error()}
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(positional, rest...), nil
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
-	}
+// commands are the deployable relayer's commands (see ./relay) with the
+// demo first and the benchmark last.
+func commands() []cli.Command {
+	demo := cli.Command{Name: "demo", Summary: "run the end-to-end demo (throwaway PostgreSQL and embedded NATS)", Run: runDemo}
+	bench := cli.Command{Name: "bench", Summary: "measure enlistment, throughput, latency, drain and ordered dispatch on a database", Run: runBench}
+	return append(append([]cli.Command{demo}, cli.Commands(relay.Command)...), bench)
 }

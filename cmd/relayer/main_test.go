@@ -3,25 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"os"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relayer-go/relayer/cmd/relayer/internal/cli"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
-// asCommandEnv set to 1 makes the test binary the relayer command: the
-// process tests run it so.
-const asCommandEnv = "RELAYER_TEST_AS_COMMAND"
+func TestMain(m *testing.M) { testdb.Main(m) }
 
-func TestMain(m *testing.M) {
-	if os.Getenv(asCommandEnv) == "1" {
-		main()
-		return
-	}
-	testdb.Main(m)
+// run runs the command line args in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return cli.Run(ctx, commands(), args, stdout, stderr)
 }
 
 // result is the outcome of one in-process run of the command.
@@ -40,152 +36,47 @@ func runCmd(t *testing.T, args ...string) result {
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
 
-func TestUsage(t *testing.T) {
+// The development command has the deployable's commands, and the demo and
+// the benchmark besides.
+func TestUsageListsTheDemoAndTheBenchmark(t *testing.T) {
 	t.Parallel()
-	r := runCmd(t)
-	if r.code != exitUsage || !strings.Contains(r.stderr, "usage: relayer <command>") {
-		t.Errorf("no arguments: code %d, stderr %q", r.code, r.stderr)
+	r := runCmd(t, "help")
+	for _, name := range []string{"demo", "bench", "run", "migrate", "parked", "console"} {
+		if r.code != command.ExitOK || !strings.Contains(r.stdout, "\n  "+name+" ") {
+			t.Errorf("help: code %d, no %s in stdout %q", r.code, name, r.stdout)
+		}
 	}
-	r = runCmd(t, "frobnicate")
-	if r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "frobnicate"`) {
-		t.Errorf("unknown command: code %d, stderr %q", r.code, r.stderr)
-	}
-	r = runCmd(t, "help")
-	if r.code != exitOK || !strings.Contains(r.stdout, "demo") || !strings.Contains(r.stdout, "parked") {
-		t.Errorf("help: code %d, stdout %q", r.code, r.stdout)
+	r = runCmd(t, "demo", "-h")
+	if r.code != command.ExitOK || !strings.Contains(r.stderr, "example:\n  relayer demo") {
+		t.Errorf("demo -h: code %d, stderr %q", r.code, r.stderr)
 	}
 }
 
-func TestHelpHasExample(t *testing.T) {
-	t.Parallel()
-	for _, args := range [][]string{
-		{"demo", "-h"}, {"schema", "-h"}, {"migrate", "-h"}, {"stats", "-h"},
-		{"lanes", "-h"}, {"dead", "list", "-h"}, {"parked", "list", "-h"}, {"dead", "-h"},
-	} {
-		r := runCmd(t, args...)
-		if r.code != exitOK {
-			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
-		}
-		if !strings.Contains(r.stderr, "example:\n  relayer "+args[0]) || !strings.Contains(r.stderr, "-") {
-			t.Errorf("%v: help without an example:\n%s", args, r.stderr)
-		}
-	}
-}
-
-func TestBadFlagsNameTheFlag(t *testing.T) {
+func TestDemoBadFlagsNameTheFlag(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"schema", "--schema", "Bad-Name"}, `--schema "Bad-Name"`},
-		{[]string{"schema", "--prefix", "x y"}, `--prefix "x y"`},
-		{[]string{"stats", "--database-url", "postgres://x@127.0.0.1/db", "--schema", "pg_x"}, `--schema "pg_x"`},
-		{[]string{"stats", "--bogus"}, "-bogus"},
-		{[]string{"stats", "--database-url", ""}, "--database-url is required"},
-		{[]string{"stats", "--database-url", "postgres://x@127.0.0.1/db?sslmode=bogus"}, "--database-url"},
 		{[]string{"demo", "--messages", "0"}, "--messages 0"},
 		{[]string{"demo", "--workers", "99"}, "--workers 99"},
 		{[]string{"demo", "--schema", "Nope"}, `--schema "Nope"`},
-		{[]string{"dead"}, "missing subcommand"},
-		{[]string{"dead", "redrive"}, `unknown subcommand "redrive"`},
-		{[]string{"parked", "list", "--limit", "0"}, "--limit 0"},
-		{[]string{"schema", "extra"}, `unexpected argument "extra"`},
 	} {
 		r := runCmd(t, tc.args...)
-		if r.code != exitUsage {
-			t.Errorf("%v: code %d, want %d; stderr %q", tc.args, r.code, exitUsage, r.stderr)
-		}
-		if !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("%v: stderr %q does not contain %q", tc.args, r.stderr, tc.want)
+		if r.code != command.ExitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: code %d, want %d; stderr %q does not contain %q", tc.args, r.code, command.ExitUsage, r.stderr, tc.want)
 		}
 	}
 }
 
-func TestBadDatabaseURLIsOneLine(t *testing.T) {
-	t.Parallel()
-	// Nothing listens on port 1.
-	r := runCmd(t, "stats", "--database-url", "postgres://nobody@127.0.0.1:1/nothing?connect_timeout=2")
-	if r.code != exitFail {
-		t.Errorf("code %d, want %d", r.code, exitFail)
-	}
-	if !strings.HasPrefix(r.stderr, "relayer stats: --database-url: cannot connect") {
-		t.Errorf("stderr %q does not name the flag", r.stderr)
-	}
-	if n := strings.Count(r.stderr, "\n"); n != 1 {
-		t.Errorf("stderr has %d lines, want 1: %q", n, r.stderr)
-	}
-	if strings.Contains(r.stderr, "goroutine") || strings.Contains(r.stderr, "panic") {
-		t.Errorf("stderr looks like a stack trace: %q", r.stderr)
-	}
-}
-
-// A password in --database-url, which the process list shows, is warned of
-// once, without printing it; a URL without one is not.
-func TestDatabaseURLPasswordIsWarnedOf(t *testing.T) {
-	t.Parallel()
-	const warning = "relayer stats: warning: --database-url carries a password"
-	for _, url := range []string{
-		"postgres://nobody:s3cret@127.0.0.1:1/nothing?connect_timeout=2",
-		"postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=2&password=s3cret",
-		"host=127.0.0.1 port=1 user=nobody password=s3cret connect_timeout=2",
-	} {
-		r := runCmd(t, "stats", "--database-url", url)
-		if r.code != exitFail || !strings.HasPrefix(r.stderr, warning) || strings.Count(r.stderr, "warning") != 1 {
-			t.Errorf("%s: code %d, stderr %q; want exit %d after one warning", url, r.code, r.stderr, exitFail)
-		}
-		if strings.Contains(r.stderr+r.stdout, "s3cret") {
-			t.Errorf("%s: the password is printed: %q", url, r.stderr)
-		}
-	}
-	r := runCmd(t, "stats", "--database-url", "postgres://nobody@127.0.0.1:1/nothing?connect_timeout=2")
-	if strings.Contains(r.stderr, "warning") {
-		t.Errorf("a URL without a password is warned of: %q", r.stderr)
-	}
-}
-
-// relayer version and --version print the command's and the library's
-// versions from the build information.
-func TestVersion(t *testing.T) {
-	t.Parallel()
-	for _, args := range [][]string{{"version"}, {"--version"}} {
-		r := runCmd(t, args...)
-		if r.code != exitOK || !strings.HasPrefix(r.stdout, "relayer ") || !strings.Contains(r.stdout, "library ") || !strings.Contains(r.stdout, "go1.") {
-			t.Errorf("%v: code %d, stdout %q", args, r.code, r.stdout)
-		}
-	}
-	if r := runCmd(t, "version", "extra"); r.code != exitUsage {
-		t.Errorf("version with an argument: code %d, want %d", r.code, exitUsage)
-	}
-	// --json, as every other command takes it.
-	r := runCmd(t, "version", "--json")
-	var v struct{ Command, Library, Go string }
-	if err := json.Unmarshal([]byte(r.stdout), &v); r.code != exitOK || err != nil || v.Library == "" || !strings.HasPrefix(v.Go, "go1.") {
-		t.Errorf("version --json: code %d, stdout %q, %v", r.code, r.stdout, err)
-	}
-}
-
-// JSON output escapes what a terminal would act on (a bidirectional
-// override reorders a line that jq -r prints), and decodes to the same
-// strings.
-func TestJSONOutputEscapesNonPrintingRunes(t *testing.T) {
-	t.Parallel()
-	in := map[string]string{"type": "orders.\u202eflipped", "key": "k\u2066x\U000E0001", "plain": "é ok"}
-	var buf bytes.Buffer
-	if err := newJSONEncoder(&buf).Encode(in); err != nil {
+// startNATSServer runs the demo's embedded JetStream server for the rest of
+// the test and returns its URL.
+func startNATSServer(t testing.TB) string {
+	t.Helper()
+	s, err := startEmbeddedNATS(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := buf.String()
-	for _, r := range []string{"\u202e", "\u2066", "\U000E0001"} {
-		if strings.Contains(out, r) {
-			t.Errorf("output %q holds %U raw", out, []rune(r)[0])
-		}
-	}
-	if !strings.Contains(out, `\u202e`) || !strings.Contains(out, `\udb40\udc01`) || !strings.Contains(out, "é ok") {
-		t.Errorf("output %q: want \\u202e, a surrogate pair, and printable text as is", out)
-	}
-	var back map[string]string
-	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || back["type"] != in["type"] || back["key"] != in["key"] || back["plain"] != in["plain"] {
-		t.Errorf("decoded %q, %v; want %q", back, err, in)
-	}
+	t.Cleanup(func() { stopEmbeddedNATS(s) })
+	return s.ClientURL()
 }

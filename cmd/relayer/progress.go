@@ -3,23 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
-)
 
-// isTerminal reports whether w is a character device, such as a terminal.
-// golang.org/x/term is not a dependency of the module, and the file mode is
-// enough to choose between a redrawn bar and plain lines.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
+)
 
 // progress reports how far the demo has come: on a terminal a one-line bar
 // redrawn in place with \r, otherwise a plain line every few seconds.
@@ -43,7 +32,7 @@ const (
 
 func startProgress(w io.Writer, total int, status func() (written, delivered int)) *progress {
 	p := &progress{
-		w: w, tty: isTerminal(w), total: total, status: status,
+		w: w, tty: command.IsTerminal(w), total: total, status: status,
 		start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go p.loop()
