@@ -18,18 +18,19 @@ import (
 // command line (the relay refuses that).
 const relayBrokerEnv = "ORDER_TEST_BROKER_URL"
 
-// buildRelay builds the relayer command into dir and returns its path.
+// buildRelay builds the deployable relay (cmd/relayer/relay) into dir and
+// returns its path.
 func buildRelay(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "relayer")
 	start := time.Now()
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/relayer")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/relayer/relay")
 	cmd.Dir = "../.." // the repository's root, in the workspace of this module
 	cmd.Env = append(os.Environ(), "GOFLAGS=", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/relayer: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/relayer/relay: %v\n%s", err, out)
 	}
-	t.Logf("built the relayer command in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("built the deployable relay in %s", time.Since(start).Round(time.Millisecond))
 	return bin
 }
 
