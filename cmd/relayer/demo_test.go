@@ -22,8 +22,8 @@ func TestDemo(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	url, schema := testdb.URL(t), testdb.NewSchema(t)
 	r := runCmd(t, "demo", "--messages", "200", "--workers", "2", "--database-url", url, "--schema", schema)
-	if r.code != command.ExitOK {
-		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	if r.Code != command.ExitOK {
+		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	for _, want := range []string{
 		"result: OK, all 200 messages delivered",
@@ -32,30 +32,30 @@ func TestDemo(t *testing.T) {
 		"exactly-once effects: verified: 90 invoices for 90 orders placed, written by 2 billing consumers",
 		"commit-to-broker latency: p50",
 	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("summary lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, r.Stdout)
 		}
 	}
 	// Every entry point wrote and delivered its share, and every route was used.
 	for _, row := range []string{"database/sql", "sqlx", "bun", "gorm", "total", "unordered", "ordered by customer", "scheduled"} {
 		re := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(row) + `[^\n]*?\s+(\d+)\s+(\d+)$`)
-		m := re.FindStringSubmatch(r.stdout)
+		m := re.FindStringSubmatch(r.Stdout)
 		if m == nil {
-			t.Errorf("no %q row in the summary:\n%s", row, r.stdout)
+			t.Errorf("no %q row in the summary:\n%s", row, r.Stdout)
 			continue
 		}
 		if m[1] != m[2] || m[1] == "0" {
 			t.Errorf("%s: written %s, delivered %s", row, m[1], m[2])
 		}
 	}
-	if !strings.Contains(r.stdout, "progress: ") {
-		t.Errorf("no plain progress lines when stdout is not a terminal:\n%s", r.stdout)
+	if !strings.Contains(r.Stdout, "progress: ") {
+		t.Errorf("no plain progress lines when stdout is not a terminal:\n%s", r.Stdout)
 	}
-	if strings.Contains(r.stdout, "\r") {
+	if strings.Contains(r.Stdout, "\r") {
 		t.Errorf("a progress bar was drawn on a non-terminal")
 	}
-	if r.stderr != "" {
-		t.Logf("stderr (dispatcher warnings):\n%s", r.stderr)
+	if r.Stderr != "" {
+		t.Logf("stderr (dispatcher warnings):\n%s", r.Stderr)
 	}
 }
 
@@ -86,8 +86,8 @@ func TestDemoWithNATSURL(t *testing.T) {
 	url := startNATSServer(t)
 	r := runCmd(t, "demo", "--messages", "41", "--workers", "1", "--database-url", testdb.URL(t),
 		"--schema", testdb.NewSchema(t), "--nats-url", url)
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, "result: OK, all 41 messages delivered") {
-		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "result: OK, all 41 messages delivered") {
+		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	nc, err := nats.Connect(url)
 	if err != nil {

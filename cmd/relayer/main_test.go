@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
 
 	"github.com/relayer-go/relayer/cmd/relayer/internal/cli"
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
@@ -21,20 +21,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // result is the outcome of one in-process run of the command.
-type result struct {
-	code           int
-	stdout, stderr string
-}
+type result = commandtest.Result
 
 // runCmd runs the command line args in-process.
-func runCmd(t *testing.T, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := run(ctx, args, &stdout, &stderr)
-	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
-}
+func runCmd(t *testing.T, args ...string) result { return commandtest.Run(t, run, args...) }
 
 // The development command has the deployable's commands, and the demo and
 // the benchmark besides.
@@ -42,13 +32,13 @@ func TestUsageListsTheDemoAndTheBenchmark(t *testing.T) {
 	t.Parallel()
 	r := runCmd(t, "help")
 	for _, name := range []string{"demo", "bench", "run", "migrate", "parked", "console"} {
-		if r.code != command.ExitOK || !strings.Contains(r.stdout, "\n  "+name+" ") {
-			t.Errorf("help: code %d, no %s in stdout %q", r.code, name, r.stdout)
+		if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "\n  "+name+" ") {
+			t.Errorf("help: code %d, no %s in stdout %q", r.Code, name, r.Stdout)
 		}
 	}
 	r = runCmd(t, "demo", "-h")
-	if r.code != command.ExitOK || !strings.Contains(r.stderr, "example:\n  relayer demo") {
-		t.Errorf("demo -h: code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stderr, "example:\n  relayer demo") {
+		t.Errorf("demo -h: code %d, stderr %q", r.Code, r.Stderr)
 	}
 }
 
@@ -63,8 +53,8 @@ func TestDemoBadFlagsNameTheFlag(t *testing.T) {
 		{[]string{"demo", "--schema", "Nope"}, `--schema "Nope"`},
 	} {
 		r := runCmd(t, tc.args...)
-		if r.code != command.ExitUsage || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("%v: code %d, want %d; stderr %q does not contain %q", tc.args, r.code, command.ExitUsage, r.stderr, tc.want)
+		if r.Code != command.ExitUsage || !strings.Contains(r.Stderr, tc.want) {
+			t.Errorf("%v: code %d, want %d; stderr %q does not contain %q", tc.args, r.Code, command.ExitUsage, r.Stderr, tc.want)
 		}
 	}
 }

@@ -24,12 +24,12 @@ func TestConsoleNeedsATokenOffLoopback(t *testing.T) {
 	t.Parallel()
 	for _, listen := range []string{"0.0.0.0:8080", ":8080", "192.0.2.1:8080"} {
 		r := runCmd(t, "console", "--database-url", "postgres://nowhere/db", "--listen", listen)
-		if r.code != command.ExitUsage || !strings.Contains(r.stderr, "--token") {
-			t.Errorf("--listen %s without --token: code %d, stderr %q", listen, r.code, r.stderr)
+		if r.Code != command.ExitUsage || !strings.Contains(r.Stderr, "--token") {
+			t.Errorf("--listen %s without --token: code %d, stderr %q", listen, r.Code, r.Stderr)
 		}
 	}
-	if r := runCmd(t, "console", "-h"); r.code != command.ExitOK || !strings.Contains(r.stderr, "example:\n  relayer console") {
-		t.Errorf("console -h: code %d\n%s", r.code, r.stderr)
+	if r := runCmd(t, "console", "-h"); r.Code != command.ExitOK || !strings.Contains(r.Stderr, "example:\n  relayer console") {
+		t.Errorf("console -h: code %d\n%s", r.Code, r.Stderr)
 	}
 }
 
@@ -159,8 +159,8 @@ func TestConsoleAnswersOnlyItsHostNames(t *testing.T) {
 	}
 	rc.stop(t)
 
-	if r := runCmd(t, "console", "--database-url", "postgres://nowhere/db", "--allowed-host", "*.example.com"); r.code != command.ExitUsage || !strings.Contains(r.stderr, "AllowedHosts") {
-		t.Errorf("a wildcard --allowed-host: code %d, stderr %q", r.code, r.stderr)
+	if r := runCmd(t, "console", "--database-url", "postgres://nowhere/db", "--allowed-host", "*.example.com"); r.Code != command.ExitUsage || !strings.Contains(r.Stderr, "AllowedHosts") {
+		t.Errorf("a wildcard --allowed-host: code %d, stderr %q", r.Code, r.Stderr)
 	}
 }
 
@@ -270,14 +270,14 @@ func TestConsoleHelpSaysWhatIsBounded(t *testing.T) {
 	t.Parallel()
 	r := runCmd(t, "console", "-h")
 	for _, want := range []string{"--allowed-host", "-max-conns", "-query-timeout", "-sample-every", "421", "64 KiB", "1 KiB"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("console -h does not mention %s:\n%s", want, r.stderr)
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("console -h does not mention %s:\n%s", want, r.Stderr)
 		}
 	}
 	for _, args := range [][]string{{"--max-conns", "0"}, {"--max-conns", "101"}, {"--query-timeout", "0s"}, {"--query-timeout", "1ms"}, {"--sample-every", "0s"}, {"--sample-every", "2m"}} {
 		r := runCmd(t, append([]string{"console", "--database-url", "postgres://nowhere/db"}, args...)...)
-		if r.code != command.ExitUsage || !strings.Contains(r.stderr, args[0]) {
-			t.Errorf("%s %s: code %d, stderr %q", args[0], args[1], r.code, r.stderr)
+		if r.Code != command.ExitUsage || !strings.Contains(r.Stderr, args[0]) {
+			t.Errorf("%s %s: code %d, stderr %q", args[0], args[1], r.Code, r.Stderr)
 		}
 	}
 }

@@ -34,34 +34,34 @@ VALUES ('billing', 'customer-7', $1, 'orders.Placed', 'orders.placed', '\x010000
 
 	r := b.mustRun(t, "held", "list", "--json")
 	var got heldSummary
-	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &got); err != nil {
-		t.Fatalf("held list --json printed %q: %v", r.stdout, err)
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &got); err != nil {
+		t.Fatalf("held list --json printed %q: %v", r.Stdout, err)
 	}
 	if got.Consumer != "billing" || got.Key != "customer-7" || got.HeadID != first.String() || got.Attempts != 2 ||
 		got.Waiting != 2 || got.LastError != "ledger down" || got.Type != "orders.Placed" {
 		t.Errorf("held list --json = %+v; want billing's customer-7, its first message failed twice, two waiting", got)
 	}
 	r = b.mustRun(t, "held", "list")
-	if !strings.Contains(r.stdout, "customer-7") || !strings.Contains(r.stdout, "ledger down") {
-		t.Errorf("held list printed %q", r.stdout)
+	if !strings.Contains(r.Stdout, "customer-7") || !strings.Contains(r.Stdout, "ledger down") {
+		t.Errorf("held list printed %q", r.Stdout)
 	}
-	if r := b.run(t, "held", "retry"); r.code != command.ExitUsage {
-		t.Errorf("held retry without a selection: code %d, want %d", r.code, command.ExitUsage)
+	if r := b.run(t, "held", "retry"); r.Code != command.ExitUsage {
+		t.Errorf("held retry without a selection: code %d, want %d", r.Code, command.ExitUsage)
 	}
 	r = b.mustRun(t, "held", "retry", "--consumer", "billing")
-	if !strings.Contains(r.stdout, "retried 1 held keys") || b.count(t, held, "attempts = 0 AND retry_at <= now()") != 1 {
-		t.Errorf("held retry printed %q; want the key due at once, attempts from zero", r.stdout)
+	if !strings.Contains(r.Stdout, "retried 1 held keys") || b.count(t, held, "attempts = 0 AND retry_at <= now()") != 1 {
+		t.Errorf("held retry printed %q; want the key due at once, attempts from zero", r.Stdout)
 	}
-	if r := b.run(t, "held", "skip", "--consumer", "billing"); r.code != command.ExitUsage {
-		t.Errorf("held skip without --key: code %d, want %d", r.code, command.ExitUsage)
+	if r := b.run(t, "held", "skip", "--consumer", "billing"); r.Code != command.ExitUsage {
+		t.Errorf("held skip without --key: code %d, want %d", r.Code, command.ExitUsage)
 	}
 	r = b.mustRun(t, "held", "skip", "--consumer", "billing", "--key", "customer-7")
-	if !strings.Contains(r.stdout, "skipping message "+first.String()) || !strings.Contains(r.stderr, "order is broken on purpose") ||
+	if !strings.Contains(r.Stdout, "skipping message "+first.String()) || !strings.Contains(r.Stderr, "order is broken on purpose") ||
 		b.count(t, held, "skip_message = $1", first) != 1 {
-		t.Errorf("held skip printed %q, %q; want the first message marked for the dead letters, with a warning", r.stdout, r.stderr)
+		t.Errorf("held skip printed %q, %q; want the first message marked for the dead letters, with a warning", r.Stdout, r.Stderr)
 	}
 	r = b.mustRun(t, "held", "skip", "--consumer", "billing", "--key", "customer-8")
-	if !strings.Contains(r.stdout, "holds no key customer-8") {
-		t.Errorf("held skip of a key not held printed %q", r.stdout)
+	if !strings.Contains(r.Stdout, "holds no key customer-8") {
+		t.Errorf("held skip of a key not held printed %q", r.Stdout)
 	}
 }

@@ -3,13 +3,15 @@ package cli
 import (
 	"io"
 
+	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
+
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/relayer-go/relayer/cmd/relayer/internal/relay"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/relayer-go/relayer/cmd/relayer/internal/relay"
 
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
@@ -24,34 +26,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // result is the outcome of one in-process run of the command.
-type result struct {
-	code           int
-	stdout, stderr string
-}
+type result = commandtest.Result
 
 // runCmd runs the command line args in-process.
-func runCmd(t *testing.T, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := run(ctx, args, &stdout, &stderr)
-	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
-}
+func runCmd(t *testing.T, args ...string) result { return commandtest.Run(t, run, args...) }
 
 func TestUsage(t *testing.T) {
 	t.Parallel()
 	r := runCmd(t)
-	if r.code != command.ExitUsage || !strings.Contains(r.stderr, "usage: relayer <command>") {
-		t.Errorf("no arguments: code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitUsage || !strings.Contains(r.Stderr, "usage: relayer <command>") {
+		t.Errorf("no arguments: code %d, stderr %q", r.Code, r.Stderr)
 	}
 	r = runCmd(t, "frobnicate")
-	if r.code != command.ExitUsage || !strings.Contains(r.stderr, `unknown command "frobnicate"`) {
-		t.Errorf("unknown command: code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitUsage || !strings.Contains(r.Stderr, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: code %d, stderr %q", r.Code, r.Stderr)
 	}
 	r = runCmd(t, "help")
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, "run") || !strings.Contains(r.stdout, "parked") {
-		t.Errorf("help: code %d, stdout %q", r.code, r.stdout)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "run") || !strings.Contains(r.Stdout, "parked") {
+		t.Errorf("help: code %d, stdout %q", r.Code, r.Stdout)
 	}
 }
 
@@ -62,11 +54,11 @@ func TestHelpHasExample(t *testing.T) {
 		{"lanes", "-h"}, {"dead", "list", "-h"}, {"parked", "list", "-h"}, {"dead", "-h"},
 	} {
 		r := runCmd(t, args...)
-		if r.code != command.ExitOK {
-			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		if r.Code != command.ExitOK {
+			t.Errorf("%v: code %d, stderr %q", args, r.Code, r.Stderr)
 		}
-		if !strings.Contains(r.stderr, "example:\n  relayer "+args[0]) || !strings.Contains(r.stderr, "-") {
-			t.Errorf("%v: help without an example:\n%s", args, r.stderr)
+		if !strings.Contains(r.Stderr, "example:\n  relayer "+args[0]) || !strings.Contains(r.Stderr, "-") {
+			t.Errorf("%v: help without an example:\n%s", args, r.Stderr)
 		}
 	}
 }
@@ -89,11 +81,11 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		{[]string{"schema", "extra"}, `unexpected argument "extra"`},
 	} {
 		r := runCmd(t, tc.args...)
-		if r.code != command.ExitUsage {
-			t.Errorf("%v: code %d, want %d; stderr %q", tc.args, r.code, command.ExitUsage, r.stderr)
+		if r.Code != command.ExitUsage {
+			t.Errorf("%v: code %d, want %d; stderr %q", tc.args, r.Code, command.ExitUsage, r.Stderr)
 		}
-		if !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("%v: stderr %q does not contain %q", tc.args, r.stderr, tc.want)
+		if !strings.Contains(r.Stderr, tc.want) {
+			t.Errorf("%v: stderr %q does not contain %q", tc.args, r.Stderr, tc.want)
 		}
 	}
 }
@@ -102,17 +94,17 @@ func TestBadDatabaseURLIsOneLine(t *testing.T) {
 	t.Parallel()
 	// Nothing listens on port 1.
 	r := runCmd(t, "stats", "--database-url", "postgres://nobody@127.0.0.1:1/nothing?connect_timeout=2")
-	if r.code != command.ExitFail {
-		t.Errorf("code %d, want %d", r.code, command.ExitFail)
+	if r.Code != command.ExitFail {
+		t.Errorf("code %d, want %d", r.Code, command.ExitFail)
 	}
-	if !strings.HasPrefix(r.stderr, "relayer stats: --database-url: cannot connect") {
-		t.Errorf("stderr %q does not name the flag", r.stderr)
+	if !strings.HasPrefix(r.Stderr, "relayer stats: --database-url: cannot connect") {
+		t.Errorf("stderr %q does not name the flag", r.Stderr)
 	}
-	if n := strings.Count(r.stderr, "\n"); n != 1 {
-		t.Errorf("stderr has %d lines, want 1: %q", n, r.stderr)
+	if n := strings.Count(r.Stderr, "\n"); n != 1 {
+		t.Errorf("stderr has %d lines, want 1: %q", n, r.Stderr)
 	}
-	if strings.Contains(r.stderr, "goroutine") || strings.Contains(r.stderr, "panic") {
-		t.Errorf("stderr looks like a stack trace: %q", r.stderr)
+	if strings.Contains(r.Stderr, "goroutine") || strings.Contains(r.Stderr, "panic") {
+		t.Errorf("stderr looks like a stack trace: %q", r.Stderr)
 	}
 }
 
@@ -127,16 +119,16 @@ func TestDatabaseURLPasswordIsWarnedOf(t *testing.T) {
 		"host=127.0.0.1 port=1 user=nobody password=s3cret connect_timeout=2",
 	} {
 		r := runCmd(t, "stats", "--database-url", url)
-		if r.code != command.ExitFail || !strings.HasPrefix(r.stderr, warning) || strings.Count(r.stderr, "warning") != 1 {
-			t.Errorf("%s: code %d, stderr %q; want exit %d after one warning", url, r.code, r.stderr, command.ExitFail)
+		if r.Code != command.ExitFail || !strings.HasPrefix(r.Stderr, warning) || strings.Count(r.Stderr, "warning") != 1 {
+			t.Errorf("%s: code %d, stderr %q; want exit %d after one warning", url, r.Code, r.Stderr, command.ExitFail)
 		}
-		if strings.Contains(r.stderr+r.stdout, "s3cret") {
-			t.Errorf("%s: the password is printed: %q", url, r.stderr)
+		if strings.Contains(r.Stderr+r.Stdout, "s3cret") {
+			t.Errorf("%s: the password is printed: %q", url, r.Stderr)
 		}
 	}
 	r := runCmd(t, "stats", "--database-url", "postgres://nobody@127.0.0.1:1/nothing?connect_timeout=2")
-	if strings.Contains(r.stderr, "warning") {
-		t.Errorf("a URL without a password is warned of: %q", r.stderr)
+	if strings.Contains(r.Stderr, "warning") {
+		t.Errorf("a URL without a password is warned of: %q", r.Stderr)
 	}
 }
 
@@ -146,18 +138,18 @@ func TestVersion(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		r := runCmd(t, args...)
-		if r.code != command.ExitOK || !strings.HasPrefix(r.stdout, "relayer ") || !strings.Contains(r.stdout, "library ") || !strings.Contains(r.stdout, "go1.") {
-			t.Errorf("%v: code %d, stdout %q", args, r.code, r.stdout)
+		if r.Code != command.ExitOK || !strings.HasPrefix(r.Stdout, "relayer ") || !strings.Contains(r.Stdout, "library ") || !strings.Contains(r.Stdout, "go1.") {
+			t.Errorf("%v: code %d, stdout %q", args, r.Code, r.Stdout)
 		}
 	}
-	if r := runCmd(t, "version", "extra"); r.code != command.ExitUsage {
-		t.Errorf("version with an argument: code %d, want %d", r.code, command.ExitUsage)
+	if r := runCmd(t, "version", "extra"); r.Code != command.ExitUsage {
+		t.Errorf("version with an argument: code %d, want %d", r.Code, command.ExitUsage)
 	}
 	// --json, as every other command takes it.
 	r := runCmd(t, "version", "--json")
 	var v struct{ Command, Library, Go string }
-	if err := json.Unmarshal([]byte(r.stdout), &v); r.code != command.ExitOK || err != nil || v.Library == "" || !strings.HasPrefix(v.Go, "go1.") {
-		t.Errorf("version --json: code %d, stdout %q, %v", r.code, r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &v); r.Code != command.ExitOK || err != nil || v.Library == "" || !strings.HasPrefix(v.Go, "go1.") {
+		t.Errorf("version --json: code %d, stdout %q, %v", r.Code, r.Stdout, err)
 	}
 }
 

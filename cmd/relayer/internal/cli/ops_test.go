@@ -58,12 +58,12 @@ func setupOps(t *testing.T) *opsBundle {
 	t.Helper()
 	b := &opsBundle{url: testdb.URL(t), schema: testdb.NewSchema(t), prefix: "ops_"}
 	r := b.run(t, "migrate")
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, "applied migrations "+allMigrations(t)) {
-		t.Fatalf("migrate: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "applied migrations "+allMigrations(t)) {
+		t.Fatalf("migrate: code %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	r = b.run(t, "migrate")
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, "up to date") {
-		t.Fatalf("second migrate: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "up to date") {
+		t.Fatalf("second migrate: code %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	b.db = testdb.Open(t, "pgx")
 	ctx := t.Context()
@@ -127,15 +127,15 @@ VALUES ($1, 'ops.Dead', 'nats', 'ops.dead', '\x7b7d', '\x0100000000000000', 'k1'
 func TestSchemaCommand(t *testing.T) {
 	t.Parallel()
 	r := runCmd(t, "schema", "--schema", "messaging", "--prefix", "orders_")
-	if r.code != command.ExitOK {
-		t.Fatalf("code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitOK {
+		t.Fatalf("code %d, stderr %q", r.Code, r.Stderr)
 	}
 	want, err := store.SchemaSQL(store.Tables{Schema: "messaging", TablePrefix: "orders_"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.stdout != want {
-		t.Errorf("schema printed\n%s\nwant\n%s", r.stdout, want)
+	if r.Stdout != want {
+		t.Errorf("schema printed\n%s\nwant\n%s", r.Stdout, want)
 	}
 }
 
@@ -152,12 +152,12 @@ func TestStatsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := b.run(t, "stats", "--json")
-	if r.code != command.ExitOK {
-		t.Fatalf("code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitOK {
+		t.Fatalf("code %d, stderr %q", r.Code, r.Stderr)
 	}
 	var got statsReport
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
-		t.Fatalf("stats --json printed %q: %v", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil {
+		t.Fatalf("stats --json printed %q: %v", r.Stdout, err)
 	}
 	if got.Schema != b.schema || got.Prefix != b.prefix {
 		t.Errorf("schema, prefix = %q, %q", got.Schema, got.Prefix)
@@ -194,14 +194,14 @@ func TestStatsJSON(t *testing.T) {
 	r = b.run(t, "stats")
 	for _, want := range []string{"1 rows, 1 keys", "host/42", "0-2,7", "worker-c",
 		"1 (permanent 1)", "nats ops.events by worker-p", "nats: no responders"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("stats output lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("stats output lacks %q:\n%s", want, r.Stdout)
 		}
 	}
 	// The backlog in the words the console uses too, one line each.
 	for _, word := range vocab.All {
-		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(word) + `  +\S`).MatchString(r.stdout) {
-			t.Errorf("stats output has no line for %q:\n%s", word, r.stdout)
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(word) + `  +\S`).MatchString(r.Stdout) {
+			t.Errorf("stats output has no line for %q:\n%s", word, r.Stdout)
 		}
 	}
 }
@@ -234,23 +234,23 @@ func TestLanes(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	r := b.run(t, "lanes")
-	if r.code != command.ExitOK {
-		t.Fatalf("code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitOK {
+		t.Fatalf("code %d, stderr %q", r.Code, r.Stderr)
 	}
 	for _, want := range []string{"aaa", "worker-a", "0-2,7", "ccc", "(no live member)", "9"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("lanes output lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("lanes output lacks %q:\n%s", want, r.Stdout)
 		}
 	}
 	// The members hold their lanes, as the console shows them: matched by
 	// the owner's name, not the token.
-	if !regexp.MustCompile(`(?m)^\s*aaa\s+worker-a\s+0-2,7\s+4$`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`(?m)^\s*ccc\s+worker-c\s+3\s+1$`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`(?m)^\s*\(no live member\)\s+-\s+9\s+1$`).MatchString(r.stdout) {
-		t.Errorf("lanes by member:\n%s", r.stdout)
+	if !regexp.MustCompile(`(?m)^\s*aaa\s+worker-a\s+0-2,7\s+4$`).MatchString(r.Stdout) ||
+		!regexp.MustCompile(`(?m)^\s*ccc\s+worker-c\s+3\s+1$`).MatchString(r.Stdout) ||
+		!regexp.MustCompile(`(?m)^\s*\(no live member\)\s+-\s+9\s+1$`).MatchString(r.Stdout) {
+		t.Errorf("lanes by member:\n%s", r.Stdout)
 	}
-	if strings.Contains(r.stdout, "10") {
-		t.Errorf("an expired lane lease is shown:\n%s", r.stdout)
+	if strings.Contains(r.Stdout, "10") {
+		t.Errorf("an expired lane lease is shown:\n%s", r.Stdout)
 	}
 }
 
@@ -260,12 +260,12 @@ func TestLanesSet(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	r := b.run(t, "lanes")
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, "lane count: 32") {
-		t.Fatalf("code %d, stdout %q, stderr %q; want the recorded count 32", r.code, r.stdout, r.stderr)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "lane count: 32") {
+		t.Fatalf("code %d, stdout %q, stderr %q; want the recorded count 32", r.Code, r.Stdout, r.Stderr)
 	}
 	r = b.run(t, "lanes", "--set", "64")
-	if r.code == command.ExitOK || !strings.Contains(r.stderr, "not drained") || !strings.Contains(r.stderr, "1 ordered rows") {
-		t.Errorf("--set with a parked ordered row and live workers: code %d, stderr %q; want refused", r.code, r.stderr)
+	if r.Code == command.ExitOK || !strings.Contains(r.Stderr, "not drained") || !strings.Contains(r.Stderr, "1 ordered rows") {
+		t.Errorf("--set with a parked ordered row and live workers: code %d, stderr %q; want refused", r.Code, r.Stderr)
 	}
 	_, err := b.db.Exec(`DELETE FROM "` + b.schema + `".ops_outbox WHERE lane IS NOT NULL`)
 	if err == nil {
@@ -275,15 +275,15 @@ func TestLanesSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = b.run(t, "lanes", "--set", "64")
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, "lane count 64 recorded") {
-		t.Fatalf("--set on a drained outbox: code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "lane count 64 recorded") {
+		t.Fatalf("--set on a drained outbox: code %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	r = b.run(t, "lanes", "--json")
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, `"lanes":64`) {
-		t.Errorf("--json: %q", r.stdout)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, `"lanes":64`) {
+		t.Errorf("--json: %q", r.Stdout)
 	}
 	r = b.run(t, "lanes", "--set", "0")
-	if r.code == command.ExitOK {
+	if r.Code == command.ExitOK {
 		t.Errorf("--set 0 accepted")
 	}
 }
@@ -292,21 +292,21 @@ func TestDeadAndParkedList(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	r := b.run(t, "dead", "list")
-	if r.code != command.ExitOK {
-		t.Fatalf("dead list: code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitOK {
+		t.Fatalf("dead list: code %d, stderr %q", r.Code, r.Stderr)
 	}
 	for _, want := range []string{b.dead.String(), "ops.Dead", "ops.dead", "k1", "9", "permanent", "too large"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("dead list lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("dead list lacks %q:\n%s", want, r.Stdout)
 		}
 	}
 	r = b.run(t, "parked", "list", "--json")
-	if r.code != command.ExitOK {
-		t.Fatalf("parked list: code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitOK {
+		t.Fatalf("parked list: code %d, stderr %q", r.Code, r.Stderr)
 	}
 	var row parkedSummary
-	if err := json.Unmarshal([]byte(r.stdout), &row); err != nil {
-		t.Fatalf("parked list --json printed %q: %v", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &row); err != nil {
+		t.Fatalf("parked list --json printed %q: %v", r.Stdout, err)
 	}
 	if row.HeadID != b.parked.String() || row.Key != "customer-7" || row.Attempts != 5 || row.LastError != "broker said no" ||
 		row.Destination != "ops.ordered" || row.Waiting != 0 {
@@ -318,19 +318,19 @@ func TestEmptyOutbox(t *testing.T) {
 	t.Parallel()
 	url, schema := testdb.URL(t), testdb.NewSchema(t)
 	flags := []string{"--database-url", url, "--schema", schema}
-	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.code != command.ExitOK {
-		t.Fatalf("migrate: %q", r.stderr)
+	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.Code != command.ExitOK {
+		t.Fatalf("migrate: %q", r.Stderr)
 	}
 	for _, args := range [][]string{{"lanes"}, {"dead", "list"}, {"parked", "list"}} {
 		r := runCmd(t, append(args, flags...)...)
-		if r.code != command.ExitOK || !strings.HasPrefix(r.stdout, "no ") {
-			t.Errorf("%v: code %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		if r.Code != command.ExitOK || !strings.HasPrefix(r.Stdout, "no ") {
+			t.Errorf("%v: code %d, stdout %q, stderr %q", args, r.Code, r.Stdout, r.Stderr)
 		}
 	}
 	r := runCmd(t, append([]string{"stats", "--json"}, flags...)...)
 	var s statsReport
-	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.Eligible != 0 || s.Members == nil {
-		t.Errorf("stats --json on an empty outbox: %q, %v", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil || s.Eligible != 0 || s.Members == nil {
+		t.Errorf("stats --json on an empty outbox: %q, %v", r.Stdout, err)
 	}
 }
 
@@ -342,8 +342,8 @@ func TestCommandsWithoutTablesSayHowToMigrate(t *testing.T) {
 	for _, args := range [][]string{{"stats"}, {"dead", "list"}, {"parked", "list"}, {"lanes"}, {"dead", "purge", "--all"}} {
 		r := runCmd(t, append(args, "--database-url", testdb.URL(t), "--schema", schema, "--prefix", "p_")...)
 		want := "relayer migrate --database-url URL --schema " + schema + " --prefix p_"
-		if r.code != command.ExitFail || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, want) {
-			t.Errorf("%v: code %d, stderr %q; want one line naming %q", args, r.code, r.stderr, want)
+		if r.Code != command.ExitFail || strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, want) {
+			t.Errorf("%v: code %d, stderr %q; want one line naming %q", args, r.Code, r.Stderr, want)
 		}
 	}
 }
@@ -360,23 +360,23 @@ func TestMigrateDryRunAndShowSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range steps {
-		if want := fmt.Sprintf("would apply migration %d: %s", m.Version, m.Name); r.code != command.ExitOK || !strings.Contains(r.stdout, want) {
-			t.Errorf("migrate --dry-run: code %d, stdout %q; want %q", r.code, r.stdout, want)
+		if want := fmt.Sprintf("would apply migration %d: %s", m.Version, m.Name); r.Code != command.ExitOK || !strings.Contains(r.Stdout, want) {
+			t.Errorf("migrate --dry-run: code %d, stdout %q; want %q", r.Code, r.Stdout, want)
 		}
 	}
 	r = runCmd(t, append([]string{"migrate", "--show-sql"}, flags...)...)
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, "-- migration 1: ") || !strings.Contains(r.stdout, `CREATE TABLE IF NOT EXISTS "`+schema+`".`) {
-		t.Errorf("migrate --show-sql: code %d, stdout %q", r.code, r.stdout)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "-- migration 1: ") || !strings.Contains(r.Stdout, `CREATE TABLE IF NOT EXISTS "`+schema+`".`) {
+		t.Errorf("migrate --show-sql: code %d, stdout %q", r.Code, r.Stdout)
 	}
-	if r := runCmd(t, append([]string{"stats"}, flags...)...); r.code != command.ExitFail {
-		t.Errorf("stats after a dry run: code %d; the tables must still be missing", r.code)
+	if r := runCmd(t, append([]string{"stats"}, flags...)...); r.Code != command.ExitFail {
+		t.Errorf("stats after a dry run: code %d; the tables must still be missing", r.Code)
 	}
-	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.code != command.ExitOK {
-		t.Fatalf("migrate: %q", r.stderr)
+	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.Code != command.ExitOK {
+		t.Fatalf("migrate: %q", r.Stderr)
 	}
 	r = runCmd(t, append([]string{"migrate", "--dry-run"}, flags...)...)
-	if r.code != command.ExitOK || !strings.Contains(r.stdout, "up to date: nothing to apply") {
-		t.Errorf("migrate --dry-run when up to date: %q", r.stdout)
+	if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "up to date: nothing to apply") {
+		t.Errorf("migrate --dry-run when up to date: %q", r.Stdout)
 	}
 }
 
@@ -396,31 +396,31 @@ func TestChangesReportAsJSONAndDryRun(t *testing.T) {
 	} {
 		r := b.run(t, append(c.args, "--dry-run", "--json")...)
 		var rep changeReport
-		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != command.ExitOK {
-			t.Fatalf("%v --dry-run --json: code %d, %q, %v (stderr %q)", c.args, r.code, r.stdout, err, r.stderr)
+		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || r.Code != command.ExitOK {
+			t.Fatalf("%v --dry-run --json: code %d, %q, %v (stderr %q)", c.args, r.Code, r.Stdout, err, r.Stderr)
 		}
 		if rep.Command != c.args[0]+" "+c.args[1] || !rep.DryRun || rep.Rows != 1 || len(rep.IDs) != 1 || rep.IDs[0] != c.id {
 			t.Errorf("%v --dry-run --json = %+v, want one row, id %s", c.args, rep, c.id)
 		}
 		r = b.run(t, append(c.args, "--dry-run")...)
-		if r.code != command.ExitOK || !strings.Contains(r.stdout, "would ") || !strings.Contains(r.stdout, "dry run: nothing changed") {
-			t.Errorf("%v --dry-run: %q", c.args, r.stdout)
+		if r.Code != command.ExitOK || !strings.Contains(r.Stdout, "would ") || !strings.Contains(r.Stdout, "dry run: nothing changed") {
+			t.Errorf("%v --dry-run: %q", c.args, r.Stdout)
 		}
 	}
 	// Nothing changed: the dead letter and the parked key are still there.
-	if r := b.run(t, "dead", "list", "--json"); !strings.Contains(r.stdout, b.dead.String()) {
-		t.Errorf("a dry run changed the dead letters: %q", r.stdout)
+	if r := b.run(t, "dead", "list", "--json"); !strings.Contains(r.Stdout, b.dead.String()) {
+		t.Errorf("a dry run changed the dead letters: %q", r.Stdout)
 	}
-	if r := b.run(t, "parked", "list", "--json"); !strings.Contains(r.stdout, b.parked.String()) {
-		t.Errorf("a dry run changed the parked keys: %q", r.stdout)
+	if r := b.run(t, "parked", "list", "--json"); !strings.Contains(r.Stdout, b.parked.String()) {
+		t.Errorf("a dry run changed the parked keys: %q", r.Stdout)
 	}
 	r := b.run(t, "dead", "requeue", "--key", "k1", "--json")
 	var rep changeReport
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.DryRun || rep.Rows != 1 || rep.Filter["key"] != "k1" {
-		t.Errorf("dead requeue --json = %+v, %v (%q)", rep, err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || rep.DryRun || rep.Rows != 1 || rep.Filter["key"] != "k1" {
+		t.Errorf("dead requeue --json = %+v, %v (%q)", rep, err, r.Stdout)
 	}
-	if r := b.run(t, "dead", "list", "--json"); strings.Contains(r.stdout, b.dead.String()) {
-		t.Errorf("requeue changed nothing: %q", r.stdout)
+	if r := b.run(t, "dead", "list", "--json"); strings.Contains(r.Stdout, b.dead.String()) {
+		t.Errorf("requeue changed nothing: %q", r.Stdout)
 	}
 }
 
@@ -485,8 +485,8 @@ type redriveBundle struct {
 func setupRedrive(t *testing.T) *redriveBundle {
 	t.Helper()
 	b := &redriveBundle{opsBundle: opsBundle{url: testdb.URL(t), schema: testdb.NewSchema(t), prefix: "rd_"}}
-	if r := b.run(t, "migrate"); r.code != command.ExitOK {
-		t.Fatalf("migrate: code %d, stderr %q", r.code, r.stderr)
+	if r := b.run(t, "migrate"); r.Code != command.ExitOK {
+		t.Fatalf("migrate: code %d, stderr %q", r.Code, r.Stderr)
 	}
 	b.db = testdb.Open(t, "pgx")
 	b.tables = tablesOf(store.Tables{Schema: b.schema, TablePrefix: b.prefix})
@@ -562,8 +562,8 @@ func (b *opsBundle) count(t *testing.T, table, where string, args ...any) int {
 func (b *opsBundle) mustRun(t *testing.T, args ...string) result {
 	t.Helper()
 	r := b.run(t, args...)
-	if r.code != command.ExitOK {
-		t.Fatalf("%v: code %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+	if r.Code != command.ExitOK {
+		t.Fatalf("%v: code %d, stdout %q, stderr %q", args, r.Code, r.Stdout, r.Stderr)
 	}
 	return r
 }
@@ -595,9 +595,9 @@ func TestRedriveDeadList(t *testing.T) {
 	t.Parallel()
 	b := setupRedrive(t)
 	r := b.mustRun(t, "dead", "list")
-	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "ID") {
-		t.Fatalf("dead list: want a header and 4 rows:\n%s", r.stdout)
+		t.Fatalf("dead list: want a header and 4 rows:\n%s", r.Stdout)
 	}
 	for _, col := range []string{"TYPE", "DESTINATION", "KEY", "ATTEMPTS", "DEAD AT", "REASON", "LAST ERROR"} {
 		if !strings.Contains(lines[0], col) {
@@ -617,7 +617,7 @@ func TestRedriveDeadList(t *testing.T) {
 		}
 	}
 
-	got := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--type", "orders.Placed", "--json").stdout)
+	got := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--type", "orders.Placed", "--json").Stdout)
 	if len(got) != 1 {
 		t.Fatalf("--type orders.Placed: %+v", got)
 	}
@@ -640,22 +640,22 @@ func TestRedriveDeadList(t *testing.T) {
 			[]string{b.placed.String(), b.broken.String(), b.old.String()}},
 		{[]string{"--id", uuid.NewString()}, nil},
 	} {
-		got := deadIDs(jsonLines[deadSummary](t, b.mustRun(t, append([]string{"dead", "list", "--json"}, tc.args...)...).stdout))
+		got := deadIDs(jsonLines[deadSummary](t, b.mustRun(t, append([]string{"dead", "list", "--json"}, tc.args...)...).Stdout))
 		if !slices.Equal(got, tc.want) && (len(got) != 0 || len(tc.want) != 0) {
 			t.Errorf("%v: ids %v, want %v", tc.args, got, tc.want)
 		}
 	}
-	if d := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--key", "k2", "--json").stdout); d[0].Lane == nil || *d[0].Lane != 3 {
+	if d := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--key", "k2", "--json").Stdout); d[0].Lane == nil || *d[0].Lane != 3 {
 		t.Errorf("ordered dead letter without its lane: %+v", d[0])
 	}
 
 	r = b.mustRun(t, "dead", "list", "--limit", "2")
-	if strings.Count(r.stdout, "\n") != 4 || !strings.Contains(r.stdout, "(first 2 rows; raise --limit for more)") {
-		t.Errorf("--limit 2:\n%s", r.stdout)
+	if strings.Count(r.Stdout, "\n") != 4 || !strings.Contains(r.Stdout, "(first 2 rows; raise --limit for more)") {
+		t.Errorf("--limit 2:\n%s", r.Stdout)
 	}
 	r = b.mustRun(t, "dead", "list", "--type", "nothing")
-	if !strings.HasPrefix(r.stdout, "no dead letters matching the filters in outbox in schema "+b.schema) {
-		t.Errorf("empty selection: %q", r.stdout)
+	if !strings.HasPrefix(r.Stdout, "no dead letters matching the filters in outbox in schema "+b.schema) {
+		t.Errorf("empty selection: %q", r.Stdout)
 	}
 	for _, tc := range []struct{ args, want string }{
 		{"--reason bogus", `--reason "bogus": want one of permanent, exhausted, corrupt, skipped, over_limit`},
@@ -665,8 +665,8 @@ func TestRedriveDeadList(t *testing.T) {
 		{"--id nope", `"nope" is not a message id`},
 	} {
 		r := b.run(t, append([]string{"dead", "list"}, strings.Fields(tc.args)...)...)
-		if r.code != command.ExitUsage || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("dead list %s: code %d, stderr %q, want %q", tc.args, r.code, r.stderr, tc.want)
+		if r.Code != command.ExitUsage || !strings.Contains(r.Stderr, tc.want) {
+			t.Errorf("dead list %s: code %d, stderr %q, want %q", tc.args, r.Code, r.Stderr, tc.want)
 		}
 	}
 }
@@ -683,16 +683,16 @@ func TestRedriveDeadShow(t *testing.T) {
 		"headers (2):\n  content-type: application/json\n  blob: AAEC (base64)\n",
 		"body (7 bytes of text):\n{\"n\":1}\n",
 	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("dead show lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("dead show lacks %q:\n%s", want, r.Stdout)
 		}
 	}
 
 	// The id may come after the flags, too.
 	var d deadDetail
 	r = runCmd(t, append(append([]string{"dead", "show", "--json"}, b.flags()...), b.placed.String())...)
-	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
-		t.Fatalf("dead show --json: code %d, stdout %q, stderr %q: %v", r.code, r.stdout, r.stderr, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &d); err != nil {
+		t.Fatalf("dead show --json: code %d, stdout %q, stderr %q: %v", r.Code, r.Stdout, r.Stderr, err)
 	}
 	wantHeaders := []headerText{{"content-type", "application/json", "text"}, {"blob", "AAEC", "base64"}}
 	if d.ID != b.placed.String() || !slices.Equal(d.Headers, wantHeaders) || d.Body != `{"n":1}` || d.BodyEncoding != "text" ||
@@ -701,25 +701,25 @@ func TestRedriveDeadShow(t *testing.T) {
 	}
 
 	d = deadDetail{}
-	if err := json.Unmarshal([]byte(b.mustRun(t, "dead", "show", b.shipped.String(), "--json").stdout), &d); err != nil {
+	if err := json.Unmarshal([]byte(b.mustRun(t, "dead", "show", b.shipped.String(), "--json").Stdout), &d); err != nil {
 		t.Fatal(err)
 	}
 	if d.Body != "AP8=" || d.BodyEncoding != "base64" || d.Headers == nil || len(d.Headers) != 0 || d.Lane == nil || *d.Lane != 3 {
 		t.Errorf("binary body: %+v", d)
 	}
 	r = b.mustRun(t, "dead", "show", b.shipped.String())
-	if !strings.Contains(r.stdout, "headers: none") || !strings.Contains(r.stdout, "body (base64, not UTF-8 text):\nAP8=\n") ||
-		!strings.Contains(r.stdout, "lane          3") {
-		t.Errorf("binary body:\n%s", r.stdout)
+	if !strings.Contains(r.Stdout, "headers: none") || !strings.Contains(r.Stdout, "body (base64, not UTF-8 text):\nAP8=\n") ||
+		!strings.Contains(r.Stdout, "lane          3") {
+		t.Errorf("binary body:\n%s", r.Stdout)
 	}
 
 	r = b.mustRun(t, "dead", "show", b.broken.String())
-	if !strings.Contains(r.stdout, "headers: the stored headers do not decode: ") ||
-		!strings.Contains(r.stdout, "unsupported header format version") || !strings.Contains(r.stdout, "reason        corrupt") {
-		t.Errorf("corrupt row:\n%s", r.stdout)
+	if !strings.Contains(r.Stdout, "headers: the stored headers do not decode: ") ||
+		!strings.Contains(r.Stdout, "unsupported header format version") || !strings.Contains(r.Stdout, "reason        corrupt") {
+		t.Errorf("corrupt row:\n%s", r.Stdout)
 	}
 	d = deadDetail{}
-	if err := json.Unmarshal([]byte(b.mustRun(t, "dead", "show", b.broken.String(), "--json").stdout), &d); err != nil {
+	if err := json.Unmarshal([]byte(b.mustRun(t, "dead", "show", b.broken.String(), "--json").Stdout), &d); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(d.Corrupt, "unsupported header format version") || d.Headers != nil || d.Body != "x" {
@@ -727,12 +727,12 @@ func TestRedriveDeadShow(t *testing.T) {
 	}
 
 	missing := uuid.NewString()
-	if r := b.run(t, "dead", "show", missing); r.code != command.ExitFail || !strings.Contains(r.stderr, "no dead letter with id "+missing) {
-		t.Errorf("unknown id: code %d, stderr %q", r.code, r.stderr)
+	if r := b.run(t, "dead", "show", missing); r.Code != command.ExitFail || !strings.Contains(r.Stderr, "no dead letter with id "+missing) {
+		t.Errorf("unknown id: code %d, stderr %q", r.Code, r.Stderr)
 	}
 	for _, args := range [][]string{{"dead", "show"}, {"dead", "show", "nope"}, {"dead", "show", missing, missing}} {
-		if r := b.run(t, args...); r.code != command.ExitUsage {
-			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		if r := b.run(t, args...); r.Code != command.ExitUsage {
+			t.Errorf("%v: code %d, stderr %q", args, r.Code, r.Stderr)
 		}
 	}
 }
@@ -742,23 +742,23 @@ func TestRedriveDeadRequeueAndPurge(t *testing.T) {
 	b := setupRedrive(t)
 	for _, args := range [][]string{{"dead", "requeue"}, {"dead", "purge"}, {"dead", "requeue", "--older-than", "0s"}} {
 		r := b.run(t, args...)
-		if r.code != command.ExitUsage || !strings.Contains(r.stderr, "without --all") || !strings.Contains(r.stderr, "--type") ||
-			!strings.Contains(r.stderr, "--older-than") {
-			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		if r.Code != command.ExitUsage || !strings.Contains(r.Stderr, "without --all") || !strings.Contains(r.Stderr, "--type") ||
+			!strings.Contains(r.Stderr, "--older-than") {
+			t.Errorf("%v: code %d, stderr %q", args, r.Code, r.Stderr)
 		}
 	}
-	if r := b.run(t, "dead", "purge", "--all", "--type", "orders.Old"); r.code != command.ExitUsage || !strings.Contains(r.stderr, "not both") {
-		t.Errorf("--all with a filter: code %d, stderr %q", r.code, r.stderr)
+	if r := b.run(t, "dead", "purge", "--all", "--type", "orders.Old"); r.Code != command.ExitUsage || !strings.Contains(r.Stderr, "not both") {
+		t.Errorf("--all with a filter: code %d, stderr %q", r.Code, r.Stderr)
 	}
 	if n := b.count(t, b.tables.dead, "true"); n != 4 {
 		t.Fatalf("a refused command changed the dead letters: %d left", n)
 	}
 
-	if r := b.mustRun(t, "dead", "requeue", "--type", "orders.Shipped"); r.stdout != "requeued 1 dead letters\n" {
-		t.Errorf("requeue: %q", r.stdout)
+	if r := b.mustRun(t, "dead", "requeue", "--type", "orders.Shipped"); r.Stdout != "requeued 1 dead letters\n" {
+		t.Errorf("requeue: %q", r.Stdout)
 	}
-	if r := b.mustRun(t, "dead", "requeue", "--type", "orders.Shipped"); r.stdout != "requeued 0 dead letters\n" {
-		t.Errorf("second requeue: %q", r.stdout)
+	if r := b.mustRun(t, "dead", "requeue", "--type", "orders.Shipped"); r.Stdout != "requeued 0 dead letters\n" {
+		t.Errorf("second requeue: %q", r.Stdout)
 	}
 	var attempts, lane int
 	var key, lastErr string
@@ -776,27 +776,27 @@ func TestRedriveDeadRequeueAndPurge(t *testing.T) {
 		t.Errorf("requeued row still dead")
 	}
 	r := b.mustRun(t, "dead", "requeue", "--id", b.placed.String()+","+uuid.NewString())
-	if r.stdout != "requeued 1 dead letters\n" || b.count(t, b.tables.outbox, "id = $1 AND attempts = 0", b.placed) != 1 {
-		t.Errorf("requeue --id: %q", r.stdout)
+	if r.Stdout != "requeued 1 dead letters\n" || b.count(t, b.tables.outbox, "id = $1 AND attempts = 0", b.placed) != 1 {
+		t.Errorf("requeue --id: %q", r.Stdout)
 	}
 
-	if r := b.mustRun(t, "dead", "purge", "--older-than", "1h"); r.stdout != "purged 1 dead letters\n" {
-		t.Errorf("purge --older-than 1h: %q", r.stdout)
+	if r := b.mustRun(t, "dead", "purge", "--older-than", "1h"); r.Stdout != "purged 1 dead letters\n" {
+		t.Errorf("purge --older-than 1h: %q", r.Stdout)
 	}
 	if n := b.count(t, b.tables.dead, "id = $1", b.old); n != 0 {
 		t.Errorf("purged row still dead")
 	}
-	if r := b.mustRun(t, "dead", "purge", "--older-than", "1h"); r.stdout != "purged 0 dead letters\n" {
-		t.Errorf("purge --older-than 1h of a fresh row: %q", r.stdout)
+	if r := b.mustRun(t, "dead", "purge", "--older-than", "1h"); r.Stdout != "purged 0 dead letters\n" {
+		t.Errorf("purge --older-than 1h of a fresh row: %q", r.Stdout)
 	}
-	if r := b.mustRun(t, "dead", "purge", "--all"); r.stdout != "purged 1 dead letters\n" {
-		t.Errorf("purge --all: %q", r.stdout)
+	if r := b.mustRun(t, "dead", "purge", "--all"); r.Stdout != "purged 1 dead letters\n" {
+		t.Errorf("purge --all: %q", r.Stdout)
 	}
 	if n := b.count(t, b.tables.dead, "true"); n != 0 {
 		t.Errorf("%d dead letters left after purge --all", n)
 	}
-	if r := b.mustRun(t, "dead", "list"); !strings.HasPrefix(r.stdout, "no dead letters in outbox") {
-		t.Errorf("dead list after purge --all: %q", r.stdout)
+	if r := b.mustRun(t, "dead", "list"); !strings.HasPrefix(r.Stdout, "no dead letters in outbox") {
+		t.Errorf("dead list after purge --all: %q", r.Stdout)
 	}
 }
 
@@ -804,9 +804,9 @@ func TestRedriveParkedListAndRetry(t *testing.T) {
 	t.Parallel()
 	b := setupRedrive(t)
 	r := b.mustRun(t, "parked", "list")
-	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n")
 	if len(lines) != 3 {
-		t.Fatalf("parked list: want a header and 2 rows:\n%s", r.stdout)
+		t.Fatalf("parked list: want a header and 2 rows:\n%s", r.Stdout)
 	}
 	for _, col := range []string{"KEY", "LANE", "HEAD ID", "TYPE", "DESTINATION", "ATTEMPTS", "PARKED AT", "WAITING", "LAST ERROR"} {
 		if !strings.Contains(lines[0], col) {
@@ -815,9 +815,9 @@ func TestRedriveParkedListAndRetry(t *testing.T) {
 	}
 	if !strings.HasPrefix(lines[1], "cust-2") || !strings.Contains(lines[1], b.cust2.String()) || !strings.Contains(lines[1], "no route") ||
 		!strings.HasPrefix(lines[2], "cust-1") || !strings.Contains(lines[2], b.cust1[0].String()) {
-		t.Errorf("parked list, longest parked first:\n%s", r.stdout)
+		t.Errorf("parked list, longest parked first:\n%s", r.Stdout)
 	}
-	list := jsonLines[parkedSummary](t, b.mustRun(t, "parked", "list", "--json").stdout)
+	list := jsonLines[parkedSummary](t, b.mustRun(t, "parked", "list", "--json").Stdout)
 	if len(list) != 2 {
 		t.Fatalf("parked list --json: %+v", list)
 	}
@@ -825,29 +825,29 @@ func TestRedriveParkedListAndRetry(t *testing.T) {
 		p.Destination != "orders.ordered" || p.Attempts != 1 || p.LastError != "refused" || p.Waiting != 2 {
 		t.Errorf("cust-1: %+v", p)
 	}
-	if list := jsonLines[parkedSummary](t, b.mustRun(t, "parked", "list", "--older-than", "1h", "--json").stdout); len(list) != 1 ||
+	if list := jsonLines[parkedSummary](t, b.mustRun(t, "parked", "list", "--older-than", "1h", "--json").Stdout); len(list) != 1 ||
 		list[0].Key != "cust-2" || list[0].Waiting != 0 || time.Since(list[0].ParkedAt) < time.Hour {
 		t.Errorf("--older-than 1h: %+v", list)
 	}
-	if r := b.mustRun(t, "parked", "list", "--type", "orders.Placed", "--limit", "1"); !strings.Contains(r.stdout, "cust-1") ||
-		!strings.Contains(r.stdout, "(first 1 rows; raise --limit for more)") {
-		t.Errorf("--type --limit 1:\n%s", r.stdout)
+	if r := b.mustRun(t, "parked", "list", "--type", "orders.Placed", "--limit", "1"); !strings.Contains(r.Stdout, "cust-1") ||
+		!strings.Contains(r.Stdout, "(first 1 rows; raise --limit for more)") {
+		t.Errorf("--type --limit 1:\n%s", r.Stdout)
 	}
-	if r := b.mustRun(t, "parked", "list", "--key", "nobody"); !strings.HasPrefix(r.stdout, "no parked keys matching the filters") {
-		t.Errorf("empty selection: %q", r.stdout)
+	if r := b.mustRun(t, "parked", "list", "--key", "nobody"); !strings.HasPrefix(r.Stdout, "no parked keys matching the filters") {
+		t.Errorf("empty selection: %q", r.Stdout)
 	}
 
 	for _, args := range [][]string{{"parked", "retry"}, {"parked", "retry", "--key", ""}} {
-		if r := b.run(t, args...); r.code != command.ExitUsage || !strings.Contains(r.stderr, "without --all") || !strings.Contains(r.stderr, "--key") {
-			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		if r := b.run(t, args...); r.Code != command.ExitUsage || !strings.Contains(r.Stderr, "without --all") || !strings.Contains(r.Stderr, "--key") {
+			t.Errorf("%v: code %d, stderr %q", args, r.Code, r.Stderr)
 		}
 	}
 	const released = "parked keys; each resumes at its head, in order\n"
-	if r := b.mustRun(t, "parked", "retry", "--key", "cust-2"); r.stdout != "released 1 "+released {
-		t.Errorf("retry: %q", r.stdout)
+	if r := b.mustRun(t, "parked", "retry", "--key", "cust-2"); r.Stdout != "released 1 "+released {
+		t.Errorf("retry: %q", r.Stdout)
 	}
-	if r := b.mustRun(t, "parked", "retry", "--key", "cust-2"); r.stdout != "released 0 "+released {
-		t.Errorf("second retry: %q", r.stdout)
+	if r := b.mustRun(t, "parked", "retry", "--key", "cust-2"); r.Stdout != "released 0 "+released {
+		t.Errorf("second retry: %q", r.Stdout)
 	}
 	if n := b.count(t, b.tables.outbox, "id = $1 AND parked_at IS NULL AND attempts = 0", b.cust2); n != 1 {
 		t.Errorf("retried row is still parked or kept its attempts")
@@ -855,33 +855,33 @@ func TestRedriveParkedListAndRetry(t *testing.T) {
 	if n := b.count(t, b.tables.outbox, "id = $1 AND parked_at IS NOT NULL", b.cust1[0]); n != 1 {
 		t.Errorf("retry --key cust-2 released cust-1")
 	}
-	if r := b.mustRun(t, "parked", "retry", "--all"); r.stdout != "released 1 "+released {
-		t.Errorf("retry --all: %q", r.stdout)
+	if r := b.mustRun(t, "parked", "retry", "--all"); r.Stdout != "released 1 "+released {
+		t.Errorf("retry --all: %q", r.Stdout)
 	}
-	if r := b.mustRun(t, "parked", "list"); !strings.HasPrefix(r.stdout, "no parked keys in outbox") {
-		t.Errorf("parked list after retry --all: %q", r.stdout)
+	if r := b.mustRun(t, "parked", "list"); !strings.HasPrefix(r.Stdout, "no parked keys in outbox") {
+		t.Errorf("parked list after retry --all: %q", r.Stdout)
 	}
 }
 
 func TestRedriveParkedSkip(t *testing.T) {
 	t.Parallel()
 	b := setupRedrive(t)
-	if r := b.run(t, "parked", "skip"); r.code != command.ExitUsage || !strings.Contains(r.stderr, "--key is required") {
-		t.Errorf("skip without --key: code %d, stderr %q", r.code, r.stderr)
+	if r := b.run(t, "parked", "skip"); r.Code != command.ExitUsage || !strings.Contains(r.Stderr, "--key is required") {
+		t.Errorf("skip without --key: code %d, stderr %q", r.Code, r.Stderr)
 	}
 	r := b.mustRun(t, "parked", "skip", "--key", "cust-1")
 	head := b.cust1[0].String()
-	if !strings.Contains(r.stdout, "skipped message "+head) || !strings.Contains(r.stdout, "key cust-1") ||
-		!strings.Contains(r.stdout, "the 2 messages waiting behind it go on without it") {
-		t.Errorf("skip: stdout %q", r.stdout)
+	if !strings.Contains(r.Stdout, "skipped message "+head) || !strings.Contains(r.Stdout, "key cust-1") ||
+		!strings.Contains(r.Stdout, "the 2 messages waiting behind it go on without it") {
+		t.Errorf("skip: stdout %q", r.Stdout)
 	}
 	for _, want := range []string{"level=WARN", "order is broken on purpose", "key=cust-1", "message_id=" + head} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("skip: stderr %q lacks %q", r.stderr, want)
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("skip: stderr %q lacks %q", r.Stderr, want)
 		}
 	}
-	if n := strings.Count(r.stderr, "\n"); n != 1 {
-		t.Errorf("skip: %d lines on stderr, want one warning: %q", n, r.stderr)
+	if n := strings.Count(r.Stderr, "\n"); n != 1 {
+		t.Errorf("skip: %d lines on stderr, want one warning: %q", n, r.Stderr)
 	}
 	if n := b.count(t, b.tables.dead, "id = $1 AND reason = 'skipped' AND attempts = 1 AND last_error = 'refused'", b.cust1[0]); n != 1 {
 		t.Errorf("skipped head is not a dead letter with reason skipped")
@@ -894,10 +894,10 @@ func TestRedriveParkedSkip(t *testing.T) {
 	}
 
 	r = b.mustRun(t, "parked", "skip", "--key", "cust-1")
-	if r.stdout != "key cust-1 has no parked head\n" || r.stderr != "" {
-		t.Errorf("second skip: stdout %q, stderr %q", r.stdout, r.stderr)
+	if r.Stdout != "key cust-1 has no parked head\n" || r.Stderr != "" {
+		t.Errorf("second skip: stdout %q, stderr %q", r.Stdout, r.Stderr)
 	}
-	d := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--reason", "skipped", "--json").stdout)
+	d := jsonLines[deadSummary](t, b.mustRun(t, "dead", "list", "--reason", "skipped", "--json").Stdout)
 	if len(d) != 1 || d[0].ID != head || d[0].Key != "cust-1" || d[0].Lane == nil || *d[0].Lane != 5 {
 		t.Errorf("dead list --reason skipped: %+v", d)
 	}
@@ -920,12 +920,12 @@ func TestRedriveUsageAndHelp(t *testing.T) {
 		{[]string{"parked", "skip", "--key", ""}, []string{"--key is required"}},
 	} {
 		r := runCmd(t, tc.args...)
-		if r.code != command.ExitUsage {
-			t.Errorf("%v: code %d, want %d; stderr %q", tc.args, r.code, command.ExitUsage, r.stderr)
+		if r.Code != command.ExitUsage {
+			t.Errorf("%v: code %d, want %d; stderr %q", tc.args, r.Code, command.ExitUsage, r.Stderr)
 		}
 		for _, w := range tc.want {
-			if !strings.Contains(r.stderr, w) {
-				t.Errorf("%v: stderr %q lacks %q", tc.args, r.stderr, w)
+			if !strings.Contains(r.Stderr, w) {
+				t.Errorf("%v: stderr %q lacks %q", tc.args, r.Stderr, w)
 			}
 		}
 	}
@@ -934,14 +934,14 @@ func TestRedriveUsageAndHelp(t *testing.T) {
 		{"dead", "purge", "-h"}, {"parked", "list", "-h"}, {"parked", "retry", "-h"}, {"parked", "skip", "-h"},
 	} {
 		r := runCmd(t, args...)
-		if r.code != command.ExitOK || !strings.Contains(r.stderr, "example:\n  relayer "+strings.Join(args[:len(args)-1], " ")) {
-			t.Errorf("%v: code %d, stderr:\n%s", args, r.code, r.stderr)
+		if r.Code != command.ExitOK || !strings.Contains(r.Stderr, "example:\n  relayer "+strings.Join(args[:len(args)-1], " ")) {
+			t.Errorf("%v: code %d, stderr:\n%s", args, r.Code, r.Stderr)
 		}
 	}
 	r := runCmd(t, "help")
 	for _, want := range []string{"list, show, requeue or purge dead letters", "list parked keys, retry them or skip their head"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("help lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("help lacks %q:\n%s", want, r.Stdout)
 		}
 	}
 }
@@ -963,21 +963,21 @@ VALUES ($1, E'ops.\x1b[31mRed', 'nats', 'ops.dead', '\x7b7d', '\x010000000000000
 	}
 	for _, args := range [][]string{{"dead", "list"}, {"parked", "list"}, {"stats"}} {
 		r := b.run(t, args...)
-		if r.code != command.ExitOK {
-			t.Fatalf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		if r.Code != command.ExitOK {
+			t.Fatalf("%v: code %d, stderr %q", args, r.Code, r.Stderr)
 		}
-		if strings.ContainsAny(r.stdout, "\x1b\x07\u202e") {
-			t.Errorf("%v prints terminal controls raw: %q", args, r.stdout)
+		if strings.ContainsAny(r.Stdout, "\x1b\x07\u202e") {
+			t.Errorf("%v prints terminal controls raw: %q", args, r.Stdout)
 		}
 	}
 	r := b.run(t, "dead", "list")
 	for _, want := range []string{`\x1b]0;pwned\a`, `ops.\x1b[31mRed`, `\x1b[2Jcleared`} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("dead list lacks the escaped %s:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("dead list lacks the escaped %s:\n%s", want, r.Stdout)
 		}
 	}
-	if r := b.run(t, "parked", "list"); !strings.Contains(r.stdout, `no\u202ereversed\x1b[0m`) {
-		t.Errorf("parked list lacks the escaped error:\n%s", r.stdout)
+	if r := b.run(t, "parked", "list"); !strings.Contains(r.Stdout, `no\u202ereversed\x1b[0m`) {
+		t.Errorf("parked list lacks the escaped error:\n%s", r.Stdout)
 	}
 }
 
@@ -994,28 +994,28 @@ func TestMigrateCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCmd(t, append([]string{"migrate", "--check"}, flags...)...)
-	if r.code != command.ExitFail || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "relayer migrate --database-url URL --schema "+schema) {
-		t.Errorf("--check on a fresh schema: code %d, stderr %q; want %d and how to migrate, on one line", r.code, r.stderr, command.ExitFail)
+	if r.Code != command.ExitFail || strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, "relayer migrate --database-url URL --schema "+schema) {
+		t.Errorf("--check on a fresh schema: code %d, stderr %q; want %d and how to migrate, on one line", r.Code, r.Stderr, command.ExitFail)
 	}
 	for _, m := range steps {
-		if want := fmt.Sprintf("pending migration %d: %s\n", m.Version, m.Name); !strings.Contains(r.stdout, want) {
-			t.Errorf("--check on a fresh schema: stdout %q lacks %q", r.stdout, want)
+		if want := fmt.Sprintf("pending migration %d: %s\n", m.Version, m.Name); !strings.Contains(r.Stdout, want) {
+			t.Errorf("--check on a fresh schema: stdout %q lacks %q", r.Stdout, want)
 		}
 	}
-	if r := runCmd(t, append([]string{"migrate", "--check"}, flags...)...); r.code != command.ExitFail {
-		t.Errorf("--check applied something: a second one exits %d", r.code)
+	if r := runCmd(t, append([]string{"migrate", "--check"}, flags...)...); r.Code != command.ExitFail {
+		t.Errorf("--check applied something: a second one exits %d", r.Code)
 	}
 	r = runCmd(t, "migrate", "--check", "--database-url", url, "--schema", schema+"_none")
-	if r.code != command.ExitFail || !strings.Contains(r.stderr, "schema "+schema+"_none does not exist") {
-		t.Errorf("--check on a schema that does not exist: code %d, stderr %q", r.code, r.stderr)
+	if r.Code != command.ExitFail || !strings.Contains(r.Stderr, "schema "+schema+"_none does not exist") {
+		t.Errorf("--check on a schema that does not exist: code %d, stderr %q", r.Code, r.Stderr)
 	}
 
-	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.code != command.ExitOK {
-		t.Fatalf("migrate: %q", r.stderr)
+	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.Code != command.ExitOK {
+		t.Fatalf("migrate: %q", r.Stderr)
 	}
 	r = runCmd(t, append([]string{"migrate", "--check"}, flags...)...)
-	if want := fmt.Sprintf("is up to date: migration %d", store.SchemaVersion); r.code != command.ExitOK || !strings.Contains(r.stdout, want) || r.stderr != "" {
-		t.Errorf("--check after migrate: code %d, stdout %q, stderr %q; want 0 and %q", r.code, r.stdout, r.stderr, want)
+	if want := fmt.Sprintf("is up to date: migration %d", store.SchemaVersion); r.Code != command.ExitOK || !strings.Contains(r.Stdout, want) || r.Stderr != "" {
+		t.Errorf("--check after migrate: code %d, stdout %q, stderr %q; want 0 and %q", r.Code, r.Stdout, r.Stderr, want)
 	}
 
 	// A pending step of this release: the newest one undone by hand.
@@ -1025,11 +1025,11 @@ func TestMigrateCheck(t *testing.T) {
 	}
 	r = runCmd(t, append([]string{"migrate", "--check"}, flags...)...)
 	newest := steps[len(steps)-1]
-	if want := fmt.Sprintf("pending migration %d: %s\n", newest.Version, newest.Name); r.code != command.ExitFail || r.stdout != want || !strings.Contains(r.stderr, "lacks 1 migration steps") {
-		t.Errorf("--check without the newest step: code %d, stdout %q, stderr %q; want %d, %q", r.code, r.stdout, r.stderr, command.ExitFail, want)
+	if want := fmt.Sprintf("pending migration %d: %s\n", newest.Version, newest.Name); r.Code != command.ExitFail || r.Stdout != want || !strings.Contains(r.Stderr, "lacks 1 migration steps") {
+		t.Errorf("--check without the newest step: code %d, stdout %q, stderr %q; want %d, %q", r.Code, r.Stdout, r.Stderr, command.ExitFail, want)
 	}
-	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.code != command.ExitOK {
-		t.Fatalf("migrate: %q", r.stderr)
+	if r := runCmd(t, append([]string{"migrate"}, flags...)...); r.Code != command.ExitOK {
+		t.Fatalf("migrate: %q", r.Stderr)
 	}
 
 	// The schema is newer than this binary.
@@ -1037,12 +1037,12 @@ func TestMigrateCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runCmd(t, append([]string{"migrate", "--check"}, flags...)...)
-	if want := fmt.Sprintf("records migration %d, and this release knows migrations up to %d", store.SchemaVersion+1, store.SchemaVersion); r.code != command.ExitFail || !strings.Contains(r.stderr, want) {
-		t.Errorf("--check on a newer schema: code %d, stderr %q; want %d and %q", r.code, r.stderr, command.ExitFail, want)
+	if want := fmt.Sprintf("records migration %d, and this release knows migrations up to %d", store.SchemaVersion+1, store.SchemaVersion); r.Code != command.ExitFail || !strings.Contains(r.Stderr, want) {
+		t.Errorf("--check on a newer schema: code %d, stderr %q; want %d and %q", r.Code, r.Stderr, command.ExitFail, want)
 	}
 
-	if r := runCmd(t, append([]string{"migrate", "--check", "--dry-run"}, flags...)...); r.code != command.ExitUsage {
-		t.Errorf("--check --dry-run: code %d, want %d", r.code, command.ExitUsage)
+	if r := runCmd(t, append([]string{"migrate", "--check", "--dry-run"}, flags...)...); r.Code != command.ExitUsage {
+		t.Errorf("--check --dry-run: code %d, want %d", r.Code, command.ExitUsage)
 	}
 }
 

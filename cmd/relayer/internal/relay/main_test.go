@@ -1,12 +1,13 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -35,20 +36,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // result is the outcome of one in-process run of the command.
-type result struct {
-	code           int
-	stdout, stderr string
-}
+type result = commandtest.Result
 
 // runCmd runs the command line args in-process.
-func runCmd(t *testing.T, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := run(ctx, args, &stdout, &stderr)
-	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
-}
+func runCmd(t *testing.T, args ...string) result { return commandtest.Run(t, run, args...) }
 
 // migrated returns the test database's URL and a schema of its own holding
 // a migrated outbox.

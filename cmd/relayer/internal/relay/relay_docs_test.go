@@ -154,11 +154,11 @@ func imageFlagNames(t *testing.T) map[string]bool {
 func flagNames(t *testing.T, cmd string) map[string]bool {
 	t.Helper()
 	r := runCmd(t, cmd, "-h")
-	if r.code != command.ExitOK {
-		t.Fatalf("relayer %s -h: code %d, stderr %q", cmd, r.code, r.stderr)
+	if r.Code != command.ExitOK {
+		t.Fatalf("relayer %s -h: code %d, stderr %q", cmd, r.Code, r.Stderr)
 	}
 	names := map[string]bool{}
-	for _, line := range strings.Split(r.stderr, "\n") {
+	for _, line := range strings.Split(r.Stderr, "\n") {
 		if m := helpFlag.FindStringSubmatch(line); m != nil {
 			names[m[1]] = true
 		}

@@ -26,8 +26,8 @@ func TestRunRefusesUnknownSettings(t *testing.T) {
 	t.Setenv("RELAYER_RETRY_BACKOFF", "2s")
 
 	r := runCmd(t, args...)
-	if r.code != command.ExitFail || !strings.Contains(r.stderr, "cannot connect") {
-		t.Fatalf("with known settings only: code %d, stderr %q; want %d at the database", r.code, r.stderr, command.ExitFail)
+	if r.Code != command.ExitFail || !strings.Contains(r.Stderr, "cannot connect") {
+		t.Fatalf("with known settings only: code %d, stderr %q; want %d at the database", r.Code, r.Stderr, command.ExitFail)
 	}
 
 	for _, tc := range []struct{ name, want string }{
@@ -40,11 +40,11 @@ func TestRunRefusesUnknownSettings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(tc.name, "s3cret-value")
 			r := runCmd(t, args...)
-			if r.code != command.ExitUsage || !strings.Contains(r.stderr, tc.want) {
-				t.Errorf("code %d, stderr %q; want %d with %q", r.code, r.stderr, command.ExitUsage, tc.want)
+			if r.Code != command.ExitUsage || !strings.Contains(r.Stderr, tc.want) {
+				t.Errorf("code %d, stderr %q; want %d with %q", r.Code, r.Stderr, command.ExitUsage, tc.want)
 			}
-			if strings.Contains(r.stderr, "s3cret-value") || strings.Count(r.stderr, "\n") != 1 {
-				t.Errorf("want one line without the value: %q", r.stderr)
+			if strings.Contains(r.Stderr, "s3cret-value") || strings.Count(r.Stderr, "\n") != 1 {
+				t.Errorf("want one line without the value: %q", r.Stderr)
 			}
 		})
 	}
@@ -57,11 +57,11 @@ func TestRunRefusesZeroLanes(t *testing.T) {
 	base := []string{"run", "--database-url", unreachableDatabase, "--transport", "events=nats://127.0.0.1:1"}
 	for _, lanes := range []string{"0", "-1", "65537"} {
 		r := runCmd(t, append(base, "--lanes", lanes)...)
-		if want := "--lanes must be 1 to 65536, got " + lanes; r.code != command.ExitUsage || !strings.Contains(r.stderr, want) {
-			t.Errorf("--lanes %s: code %d, stderr %q; want %d with %q", lanes, r.code, r.stderr, command.ExitUsage, want)
+		if want := "--lanes must be 1 to 65536, got " + lanes; r.Code != command.ExitUsage || !strings.Contains(r.Stderr, want) {
+			t.Errorf("--lanes %s: code %d, stderr %q; want %d with %q", lanes, r.Code, r.Stderr, command.ExitUsage, want)
 		}
 	}
-	if r := runCmd(t, base...); r.code != command.ExitFail || !strings.Contains(r.stderr, "cannot connect") {
-		t.Errorf("without --lanes: code %d, stderr %q; want %d at the database", r.code, r.stderr, command.ExitFail)
+	if r := runCmd(t, base...); r.Code != command.ExitFail || !strings.Contains(r.Stderr, "cannot connect") {
+		t.Errorf("without --lanes: code %d, stderr %q; want %d at the database", r.Code, r.Stderr, command.ExitFail)
 	}
 }

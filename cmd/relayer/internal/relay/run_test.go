@@ -432,14 +432,14 @@ func TestRunRefusesWhatCannotWork(t *testing.T) {
 				t.Setenv(tc.env[0], tc.env[1])
 			}
 			r := runCmd(t, append(base, tc.args...)...)
-			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
-				t.Errorf("code %d, stderr %q; want code %d naming %q", r.code, r.stderr, tc.code, tc.want)
+			if r.Code != tc.code || !strings.Contains(r.Stderr, tc.want) {
+				t.Errorf("code %d, stderr %q; want code %d naming %q", r.Code, r.Stderr, tc.code, tc.want)
 			}
-			if strings.Contains(r.stderr, "hunter2") || strings.Contains(r.stderr, "s3cr3t-token") {
-				t.Errorf("the password is echoed: %q", r.stderr)
+			if strings.Contains(r.Stderr, "hunter2") || strings.Contains(r.Stderr, "s3cr3t-token") {
+				t.Errorf("the password is echoed: %q", r.Stderr)
 			}
-			if lines := strings.Count(strings.TrimSpace(r.stderr), "\n"); r.code == command.ExitUsage && lines > 0 {
-				t.Errorf("the reason takes %d lines, want one: %q", lines+1, r.stderr)
+			if lines := strings.Count(strings.TrimSpace(r.Stderr), "\n"); r.Code == command.ExitUsage && lines > 0 {
+				t.Errorf("the reason takes %d lines, want one: %q", lines+1, r.Stderr)
 			}
 		})
 	}
