@@ -12,6 +12,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	"github.com/relayer-go/relayer/transport/memory"
@@ -77,10 +78,7 @@ func TestRunSamplesWithoutAPageOpen(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(c.samples.rates()) < 2 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Within(30*time.Second, func() bool { return len(c.samples.rates()) >= 2 })
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Errorf("Run after its context ended = %v, want context.Canceled", err)
@@ -178,18 +176,13 @@ func TestChartCountsDeliveriesOnly(t *testing.T) {
 	if err := runner.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testkit.Eventually(t, 20*time.Second, func() bool {
 		var left int
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM "`+opts.Schema+`".outbox`).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows still in the outbox", left)
-		}
-	}
+		return left == 0
+	}, "the outbox emptied")
 	if err := runner.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}

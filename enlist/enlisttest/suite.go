@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -495,10 +496,7 @@ func cancelledBeforeCommit(t *testing.T, e *env) {
 	}
 	_ = tx.Rollback()
 	// database/sql rolls back asynchronously when the context ends; wait for it.
-	deadline := time.Now().Add(5 * time.Second)
-	for (len(e.stored()) != 0 || e.orders() != 0) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Within(5*time.Second, func() bool { return len(e.stored()) == 0 && e.orders() == 0 })
 	if n := len(e.stored()); n != 0 || e.orders() != 0 || len(e.rec.Batches()) != 0 {
 		t.Errorf("after cancellation: %d rows, %d orders, %d notifications; want none", n, e.orders(), len(e.rec.Batches()))
 	}

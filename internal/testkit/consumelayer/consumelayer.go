@@ -20,6 +20,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -165,13 +166,7 @@ func Run(t *testing.T, l Layer) {
 				t.Fatalf("%s: Handle = %s, %v; want %s", body, out, err, want)
 			}
 		}
-		deadline := time.Now().Add(15 * time.Second)
-		for b.count(t, "held_effects") < 2 {
-			if time.Now().After(deadline) {
-				t.Fatalf("the held key was not drained: %+v", c.Stats())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.Eventually(t, 15*time.Second, func() bool { return b.count(t, "held_effects") >= 2 }, "the held key drained")
 		var notes string
 		if err := b.db.QueryRowContext(ctx, `SELECT string_agg(note, ' ' ORDER BY seq) FROM `+table).Scan(&notes); err != nil || notes != "k1 k2" {
 			t.Errorf("effects %q (%v); want k1 k2, in order", notes, err)
