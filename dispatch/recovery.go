@@ -168,20 +168,8 @@ func (r *recoveryWorker) rewindBefore(id uuid.UUID) {
 	r.scanMu.Lock()
 	defer r.scanMu.Unlock()
 	if r.cursor != uuid.Nil && bytes.Compare(id[:], r.cursor[:]) <= 0 {
-		r.cursor = idBefore(id)
+		r.cursor = workerstore.IDBefore(id)
 	}
-}
-
-// idBefore returns the id just below id, so that a take after it begins at
-// id.
-func idBefore(id uuid.UUID) uuid.UUID {
-	for i := len(id) - 1; i >= 0; i-- {
-		id[i]--
-		if id[i] != 0xff {
-			break
-		}
-	}
-	return id
 }
 
 // Start starts the worker; it runs until Stop or until ctx ends.
