@@ -156,6 +156,10 @@ func TestChartCountsDeliveriesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.sample(ctx, st)
+	if len(c.samples.ring) != 1 {
+		t.Fatalf("%d samples before the deliveries, want 1", len(c.samples.ring))
+	}
+	deletedBefore := c.samples.ring[0].deleted
 
 	// A delete that rolls back delivers nothing.
 	tx, err := db.BeginTx(ctx, nil)
@@ -186,9 +190,15 @@ func TestChartCountsDeliveriesOnly(t *testing.T) {
 	if err := runner.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Time for the server's statistics to take the deletes in, so that the
-	// count below does not depend on how late they come.
-	time.Sleep(2 * time.Second)
+	// The server's statistics take the deletes in late: wait until they
+	// count one of the two sets (the rolled-back delete's, the runner's;
+	// a session gone idle reports its own up to ten seconds later), so that
+	// the chart, were it to count them, would count more than the shipped;
+	// and until the next sample is due.
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		_, del, err := st.Activity(ctx)
+		return err == nil && del-deletedBefore >= shipped+refused && c.samples.due(time.Now())
+	}, "the table statistics counting the deletes, and the next sample due")
 	c.sample(ctx, st)
 	ring := c.samples.ring
 	if len(ring) != 2 {

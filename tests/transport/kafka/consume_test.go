@@ -247,7 +247,8 @@ func TestConsumeRebalanceKeepsKeyOrder(t *testing.T) {
 	if err := stopA(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	after := handled(bc, cc)
+	testkit.Eventually(t, 10*time.Second, func() bool { return handled(bc, cc) > after }, "B and C handling messages after A left")
 	close(handOverDone)
 	rounds := <-produced
 	testkit.Eventually(t, 10*time.Second, func() bool { return handled(a, bc, cc) >= uint64(keys*rounds) }, "every message handled")
