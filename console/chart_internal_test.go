@@ -12,6 +12,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	"github.com/relayer-go/relayer/transport/memory"
@@ -77,10 +78,7 @@ func TestRunSamplesWithoutAPageOpen(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(c.samples.rates()) < 2 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Within(30*time.Second, func() bool { return len(c.samples.rates()) >= 2 })
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Errorf("Run after its context ended = %v, want context.Canceled", err)
@@ -158,6 +156,10 @@ func TestChartCountsDeliveriesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.sample(ctx, st)
+	if len(c.samples.ring) != 1 {
+		t.Fatalf("%d samples before the deliveries, want 1", len(c.samples.ring))
+	}
+	deletedBefore := c.samples.ring[0].deleted
 
 	// A delete that rolls back delivers nothing.
 	tx, err := db.BeginTx(ctx, nil)
@@ -178,24 +180,25 @@ func TestChartCountsDeliveriesOnly(t *testing.T) {
 	if err := runner.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testkit.Eventually(t, 20*time.Second, func() bool {
 		var left int
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM "`+opts.Schema+`".outbox`).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows still in the outbox", left)
-		}
-	}
+		return left == 0
+	}, "the outbox emptied")
 	if err := runner.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Time for the server's statistics to take the deletes in, so that the
-	// count below does not depend on how late they come.
-	time.Sleep(2 * time.Second)
+	// The server's statistics take the deletes in late: wait until they
+	// count one of the two sets (the rolled-back delete's, the runner's;
+	// a session gone idle reports its own up to ten seconds later), so that
+	// the chart, were it to count them, would count more than the shipped;
+	// and until the next sample is due.
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		_, del, err := st.Activity(ctx)
+		return err == nil && del-deletedBefore >= shipped+refused && c.samples.due(time.Now())
+	}, "the table statistics counting the deletes, and the next sample due")
 	c.sample(ctx, st)
 	ring := c.samples.ring
 	if len(ring) != 2 {

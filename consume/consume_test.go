@@ -18,6 +18,7 @@ import (
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/dbproxy"
 	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
@@ -621,13 +622,7 @@ func TestDatabaseOutageSpendsNoAttempt(t *testing.T) {
 			outcomes <- o
 		}()
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for c.Stats().DatabaseWaits < n && len(outcomes) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the deliveries did not wait for the database: %+v", c.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 15*time.Second, func() bool { return c.Stats().DatabaseWaits >= n || len(outcomes) != 0 }, "the deliveries waiting for the database")
 	// Asserting an absence: while the database is away, nothing settles.
 	time.Sleep(500 * time.Millisecond)
 	if len(outcomes) != 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/consume/heldkeys"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 )
 
 // sink collects the dead letters of held messages.
@@ -73,17 +74,6 @@ func keyed(key, note string) relayer.Message {
 		Headers: []headers.Header{{Name: "app", Value: []byte(note)}}, TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A failing message holds its key alone: the key's later messages wait
 // behind it in the consumer's database, acknowledged, and take effect in
 // the order they arrived once it succeeds; another key flows meanwhile.
@@ -135,7 +125,7 @@ func TestHeldKeyKeepsItsOrder(t *testing.T) {
 	if out, err := c.Handle(ctx, &delivery{msg: k2, attempt: 1}); out != consume.Duplicate || err != nil {
 		t.Fatalf("k2 again: Handle = %s, %v; want a duplicate", out, err)
 	}
-	waitFor(t, "the held key drained", func() bool { return len(b.notes(t, table)) == 4 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return len(b.notes(t, table)) == 4 }, "the held key drained")
 	if got := strings.Join(b.notes(t, table), " "); got != "j1 k1 k2 k3" {
 		t.Errorf("effects in commit order: %s; want j1 k1 k2 k3 (the failures rolled back, the key in order)", got)
 	}
@@ -151,11 +141,11 @@ func TestHeldKeyKeepsItsOrder(t *testing.T) {
 			t.Errorf("a held message reached the handler as %+v; want it as it arrived", m)
 		}
 	}
-	waitFor(t, "the key freed", func() bool {
+	testkit.Eventually(t, 15*time.Second, func() bool {
 		var n int
 		_ = b.db.QueryRow(`SELECT count(*) FROM "` + b.tables.Schema + `".c_inbox_held`).Scan(&n)
 		return n == 0
-	})
+	}, "the key freed")
 	// Freed, the key's next message is handled at once.
 	if out, err := c.Handle(ctx, &delivery{msg: keyed("k", "k4"), attempt: 1}); out != consume.Handled || err != nil {
 		t.Fatalf("k4: Handle = %s, %v; want handled", out, err)
@@ -189,7 +179,7 @@ func TestHeldMessageDeadLettersAndItsKeyGoesOn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the key's next message handled", func() bool { return len(b.notes(t, table)) == 1 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return len(b.notes(t, table)) == 1 }, "the key's next message handled")
 	if dl.count() != 1 || dl.msgs[0].ID != poison.ID || !strings.Contains(dl.causes[0].Error(), "cannot bill") {
 		t.Fatalf("dead letters %v; want the poison message with its handler's error", dl.msgs)
 	}
@@ -311,7 +301,7 @@ func TestHeldKeysAreListedRetriedAndSkipped(t *testing.T) {
 	if n, err := heldkeys.Retry(ctx, b.db, b.tables, heldkeys.Filter{Consumer: "billing", Key: "a"}); err != nil || n != 1 {
 		t.Fatalf("Retry = %d, %v; want key a", n, err)
 	}
-	waitFor(t, "key a drained", func() bool { return len(b.notes(t, table)) == 2 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return len(b.notes(t, table)) == 2 }, "key a drained")
 	// b1 cannot be billed: skipped, it goes to the dead letters and b2 goes on.
 	if ok, err := heldkeys.Skip(ctx, b.db, b.tables, "billing", "b", b2.ID); err != nil || ok {
 		t.Fatalf("Skip of b2, not the first of b = %v, %v; want nothing skipped", ok, err)
@@ -319,17 +309,17 @@ func TestHeldKeysAreListedRetriedAndSkipped(t *testing.T) {
 	if ok, err := heldkeys.Skip(ctx, b.db, b.tables, "billing", "b", b1.ID); err != nil || !ok {
 		t.Fatalf("Skip = %v, %v", ok, err)
 	}
-	waitFor(t, "key b drained", func() bool { return len(b.notes(t, table)) == 3 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return len(b.notes(t, table)) == 3 }, "key b drained")
 	if got := strings.Join(b.notes(t, table), " "); got != "a1 a2 b2" {
 		t.Errorf("effects %s; want a1 a2 b2", got)
 	}
 	if dl.count() != 1 || dl.msgs[0].ID != b1.ID || !errors.Is(dl.causes[0], consume.ErrSkipped) {
 		t.Errorf("dead letters %+v; want b1, skipped", dl.msgs)
 	}
-	waitFor(t, "no key held", func() bool {
+	testkit.Eventually(t, 15*time.Second, func() bool {
 		keys, err := heldkeys.List(ctx, b.db, b.tables, heldkeys.Filter{}, 10)
 		return err == nil && len(keys) == 0
-	})
+	}, "no key held")
 }
 
 // Turning holding off (or an adapter that is not ordered) does not let a
@@ -372,7 +362,7 @@ func TestHeldKeysStayHeldWhenHoldingIsTurnedOff(t *testing.T) {
 	if out, _ := after.Handle(ctx, &delivery{msg: keyed("k", "k2"), attempt: 1}); out != consume.Waiting && out != consume.Handled {
 		t.Fatalf("k2: %s", out)
 	}
-	waitFor(t, "k1 and k2 handled", func() bool { return len(b.notes(t, table)) == 2 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return len(b.notes(t, table)) == 2 }, "k1 and k2 handled")
 	if got := strings.Join(b.notes(t, table), " "); got != "k1 k2" {
 		t.Errorf("effects %s; want k1 k2: the key's order kept with holding off", got)
 	}

@@ -268,8 +268,9 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// sendWatch follows one send to an endpoint.
-type sendWatch struct {
+// slowTimer times one send to an endpoint: it counts the send slow once it
+// crossed its slow time, and records how it ended for the endpoint.
+type slowTimer struct {
 	a       *setAside
 	e       endpoint
 	timer   *time.Timer // nil when the caller calls cross (see follow)
@@ -277,9 +278,9 @@ type sendWatch struct {
 	ended   bool        // guarded by a.mu
 }
 
-// watch starts following a send to e that must end by deadline: it counts
+// timeSend starts following a send to e that must end by deadline: it counts
 // as slow once a slowSendDivisor-th of the time left has passed.
-func (a *setAside) watch(e endpoint, deadline time.Time) *sendWatch {
+func (a *setAside) timeSend(e endpoint, deadline time.Time) *slowTimer {
 	w := a.follow(e)
 	w.timer = time.AfterFunc(time.Until(deadline)/slowSendDivisor, w.cross)
 	return w
@@ -287,13 +288,13 @@ func (a *setAside) watch(e endpoint, deadline time.Time) *sendWatch {
 
 // follow starts following a send to e whose caller calls cross when the
 // send has become slow.
-func (a *setAside) follow(e endpoint) *sendWatch {
-	return &sendWatch{a: a, e: e}
+func (a *setAside) follow(e endpoint) *slowTimer {
+	return &slowTimer{a: a, e: e}
 }
 
 // crossAt counts the send as slow at at, or now if at has passed. It is
-// called before the watch passes to another goroutine, which ends it.
-func (w *sendWatch) crossAt(at time.Time) {
+// called before the timer passes to another goroutine, which ends it.
+func (w *slowTimer) crossAt(at time.Time) {
 	if d := time.Until(at); d > 0 {
 		w.timer = time.AfterFunc(d, w.cross)
 		return
@@ -303,7 +304,7 @@ func (w *sendWatch) crossAt(at time.Time) {
 
 // cross counts the send as slow, unless it has ended or is counted already:
 // while it runs, its endpoint is set aside.
-func (w *sendWatch) cross() {
+func (w *slowTimer) cross() {
 	a := w.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -330,7 +331,7 @@ func (a *setAside) state(e endpoint) *asideState {
 	return st
 }
 
-// outcome is how a watched send ended, for the endpoint's state.
+// outcome is how a timed send ended, for the endpoint's state.
 type outcome int
 
 const (
@@ -354,7 +355,7 @@ const setAsideUnavailableMin = time.Second
 // end records how the send ended, with its error: a timeout or an
 // unavailable destination sets the endpoint aside for the next interval,
 // doubling each time; a send that completed brings it back.
-func (w *sendWatch) end(o outcome, err error) {
+func (w *slowTimer) end(o outcome, err error) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
@@ -368,7 +369,7 @@ func (w *sendWatch) end(o outcome, err error) {
 	a.settle(w.e, o, err)
 }
 
-// record notes how an unwatched send to e ended.
+// record notes how an untimed send to e ended.
 func (a *setAside) record(e endpoint, o outcome, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 )
 
 // blob is a message whose body is its bytes.
@@ -102,7 +103,7 @@ func TestLargeBodyMemory(t *testing.T) {
 	must(t, err)
 	del := peakHeap(func() {
 		must(t, r.Start(context.Background()))
-		waitUntil(t, "the body sent", func() bool { return tr.n.Load() == 1 })
+		testkit.Eventually(t, 10*time.Second, func() bool { return tr.n.Load() == 1 }, "the body sent")
 		r.Stop(context.Background())
 	})
 	t.Logf("publish: peak heap %d MB over the body's %d MB; delivery: %d MB", pub>>20, size>>20, del>>20)

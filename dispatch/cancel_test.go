@@ -10,6 +10,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/internal/testkit"
 )
 
 // Cancelling the context of Runner.Run, the documented way to stop it, is
@@ -44,7 +45,7 @@ func TestCancellingRunSendsNothingTwice(t *testing.T) {
 				b.shipped(t, keyList(60), total/60, 500)
 			}
 			cancel := runRunner(t, b, opts)
-			waitUntil(t, "300 messages sent", func() bool { return b.mem.Len() >= 300 })
+			testkit.Eventually(t, 10*time.Second, func() bool { return b.mem.Len() >= 300 }, "300 messages sent")
 			cancel()
 			before := b.mem.Len()
 			if before >= total {
@@ -73,10 +74,10 @@ func TestCancellingRunWithAHungSendResendsOnlyItsRows(t *testing.T) {
 	enlistPlaced(t, b, total)
 	b.mem.SetDelay(20 * time.Millisecond)
 	cancel := runRunner(t, b, opts)
-	waitUntil(t, "4 chunks sent", func() bool { return b.mem.Len() >= 4*chunk })
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.mem.Len() >= 4*chunk }, "4 chunks sent")
 	release := b.mem.Block(true)
 	defer release()
-	waitUntil(t, "a send hung", func() bool { return b.mem.Waiting() > 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.mem.Waiting() > 0 }, "a send hung")
 	sent := b.mem.Len()
 	cancel()
 	release() // it returns its context's error: the broker did not take it

@@ -12,6 +12,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
@@ -73,17 +74,9 @@ func (b *bundle) tally(t *testing.T, table, column string) map[string]int {
 // waitCleanup waits until ok holds for c's stats.
 func waitCleanup(t *testing.T, c *dispatch.Cleanup, ok func(dispatch.CleanupStats) bool) dispatch.CleanupStats {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := c.Stats()
-		if ok(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cleanup stats %+v never met the condition", s)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var s dispatch.CleanupStats
+	testkit.Eventually(t, 10*time.Second, func() bool { s = c.Stats(); return ok(s) }, "cleanup stats meeting the condition")
+	return s
 }
 
 func TestCleanupDeletesOnlyRowsPastRetention(t *testing.T) {
@@ -161,21 +154,13 @@ func TestOneCleanupAtATime(t *testing.T) {
 	c2 := b.cleanup(t, opts)
 	must(t, c1.Start(ctx))
 	must(t, c2.Start(ctx))
-	for time.Since(start) < 500*time.Millisecond {
-		if s1, s2 := c1.Stats(), c2.Stats(); s1.Runs+s2.Runs != 0 {
-			t.Fatalf("a pass ran while the crashed holder's lease was live: %+v, %+v", s1, s2)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if testkit.Within(time.Until(start.Add(500*time.Millisecond)), func() bool { return c1.Stats().Runs+c2.Stats().Runs != 0 }) {
+		t.Fatalf("a pass ran while the crashed holder's lease was live: %+v, %+v", c1.Stats(), c2.Stats())
 	}
 	// Once it expires, one instance takes over and keeps the lease: its passes
 	// come faster than a third of the lease, so it renews before anyone else
 	// could take it.
-	for c1.Stats().Runs+c2.Stats().Runs < 10 {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("cleanup never ran: %+v, %+v", c1.Stats(), c2.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return c1.Stats().Runs+c2.Stats().Runs >= 10 }, "10 cleanup passes")
 	holder, other := c1, c2
 	if c2.Stats().Runs > 0 {
 		holder, other = c2, c1

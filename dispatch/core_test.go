@@ -8,6 +8,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 )
 
 // The workers of one Runner share one outbox core: a destination's
@@ -30,13 +31,13 @@ func TestRunnerWorkersShareOneCapabilityCache(t *testing.T) {
 	must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
 		return tx.PublishAll(context.Background(), relayer.NewOutgoing(Placed{1}))
 	}))
-	waitUntil(t, "direct dispatch to send the first message", func() bool { return b.mem.Len() == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.mem.Len() == 1 }, "direct dispatch to send the first message")
 	lookups := b.mem.CapabilityLookups()
 	if lookups == 0 {
 		t.Fatal("direct dispatch sent without looking the destination up")
 	}
 	b.enlistOnly(t, relayer.NewOutgoing(Placed{2})) // direct dispatch never hears of it
-	waitUntil(t, "recovery to send the second", func() bool { return b.mem.Len() == 2 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.mem.Len() == 2 }, "recovery to send the second")
 	if got := b.mem.CapabilityLookups(); got != lookups {
 		t.Errorf("the transport was asked for capabilities %d times after direct dispatch had asked %d times: recovery did not share the cache", got, lookups)
 	}

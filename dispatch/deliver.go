@@ -385,16 +385,16 @@ func (s *sender) sendTaken(ctx context.Context, t *take, e endpoint, tr relayer.
 		t.keep(msgs, prior) // stopping: kept unsent, for the next worker
 		return false
 	}
-	var watch *sendWatch
+	var timer *slowTimer
 	if s.aside != nil {
-		watch = s.aside.watch(e, t.until)
+		timer = s.aside.timeSend(e, t.until)
 	}
 	sendErr := send(ctx, tr, msgs, t.until)
-	if watch != nil {
+	if timer != nil {
 		// A straggler was ended for being slow: it timed out, as far as its
 		// destination's state goes. Any other end of ctx is a stop.
 		stopping := ctx.Err() != nil && !errors.Is(context.Cause(ctx), errStraggler)
-		watch.end(outcomeOf(sendErr, stopping), sendErr)
+		timer.end(outcomeOf(sendErr, stopping), sendErr)
 	}
 	var batchErr *relayer.BatchError
 	switch {

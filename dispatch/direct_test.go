@@ -17,6 +17,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
@@ -169,17 +170,9 @@ func (b *bundle) rows(t *testing.T) []rawRow {
 // waitRows waits until the outbox holds n rows.
 func (b *bundle) waitRows(t *testing.T, n int) []rawRow {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rows := b.rows(t)
-		if len(rows) == n || time.Now().After(deadline) {
-			if len(rows) != n {
-				t.Fatalf("outbox holds %d rows, want %d", len(rows), n)
-			}
-			return rows
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var rows []rawRow
+	testkit.Eventually(t, 10*time.Second, func() bool { rows = b.rows(t); return len(rows) == n }, "%d rows in the outbox", n)
+	return rows
 }
 
 func sentIDs(msgs []relayer.Message) []uuid.UUID {
@@ -230,10 +223,7 @@ func TestCommitSendsOnceAsStored(t *testing.T) {
 		t.Errorf("billing got %v, want the due scheduled message", got)
 	}
 	b.waitRows(t, 0)
-	deadline := time.Now().Add(5 * time.Second)
-	for b.direct.Stats().Deleted < 4 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return b.direct.Stats().Deleted >= 4 }, "4 rows deleted")
 	if s := b.direct.Stats(); s.Sent != 4 || s.Deleted != 4 || s.Failed != 0 {
 		t.Errorf("stats %+v", s)
 	}
@@ -368,14 +358,10 @@ func TestSendFailureIsRecordedAndReleased(t *testing.T) {
 	// A whole-send failure on a single row.
 	b.mem.FailWith(func(*relayer.Message) error { return errors.New("broker down") })
 	id := b.publish(t, relayer.NewOutgoing(Billed{4}))
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		rows = b.rows(t)
-		if len(rows) == 2 && rows[1].attempts == 1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(rows) == 2 && rows[1].attempts == 1
+	}, "the single send's failure recorded")
 	if len(rows) != 2 || rows[1].id != id[0] || rows[1].attempts != 1 || rows[1].lastErr.String != "broker down" || rows[1].claimed {
 		t.Errorf("rows after a failed single send: %+v", rows)
 	}
@@ -400,10 +386,7 @@ func TestCompletionFailureRollsBackTheTake(t *testing.T) {
 	b.start(t)
 	id := b.publish(t, relayer.NewOutgoing(Placed{1}), relayer.NewOutgoing(Placed{2}))
 	b.waitSent(t, 2)
-	deadline := time.Now().Add(10 * time.Second)
-	for b.direct.Stats().CompletionFailures == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.direct.Stats().CompletionFailures != 0 }, "a completion failure")
 	rows := b.rows(t)
 	if len(rows) != 2 || rows[0].id != id[0] || rows[1].id != id[1] {
 		t.Fatalf("rows after a failed completion = %+v, want both sent rows back", rows)
@@ -440,26 +423,20 @@ func TestTakeRollsBackWhenTheSessionDies(t *testing.T) {
 	// that session from outside. (A session shows as idle in a transaction
 	// as soon as the server sent the take's rows, before the worker read
 	// them: killing it then fails the take itself, not the completion.)
-	deadline := time.Now().Add(10 * time.Second)
-	for b.mem.Waiting() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.mem.Waiting() != 0 }, "the worker waiting on the broker")
 	killed := 0
-	for killed == 0 && time.Now().Before(deadline) {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		must(t, b.db.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 			WHERE application_name = $1 AND state = 'idle in transaction' AND query LIKE 'DELETE FROM%'
 			  AND pid <> pg_backend_pid()`, app).Scan(&killed))
-		time.Sleep(10 * time.Millisecond)
-	}
+		return killed != 0
+	}, "the worker's session idle in its take's transaction")
 	if killed != 1 {
 		t.Fatalf("terminated %d sessions idle in a transaction, want the worker's", killed)
 	}
 	release()
 	b.waitSent(t, 2)
-	deadline = time.Now().Add(10 * time.Second)
-	for b.direct.Stats().CompletionFailures == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.direct.Stats().CompletionFailures != 0 }, "a completion failure")
 	if st := b.direct.Stats(); st.CompletionFailures != 1 || st.Deleted != 0 {
 		t.Errorf("stats = %+v, want one completion failure and nothing deleted", st)
 	}
@@ -498,13 +475,7 @@ func TestChainedTakesEndWhenIdle(t *testing.T) {
 			if n := idleInTx(); n < 1 || n > dispatch.DirectWorkersDefault {
 				t.Errorf("right after sending: %d sessions idle in a transaction, want the workers' chained ones (1 to %d)", n, dispatch.DirectWorkersDefault)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for idleInTx() != 0 && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if n := idleInTx(); n != 0 {
-				t.Errorf("%d sessions still idle in a transaction after the worker went idle", n)
-			}
+			testkit.Eventually(t, 10*time.Second, func() bool { return idleInTx() == 0 }, "no session idle in a transaction after the worker went idle")
 			// The next rows begin a new transaction.
 			b.publish(t, relayer.NewOutgoing(Placed{9}))
 			b.waitSent(t, 11)
@@ -621,7 +592,7 @@ func TestStopAbandonsATransportThatIgnoresCancellation(t *testing.T) {
 	b.start(t)
 	b.publish(t, relayer.NewOutgoing(Placed{1}))
 	b.publish(t, relayer.NewOutgoing(Placed{2}))
-	time.Sleep(100 * time.Millisecond) // let the first send start and hang
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.mem.Waiting() != 0 }, "the first send hanging")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -643,7 +614,7 @@ func TestExpiredClaimLeavesRowForRecovery(t *testing.T) {
 	release := b.mem.Block(true) // the broker hangs past the claim
 	b.start(t)
 	id := b.publish(t, relayer.NewOutgoing(Placed{1}))
-	time.Sleep(400 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.direct.Stats().Expired != 0 }, "the send abandoned at its claim's expiry")
 	release()
 	rows := b.rows(t)
 	if len(rows) != 1 || rows[0].id != id[0] || rows[0].attempts != 0 {
@@ -656,10 +627,7 @@ func TestExpiredClaimLeavesRowForRecovery(t *testing.T) {
 	// timeout: direct dispatch leaves the row to recovery, untouched.
 	left := b.direct.Stats().LeftForRecovery
 	must(t, b.direct.Committed([]relayer.Message{{ID: id[0], Transport: "mem", Destination: "orders.placed"}}))
-	deadline := time.Now().Add(5 * time.Second)
-	for b.direct.Stats().LeftForRecovery == left && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return b.direct.Stats().LeftForRecovery != left }, "the row left for recovery")
 	if got := b.direct.Stats().LeftForRecovery; got != left+1 {
 		t.Errorf("LeftForRecovery = %d after notifying a set-aside destination, want %d", got, left+1)
 	}

@@ -93,6 +93,19 @@
 // one recovery take, each destination is sent on its own goroutine with the
 // whole claim as its budget, so that a slow one holds up only its own rows.
 //
+// # Slow sends
+//
+// One word each for a send that outlives its time, here and in the code. A
+// send is slow once it has run a sixth of its deadline: its destination is
+// paused as slow (see Failures). A slow send still running once another
+// part of its take or batch is done is a straggler: it is ended, so that the
+// rest commits, and its rows are sent again. An ordered straggler still
+// running at its hand-off time, or at its batch's deadline, is handed off:
+// its lane leaves the batch, which commits the others, and a keeper holds
+// that lane alone until the transport returns, however late, and records
+// the outcome. Each lane of an ordered batch runs on a goroutine of its
+// own, its run, which is what lets a batch go on without a lane handed off.
+//
 // # Clocks
 //
 // Whether a row is due, claimed or old enough for recovery is judged on the

@@ -18,6 +18,7 @@ import (
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -53,7 +54,7 @@ func TestOrderedCorruptRowIsParkedAndItsLaneGoesOn(t *testing.T) {
 	// version this reader does not know).
 	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 900 * time.Millisecond})
 	started := time.Now()
-	waitUntil(t, "the other keys' 42 messages", func() bool { return len(b.mem.All()) >= 42 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.mem.All()) >= 42 }, "the other keys' 42 messages")
 	if took := time.Since(started); took > 800*time.Millisecond {
 		t.Errorf("the lane's other keys took %s, want them at once (under the 900ms poll)", took)
 	}
@@ -63,7 +64,11 @@ func TestOrderedCorruptRowIsParkedAndItsLaneGoesOn(t *testing.T) {
 			t.Errorf("message of the corrupt row's key sent: %s", m.Body)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		parked, err := b.store.ParkedKeys(context.Background(), store.ParkedFilter{}, 10)
+		must(t, err)
+		return len(parked) != 0 && o.Stats().Parked != 0
+	}, "the corrupt row's key parked")
 	parked, err := b.store.ParkedKeys(context.Background(), store.ParkedFilter{}, 10)
 	must(t, err)
 	if len(parked) != 1 || parked[0].Head.Key != keys[0] || !strings.Contains(parked[0].Head.LastError, "corrupt row") {
@@ -84,13 +89,13 @@ func TestOrderedCorruptRowIsParkedAndItsLaneGoesOn(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("SkipParkedHead moved %d rows, want 1", n)
 		}
-		waitUntil(t, "the next head parked or sent", func() bool {
+		testkit.Eventually(t, 10*time.Second, func() bool {
 			p, err := b.store.ParkedKeys(context.Background(), store.ParkedFilter{}, 10)
 			must(t, err)
 			return len(p) == 1 || len(b.mem.All()) == 47
-		})
+		}, "the next head parked or sent")
 	}
-	waitUntil(t, "the key's good rows", func() bool { return len(b.mem.All()) == 47 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.mem.All()) == 47 }, "the key's good rows")
 	seq := sequences(t, b.mem.All())[keys[0]]
 	if fmt.Sprint(seq) != "[3 4 5 6 7]" {
 		t.Errorf("the corrupt rows' key arrived as %v, want [3 4 5 6 7]", seq)
@@ -122,9 +127,10 @@ func TestRowsOtherProgramsWriteWronglyLoseNothing(t *testing.T) {
 	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: time.Nanosecond})
 	must(t, r.Start(context.Background()))
 	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond})
-	waitUntil(t, "the good unordered row and the third key's row", func() bool { return b.mem.Len() >= 2 })
-	waitUntil(t, "two dead letters", func() bool { return len(b.deadLetters(t)) == 2 })
-	time.Sleep(200 * time.Millisecond) // a few more passes
+	testkit.Eventually(t, 10*time.Second, func() bool { return b.mem.Len() >= 2 }, "the good unordered row and the third key's row")
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.deadLetters(t)) == 2 }, "two dead letters")
+	morePasses(t, r, 3)
+	morePasses(t, o, 3)
 	got := map[string]int{}
 	for _, m := range b.mem.All() {
 		got[m.Key]++
@@ -179,12 +185,12 @@ func TestOrderedFailingHeadsHoldOnlyTheirKeys(t *testing.T) {
 	outbox.Transports = map[string]relayer.Transport{"mem": b.mem}
 	o := b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 9 * time.Second, PollInterval: 2 * time.Second})
 	started := time.Now()
-	waitUntil(t, "the other keys' 20 messages", func() bool { return len(b.mem.All()) >= 20 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.mem.All()) >= 20 }, "the other keys' 20 messages")
 	if took := time.Since(started); took > 1500*time.Millisecond {
 		t.Errorf("the other keys' messages took %s behind 10 failing heads, want well under one 2s poll", took)
 	}
 	checkOrder(t, b.mem.All(), keys[10:], 2, false)
-	waitUntil(t, "ten failures recorded", func() bool { return o.Stats().Failed == 10 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return o.Stats().Failed == 10 }, "ten failures recorded")
 	var waiting int
 	must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_outbox WHERE retry_at > now() AND attempts = 1`).Scan(&waiting))
 	if waiting != 10 {
@@ -247,20 +253,20 @@ func TestIndexedTextAtItsMaximum(t *testing.T) {
 	})
 	b.quickRunner(t, outbox, false)
 	must(t, publish(relayer.NewOutgoing(Placed{1})))
-	waitUntil(t, "the destination paused and published", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		p, err := b.store.Pauses(context.Background())
 		must(t, err)
 		return len(p) > 0 && p[0].Destination == destination && p[0].Transport == transport
-	})
+	}, "the destination paused and published")
 	mu.Lock()
 	unavailable = false
 	mu.Unlock()
-	waitUntil(t, "the long key parked after two attempts", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		p, err := b.store.ParkedKeys(context.Background(), store.ParkedFilter{}, 10)
 		must(t, err)
 		return len(p) == 1 && p[0].Head.Key == long
-	})
-	waitUntil(t, "the other key and the unordered message sent", func() bool { return len(b.mem.All()) == 2 })
+	}, "the long key parked after two attempts")
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.mem.All()) == 2 }, "the other key and the unordered message sent")
 	n, err := b.store.SkipParkedHead(context.Background(), long)
 	must(t, err)
 	if n != 1 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -44,18 +45,6 @@ func (b *bundle) deadLetters(t *testing.T) []deadLetter {
 	}
 	must(t, rs.Err())
 	return out
-}
-
-// waitUntil polls cond for up to 10s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // withRetry returns b's outbox whose routes carry the given retry policies
@@ -121,7 +110,7 @@ func TestExhaustedMessageMovesToTheDeadLettersPerRoutePolicy(t *testing.T) {
 	must(t, err)
 	must(t, r.Start(context.Background()))
 	defer r.Stop(context.Background())
-	waitUntil(t, "the Placed message to die", func() bool { return len(b.deadLetters(t)) == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.deadLetters(t)) == 1 }, "the Placed message to die")
 	d := b.deadLetters(t)[0]
 	if d.id != ids[0] || d.reason != store.ReasonExhausted || d.attempts != 3 || d.lastErr != "broker said no" {
 		t.Errorf("dead letter = %+v, want Placed after 3 attempts, reason %q", d, store.ReasonExhausted)
@@ -165,7 +154,7 @@ func TestOrderedPermanentFailureParksOnlyItsKey(t *testing.T) {
 	b.shipped(t, []string{ka, kb, kc}, 5, 100)
 	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
 	b.waitSent(t, 11)
-	time.Sleep(200 * time.Millisecond)
+	morePasses(t, o, 3)
 	seq := sequences(t, b.mem.All())
 	if fmt.Sprint(seq[ka]) != "[1]" || fmt.Sprint(seq[kb]) != "[1 2 3 4 5]" || fmt.Sprint(seq[kc]) != "[1 2 3 4 5]" {
 		t.Errorf("with %s's message 2 refused for good: %v (%s shares its lane)", ka, seq, kc)
@@ -213,7 +202,7 @@ func TestOrderedRetryBackoffHoldsOnlyItsKey(t *testing.T) {
 	b.shipped(t, []string{ka}, 5, 100)
 	outbox := b.withRetry(t, relayer.Retry{Backoff: 400 * time.Millisecond}, relayer.Retry{}, relayer.Retry{}, relayer.Retry{})
 	b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond})
-	waitUntil(t, "the first failure", func() bool { mu.Lock(); defer mu.Unlock(); return failures == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return failures == 1 }, "the first failure")
 	failedAt := time.Now()
 	b.shipped(t, []string{kc}, 5, 100) // same lane, behind the waiting key's rows
 	b.waitSent(t, 6)
@@ -245,14 +234,14 @@ func TestOrderedExhaustedHeadIsParked(t *testing.T) {
 	b.shipped(t, []string{ka}, 2, 100)
 	outbox := b.withRetry(t, relayer.Retry{}, relayer.Retry{}, relayer.Retry{}, relayer.Retry{MaxAttempts: 2, Backoff: time.Millisecond})
 	o := b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond})
-	waitUntil(t, "the head to be parked", func() bool { return o.Stats().Parked == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return o.Stats().Parked == 1 }, "the head to be parked")
 	var attempts int
 	var lastErr string
 	must(t, b.db.QueryRow(`SELECT attempts, last_error FROM "`+b.schema+`".ob_outbox WHERE parked_at IS NOT NULL`).Scan(&attempts, &lastErr))
 	if attempts != 2 || lastErr != "nope" {
 		t.Errorf("parked head: attempts %d, error %q; want 2 and the error", attempts, lastErr)
 	}
-	time.Sleep(100 * time.Millisecond)
+	morePasses(t, o, 3)
 	if n := b.mem.Len(); n != 0 {
 		t.Errorf("%d messages delivered; the parked key's second message must wait", n)
 	}
@@ -315,14 +304,15 @@ func TestRedriveUnderLoadLosesAndDuplicatesNothing(t *testing.T) {
 		})
 	}
 	produced.Wait()
-	time.Sleep(300 * time.Millisecond) // redrive and failures going on together
+	// Redrive and failures going on together.
+	testkit.Eventually(t, 10*time.Second, func() bool { return requeued.Load() != 0 && retried.Load() != 0 }, "dead letters requeued and parked keys retried")
 	poison.Store(false)
 	total := producers * (2*txs + 2*perKey)
 	b.waitSent(t, total)
-	waitUntil(t, "the outbox and dead letters to empty", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		n, _ := b.store.CountDead(context.Background())
 		return n == 0 && len(b.rows(t)) == 0
-	})
+	}, "the outbox and dead letters to empty")
 	cancel()
 	redriven.Wait()
 

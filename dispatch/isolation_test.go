@@ -13,6 +13,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -49,11 +50,11 @@ func TestOrderedKeyReleasedByHandKeepsItsOrder(t *testing.T) {
 		b.enlistOnly(t, relayer.NewOutgoing(Shipped{i}, relayer.Key(parked)))
 	}
 	b.orderedWorker(t, b.db, tr, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
-	waitWithin(t, 5*time.Second, "the key's head parked", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		var n int
 		must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_outbox WHERE parked_at IS NOT NULL`).Scan(&n))
 		return n == 1
-	})
+	}, "the key's head parked")
 	b.shipped(t, []string{neighbour}, 3, 1)
 	b.waitSent(t, 3)
 
@@ -64,9 +65,9 @@ func TestOrderedKeyReleasedByHandKeepsItsOrder(t *testing.T) {
 	for i := 3; i <= 5; i++ {
 		b.enlistOnly(t, relayer.NewOutgoing(Shipped{i}, relayer.Key(parked)))
 	}
-	waitWithin(t, 5*time.Second, "every message of the released key", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		return len(sequences(t, b.mem.All())[parked]) >= 5
-	})
+	}, "every message of the released key")
 	checkOrder(t, b.mem.All(), []string{parked}, 5, false)
 }
 
@@ -82,20 +83,20 @@ func TestOrderedScheduledHeadHoldsOnlyItsKey(t *testing.T) {
 	b.enlistOnly(t, relayer.NewOutgoing(Shipped{2}, relayer.Key(scheduled)), relayer.NewOutgoing(Shipped{3}, relayer.Key(scheduled)))
 	b.shipped(t, []string{neighbour}, 5, 1)
 	b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 50 * time.Millisecond})
-	waitWithin(t, time.Second, "the other keys of the lane", func() bool {
+	testkit.Eventually(t, time.Second, func() bool {
 		return len(sequences(t, b.mem.All())[neighbour]) == 5
-	})
+	}, "the other keys of the lane")
 	if seq := sequences(t, b.mem.All()); len(seq[scheduled]) != 0 {
 		t.Errorf("the scheduled key sent before its head's time: %v", seq[scheduled])
 	}
 	// Later messages of the lane's other keys do not wait either.
 	b.enlistOnly(t, relayer.NewOutgoing(Shipped{6}, relayer.Key(neighbour)))
-	waitWithin(t, time.Second, "a later message of another key", func() bool {
+	testkit.Eventually(t, time.Second, func() bool {
 		return len(sequences(t, b.mem.All())[neighbour]) == 6
-	})
-	waitWithin(t, 5*time.Second, "the scheduled key", func() bool {
+	}, "a later message of another key")
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		return len(sequences(t, b.mem.All())[scheduled]) == 3
-	})
+	}, "the scheduled key")
 	if time.Now().Before(at) {
 		t.Error("the scheduled head went out early")
 	}
@@ -164,7 +165,7 @@ func TestOrderedHungSendHoldsOnlyItsLane(t *testing.T) {
 		}
 	}
 	t.Cleanup(release) // before the worker stops
-	waitWithin(t, 5*time.Second, "the send to hang", func() bool { return tr.running.Load() == 1 })
+	testkit.Eventually(t, 5*time.Second, func() bool { return tr.running.Load() == 1 }, "the send to hang")
 
 	began := time.Now()
 	stuckLane, _ := relayer.Lane(stuck, relayer.LanesDefault)
@@ -176,23 +177,23 @@ func TestOrderedHungSendHoldsOnlyItsLane(t *testing.T) {
 	}
 	b.shipped(t, []string{neighbour}, 4, 1)
 	b.shipped(t, keys, 4, 5)
-	waitWithin(t, 10*time.Second, "the other keys' messages", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		if time.Since(began) > 9*time.Second {
 			t.Log(b.logs)
 		}
 		return len(b.mem.Messages("orders.shipped")) == 100
-	})
+	}, "the other keys' messages")
 	checkOrder(t, b.mem.Messages("orders.shipped"), keys, 4, false)
 	if seq := sequences(t, b.mem.Messages("orders.shipped")); len(seq[neighbour]) != 0 {
 		t.Errorf("a key of the hung send's lane went out while it hung: %v", seq[neighbour])
 	}
 
-	waitWithin(t, 5*time.Second, "a warning naming the hung send", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		logs := b.logs.String()
 		return strings.Contains(logs, "ordered send still running") && strings.Contains(logs, "destination=stuck") &&
 			strings.Contains(logs, "transport=mem") && strings.Contains(logs, "lane=")
-	})
-	waitWithin(t, 5*time.Second, "the destination set aside for operators", func() bool {
+	}, "a warning naming the hung send")
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		pauses, err := b.store.Pauses(context.Background())
 		must(t, err)
 		for _, p := range pauses {
@@ -201,14 +202,14 @@ func TestOrderedHungSendHoldsOnlyItsLane(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}, "the destination set aside for operators")
 
 	release()
-	waitWithin(t, 10*time.Second, "the hung message, recorded", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		var n int
 		must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_outbox`).Scan(&n))
 		return n == 0
-	})
+	}, "the hung message, recorded")
 	if n := len(b.mem.Messages("stuck")); n != 1 {
 		t.Errorf("the hung message arrived %d times, want once", n)
 	}
@@ -242,9 +243,9 @@ func TestOrderedLateSendReplaysNoOtherLane(t *testing.T) {
 	keys := keysOnDistinctLanes(16)
 	tr := &late{Transport: b.mem, body: `{"N":2}`, delay: 1500 * time.Millisecond}
 	b.shipped(t, keys, 5, 80)
-	b.orderedWorker(t, b.db, tr, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 50 * time.Millisecond})
+	o := b.orderedWorker(t, b.db, tr, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 50 * time.Millisecond})
 	b.waitRows(t, 0)
-	time.Sleep(200 * time.Millisecond) // room for copies sent again
+	morePasses(t, o, 3) // room for copies sent again
 	checkOrder(t, b.mem.All(), keys, 5, false)
 }
 
@@ -310,7 +311,7 @@ func TestHungOrderedSendLeavesUnorderedFlowing(t *testing.T) {
 	}
 	stuck, _, _ := twoLaneKeys(t)
 	publish(relayer.NewOutgoing(Stuck{1}, relayer.Key(stuck)))
-	waitWithin(t, 5*time.Second, "the send to hang", func() bool { return tr.running.Load() == 1 })
+	testkit.Eventually(t, 5*time.Second, func() bool { return tr.running.Load() == 1 }, "the send to hang")
 
 	// Four batch deadlines' worth of commits, one every 20 ms, each
 	// delivered within a second of its commit.
@@ -318,14 +319,10 @@ func TestHungOrderedSendLeavesUnorderedFlowing(t *testing.T) {
 	for i := range 200 {
 		at := time.Now()
 		publish(relayer.NewOutgoing(Placed{i}))
-		for len(b.mem.Messages("orders.placed")) < i+1 {
-			if time.Since(at) > time.Second {
-				t.Fatalf("message %d of 200, committed %s after the send hung, not delivered within a second", i+1, time.Since(at).Round(time.Millisecond))
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testkit.Eventually(t, time.Second, func() bool { return len(b.mem.Messages("orders.placed")) >= i+1 },
+			"message %d of 200, committed after the send hung, to be delivered", i+1)
 		worst = max(worst, time.Since(at))
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the pace of the commits
 	}
 	t.Logf("200 unordered messages over %s of a hung ordered send, each delivered within %s of its commit", 200*20*time.Millisecond, worst.Round(time.Millisecond))
 }

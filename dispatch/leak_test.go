@@ -8,6 +8,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/internal/testkit"
 )
 
 // TestNoGoroutineOutlivesStop runs alone (not in parallel: parallel tests wait
@@ -34,13 +35,8 @@ func TestNoGoroutineOutlivesStop(t *testing.T) {
 // still running after a short grace for those that are returning.
 func noNewGoroutines(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Errorf("%d goroutines outlive Stop (%d before):\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Within(2*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines outlive Stop (%d before):\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/dispatch/pgxlisten"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
@@ -37,8 +38,8 @@ func listeningRunner(t *testing.T, b *bundle, opts dispatch.RunnerOptions) *disp
 		r.Stop(ctx)
 	})
 	must(t, r.Start(context.Background()))
-	waitUntil(t, "the runner listens", func() bool { return r.Stats().Listening })
-	time.Sleep(200 * time.Millisecond) // the workers' first scans are over: they wait for their poll
+	testkit.Eventually(t, 10*time.Second, func() bool { return r.Stats().Listening }, "the runner listens")
+	firstScans(t, r) // now they wait for their poll
 	return r
 }
 
@@ -158,9 +159,12 @@ func TestWakeUpListenerReconnects(t *testing.T) {
 	if killed != 1 {
 		t.Fatalf("terminated %d listening sessions, want 1", killed)
 	}
-	waitUntil(t, "the listener notices", func() bool { return !r.Stats().Listening })
-	waitUntil(t, "the listener is back", func() bool { return r.Stats().Listening })
-	time.Sleep(200 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, func() bool { return !r.Stats().Listening }, "the listener notices")
+	scans := r.Stats().Ordered[0].Stats.Scans
+	testkit.Eventually(t, 10*time.Second, func() bool { return r.Stats().Listening }, "the listener is back")
+	// Back, the listener wakes the workers once; that scan must not be
+	// the one that delivers the next row.
+	testkit.Eventually(t, 10*time.Second, func() bool { return r.Stats().Ordered[0].Stats.Scans > scans }, "the workers' scan at the listener's return")
 	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Shipped{2}, relayer.Key("k")))
 	if logs := b.logs.String(); !strings.Contains(logs, "wake-up listener lost its connection") {
 		t.Errorf("no warning about the lost listener in the log:\n%s", logs)
@@ -183,6 +187,8 @@ func TestWakeUpOnlyForRowsLeftToOthers(t *testing.T) {
 	for i := range 5 {
 		deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Placed{i}))
 	}
+	// An absence: a NOTIFY goes out on a goroutine of its own, and none may
+	// come.
 	time.Sleep(50 * time.Millisecond)
 	if n := w.WakeUps(); n != 0 {
 		t.Errorf("%d wake-ups for rows direct dispatch sent, want none", n)
@@ -190,9 +196,9 @@ func TestWakeUpOnlyForRowsLeftToOthers(t *testing.T) {
 	deliveredWithin(t, b, w, 2*time.Second, relayer.NewOutgoing(Shipped{1}, relayer.Key("k")))
 	// The server hands a NOTIFY to its listeners as it commits, which may
 	// be before the writer hears that it succeeded and counts it.
-	waitUntil(t, "the ordered row's wake-up counted as sent and received", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		return w.WakeUps() > 0 && r.Stats().WakeUpsReceived > 0
-	})
+	}, "the ordered row's wake-up counted as sent and received")
 }
 
 // otherDriver is a database/sql driver that is not pgx's, such as lib/pq.

@@ -34,7 +34,7 @@ type laneBatch struct {
 	// handed is set when a send of the lane outlived its time: the batch
 	// leaves its row untouched and commits without it, and a keeper holds
 	// the lane until the send returns (see keeper).
-	handed *handedSend
+	handed *straggler
 }
 
 // rowOutcome is what a batch did with one admitted row.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
@@ -204,9 +205,9 @@ func TestOrderedRebalancesWhenWorkersJoinAndLeave(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	time.Sleep(150 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(w1.Lanes()) == 32 && b.mem.Len() != 0 }, "the first worker sending on every lane")
 	w2 := b.orderedWorker(t, b.db, watch, opts)
-	time.Sleep(300 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(w2.Lanes()) != 0 }, "the second worker taking its share")
 	must(t, w1.Stop(context.Background()))
 	<-done
 	b.waitSent(t, 30*len(keys))
@@ -264,7 +265,7 @@ func TestOrderedKilledWorkerLanesAreTakenOverAfterExpiry(t *testing.T) {
 	doomedDB, kill := killableDB(t)
 	doomed := b.orderedWorker(t, doomedDB, slow, opts)
 	survivor := b.orderedWorker(t, b.db, slow, opts)
-	time.Sleep(150 * time.Millisecond)
+	testkit.Within(5*time.Second, func() bool { return len(doomed.Lanes()) != 0 && len(survivor.Lanes()) != 0 })
 	if len(doomed.Lanes()) == 0 || len(survivor.Lanes()) == 32 {
 		t.Logf("lanes before the kill: doomed %d, survivor %d", len(doomed.Lanes()), len(survivor.Lanes()))
 	}
@@ -275,11 +276,7 @@ func TestOrderedKilledWorkerLanesAreTakenOverAfterExpiry(t *testing.T) {
 	checkOrder(t, b.mem.All(), keys, 20, true)
 	// The survivor takes the doomed worker's share once its membership
 	// expires, which may be after the last row was sent.
-	for deadline := time.Now().Add(5 * time.Second); len(survivor.Lanes()) != 32; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("survivor owns %d lanes, want all 32", len(survivor.Lanes()))
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return len(survivor.Lanes()) == 32 }, "the survivor owning all 32 lanes")
 }
 
 // twoLaneKeys returns keys in distinct lanes, and a third key sharing the
@@ -312,9 +309,9 @@ func TestOrderedFailureStopsItsLaneOnly(t *testing.T) {
 		return nil
 	})
 	b.shipped(t, []string{ka, kb}, 10, 100)
-	b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
+	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
 	b.waitSent(t, 14)
-	time.Sleep(200 * time.Millisecond)
+	morePasses(t, o, 3)
 	seq := sequences(t, b.mem.All())
 	if fmt.Sprint(seq[ka]) != "[1 2 3 4]" || len(seq[kb]) != 10 {
 		t.Errorf("with %s failing at 5: %s got %v, %s got %v", ka, ka, seq[ka], kb, seq[kb])
@@ -359,9 +356,9 @@ func TestOrderedParkedKeyStaysParkedOthersPass(t *testing.T) {
 	_, err := b.db.Exec(`UPDATE "`+b.schema+`".ob_outbox SET parked_at = now()
 		WHERE id = (SELECT id FROM "`+b.schema+`".ob_outbox WHERE ordering_key = $1 ORDER BY id LIMIT 1)`, ka)
 	must(t, err)
-	b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
+	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
 	b.waitSent(t, 6)
-	time.Sleep(300 * time.Millisecond)
+	morePasses(t, o, 3)
 	seq := sequences(t, b.mem.All())
 	if len(seq[ka]) != 0 || len(seq[kb]) != 3 || len(seq[kc]) != 3 {
 		t.Errorf("with %s parked: %v (%s shares its lane)", ka, seq, kc)
@@ -376,10 +373,7 @@ func TestOrderedSlowSendsCommitAConfirmedPrefix(t *testing.T) {
 	b.mem.SetDelay(100 * time.Millisecond) // a quarter lease admits about three
 	o := b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond})
 	b.waitSent(t, 2)
-	deadline := time.Now().Add(5 * time.Second)
-	for o.Stats().Deleted == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return o.Stats().Deleted != 0 }, "the first batch's rows deleted")
 	if left := len(b.rows(t)); left == 0 || left == 12 {
 		t.Errorf("%d rows left after the first batch, want a committed prefix", left)
 	}
@@ -423,16 +417,12 @@ func TestOrderedUnsendableRowsFailDurably(t *testing.T) {
 	b.shipped(t, []string{kb}, 3, 10)
 	b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 30 * time.Millisecond})
 	b.waitSent(t, 3)
-	deadline := time.Now().Add(5 * time.Second)
 	var attempts int
 	var lastErr string
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		must(t, b.db.QueryRow(`SELECT attempts, coalesce(last_error, '') FROM "`+b.schema+`".ob_outbox WHERE transport = 'nowhere'`).Scan(&attempts, &lastErr))
-		if attempts > 0 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return attempts > 0
+	}, "the unsendable row's failure recorded")
 	if attempts == 0 || !strings.Contains(lastErr, `transport "nowhere" is not registered`) {
 		t.Errorf("unsendable row: attempts %d, error %q; want the failure recorded with an actionable error", attempts, lastErr)
 	}
@@ -447,6 +437,7 @@ func TestOrderedHeartbeatsOutliveSlowSends(t *testing.T) {
 	b.mem.SetDelay(400 * time.Millisecond)
 	b.orderedWorker(t, b.db, b.mem, dispatch.OrderedOptions{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond})
 	for range 8 {
+		// An absence over time: no moment in 1.6 s without a live member.
 		time.Sleep(200 * time.Millisecond)
 		var live int
 		must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_relayer_leases WHERE name LIKE 'member:%' AND expires_at > now()`).Scan(&live))
@@ -479,20 +470,6 @@ func TestOrderedBatchesReadyLanesTogether(t *testing.T) {
 	checkOrder(t, b.mem.Messages("orders.shipped"), keys, 1, false)
 }
 
-// waitWithin waits for cond for at most d, and fails naming what and how
-// long it waited.
-func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Logf("%s: after %s", what, time.Since(start).Round(time.Millisecond))
-}
-
 // Members that join or leave change the split at once, not at the next
 // renewal a third of the lease (10 s here) later: a joiner takes up its
 // share from the member that held it, and after a member leaves, the one
@@ -507,9 +484,9 @@ func TestOrderedSharesLanesPromptlyWhenMembersJoinAndLeave(t *testing.T) {
 	b.waitSent(t, len(keys))
 
 	w2 := b.orderedWorker(t, b.db, b.mem, opts)
-	waitWithin(t, 3*time.Second, "the first worker gives the joiner its share", func() bool {
+	testkit.Eventually(t, 3*time.Second, func() bool {
 		return len(w1.Lanes()) == 16 && len(w2.Lanes()) == 16
-	})
+	}, "the first worker gives the joiner its share")
 	b.shipped(t, keys, 1, len(keys))
 	b.waitSent(t, 2*len(keys))
 	if w2.Stats().Sent == 0 {
@@ -517,11 +494,11 @@ func TestOrderedSharesLanesPromptlyWhenMembersJoinAndLeave(t *testing.T) {
 	}
 
 	must(t, w2.Stop(context.Background()))
-	waitWithin(t, 3*time.Second, "the worker left takes back every lane", func() bool { return len(w1.Lanes()) == 32 })
+	testkit.Eventually(t, 3*time.Second, func() bool { return len(w1.Lanes()) == 32 }, "the worker left takes back every lane")
 	b.shipped(t, keys, 1, len(keys))
-	waitWithin(t, 3*time.Second, "the rows of the leaver's former lanes are sent", func() bool {
+	testkit.Eventually(t, 3*time.Second, func() bool {
 		return len(b.mem.All()) >= 3*len(keys)
-	})
+	}, "the rows of the leaver's former lanes are sent")
 	if n := len(b.mem.All()); n != 3*len(keys) {
 		t.Errorf("%d messages sent, want %d: some twice", n, 3*len(keys))
 	}
@@ -567,7 +544,7 @@ func TestOrderedLanesReadyDuringASlowBatchDoNotWaitForIt(t *testing.T) {
 	o := b.orderedWorker(t, b.db, g, dispatch.OrderedOptions{Concurrency: 2, PollInterval: 5 * time.Second})
 	b.shipped(t, keys[:1], 1, 1)
 	o.Wake()
-	waitUntil(t, "the first lane's send at the gate", func() bool { return g.held.Load() == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return g.held.Load() == 1 }, "the first lane's send at the gate")
 	b.shipped(t, keys[1:], 1, 2)
 	o.Wake()
 	b.waitSent(t, 2) // while the first lane's send is held at the gate

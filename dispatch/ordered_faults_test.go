@@ -20,6 +20,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
@@ -91,21 +92,19 @@ func TestOrderedLateSendHoldsItsLane(t *testing.T) {
 	a := &arrivals{Transport: b.mem, got: map[string][]int{}, stuck: `{"N":1}`, late: 2500 * time.Millisecond}
 	b.shipped(t, []string{"k"}, 5, 5)
 	opts := dispatch.OrderedOptions{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond}
-	b.orderedWorker(t, b.db, a, opts)
-	b.orderedWorker(t, b.db, a, opts)
+	o1 := b.orderedWorker(t, b.db, a, opts)
+	o2 := b.orderedWorker(t, b.db, a, opts)
 	b.waitRows(t, 0)
-	var got []int
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Within(10*time.Second, func() bool {
 		a.mu.Lock()
-		got = slices.Clone(a.got["k"])
-		a.mu.Unlock()
-		if len(got) >= 5 || time.Now().After(deadline) {
-			break
-		}
-	}
-	time.Sleep(200 * time.Millisecond) // room for a copy sent again
+		defer a.mu.Unlock()
+		return len(a.got["k"]) >= 5
+	})
+	// Room for a copy sent again.
+	morePasses(t, o1, 3)
+	morePasses(t, o2, 3)
 	a.mu.Lock()
-	got = slices.Clone(a.got["k"])
+	got := slices.Clone(a.got["k"])
 	a.mu.Unlock()
 	for i := 1; i < len(got); i++ {
 		if got[i] < got[i-1] {
@@ -237,10 +236,7 @@ func TestOrderedPartitionedWorkerLosesItsLane(t *testing.T) {
 	opts := dispatch.OrderedOptions{LeaseDuration: 2 * time.Second, PollInterval: 50 * time.Millisecond}
 	cutDB, freeze := freezableDB(t)
 	cut := b.orderedWorker(t, cutDB, b.mem, opts)
-	deadline := time.Now().Add(5 * time.Second)
-	for b.mem.Sends() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Within(5*time.Second, func() bool { return b.mem.Sends() != 0 })
 	freeze()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -249,13 +245,7 @@ func TestOrderedPartitionedWorkerLosesItsLane(t *testing.T) {
 	})
 	free := newArrivalsOnly(b) // the healthy worker's transport is not blocked
 	b.orderedWorker(t, b.db, free, opts)
-	deadline = time.Now().Add(20 * time.Second)
-	for free.n.Load() < 20 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := free.n.Load(); n < 20 {
-		t.Fatalf("the healthy worker delivered %d of 20 while the partitioned one held the lane", n)
-	}
+	testkit.Eventually(t, 20*time.Second, func() bool { return free.n.Load() >= 20 }, "the healthy worker to deliver 20 messages while the partitioned one held the lane")
 }
 
 // arrivalsOnly is a transport that accepts everything at once and counts.
@@ -323,16 +313,10 @@ func TestOrderedSlowLaneDoesNotDelayTheOthers(t *testing.T) {
 	tr := &hungDestination{Transport: b.mem, destination: "stuck", release: make(chan struct{})}
 	outbox.Transports = map[string]relayer.Transport{"mem": tr}
 	start := time.Now()
-	b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: time.Minute, PollInterval: 50 * time.Millisecond, BatchSize: 10})
+	o := b.orderedWorkerOn(t, b.db, outbox, dispatch.OrderedOptions{LeaseDuration: time.Minute, PollInterval: 50 * time.Millisecond, BatchSize: 10})
 	t.Cleanup(func() { close(tr.release) }) // runs before the worker stops
-	deadline := time.Now().Add(25 * time.Second)
-	for tr.n.Load() < 1400 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := tr.n.Load(); n < 1400 {
-		t.Fatalf("healthy lanes delivered %d of 1400 in %s beside a lane whose head hangs", n, time.Since(start))
-	}
-	time.Sleep(100 * time.Millisecond)
+	testkit.Eventually(t, 25*time.Second, func() bool { return tr.n.Load() >= 1400 }, "the healthy lanes to deliver 1400 messages beside a lane whose head hangs")
+	morePasses(t, o, 3)
 	if n := tr.n.Load(); n != 1400 {
 		t.Fatalf("%d sends for the healthy lanes' 1400 messages: a hung lane made its batch send some twice", n)
 	}
@@ -366,6 +350,7 @@ func TestOrderedFailingHeadWaitsForThePoll(t *testing.T) {
 	b.shipped(t, []string{ka, kb}, 1, 2)
 	tr := &failingHead{Transport: b.mem, failing: ka, slow: kb}
 	b.orderedWorker(t, b.db, tr, dispatch.OrderedOptions{LeaseDuration: 4 * time.Second, PollInterval: 200 * time.Millisecond})
+	// Tries in a fixed time: this asserts that no more come than one per poll.
 	time.Sleep(time.Second)
 	var attempts int
 	must(t, b.db.QueryRow(`SELECT attempts FROM "`+b.schema+`".ob_outbox WHERE ordering_key = $1`, ka).Scan(&attempts))

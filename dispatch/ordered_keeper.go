@@ -1,7 +1,8 @@
 package dispatch
 
-// Keepers: a lane whose send outlives its time leaves its batch, which
-// commits the other lanes, and is held by a keeper until the send returns.
+// Keepers: the lane of an ordered straggler leaves its batch, which commits
+// the other lanes, and is held by a keeper until the send returns (see
+// "Slow sends" in the package doc).
 
 import (
 	"context"
@@ -20,8 +21,9 @@ import (
 // stuckLogEvery is how often a keeper logs that its send still runs.
 const stuckLogEvery = 10 * time.Second
 
-// handedSend is a send still running when its batch handed its lane off.
-type handedSend struct {
+// straggler is an ordered straggler handed off: a send still running when
+// its batch handed its lane off to a keeper.
+type straggler struct {
 	lane int
 	e    endpoint
 	// row is the index of the row in its laneBatch's rows; msg is a copy
@@ -30,11 +32,11 @@ type handedSend struct {
 	msg     store.Row
 	done    <-chan error // the transport's result
 	started time.Time
-	watch   *sendWatch
+	timer   *slowTimer
 	member  *orderedWorker // whose share the lane is in, for counts and logs
 }
 
-// keeper holds the lane of a send handed off by its batch (see laneFlights)
+// keeper holds the lane of a straggler handed off by its batch (see laneRuns)
 // until the transport returns, then records what it can and reports the
 // lane as done on the group loop's results. The batch renewed the lane's
 // lease before it committed, so that no other owner can take the lane
@@ -54,114 +56,141 @@ type handedSend struct {
 // again. Only Stop running out of time (see detach) ends a keeper sooner:
 // its transaction rolls back, and whatever the transport does afterwards
 // is a possible duplicate, as with a crash.
-func (s *groupLoop) keeper(h *handedSend) {
+func (s *groupLoop) keeper(h *straggler) {
 	g := s.g
-	d := g.opts.LeaseDuration
 	res := laneDone{lanes: []int{h.lane}, kept: true, batchResult: batchResult{slow: []int{h.lane}}}
 	defer func() { s.results <- res }()
-	logger := g.opts.Logger.With(slog.String("worker", h.member.name), slog.Int("lane", h.lane),
-		slog.String("transport", h.e.transport), slog.String("destination", h.e.destination), slog.String("id", h.msg.ID.String()))
-	logger.Warn("dispatch: ordered send still running; its lane waits for it alone, held by a connection of its own, and the other lanes go on",
+	k := newKeeperHold(g, h)
+	defer k.release()
+	k.logger.Warn("dispatch: ordered send still running; its lane waits for it alone, held by a connection of its own, and the other lanes go on",
 		slog.Duration("running_for", time.Since(h.started).Round(time.Millisecond)))
 	// The destination is set aside while the send runs, as one that timed
 	// out: its other rows wait, the other destinations flow, and operators
 	// see the pause (console, relayer stats).
 	g.aside.record(h.e, timedOut, fmt.Errorf("a send has been running for %s", time.Since(h.started).Round(time.Second)))
 
-	conn := newWorkerConn(g.db, g.store)
-	conn.idleTx = d/2 + idleTxMargin
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn.release(ctx)
-	}()
-	statement := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), d/2)
-	}
-	// hold begins a transaction that renews and locks the lane's lease;
-	// it reports whether the lane is held.
-	hold := func() (*workerstore.Store, bool) {
-		ctx, cancel := statement()
-		defer cancel()
-		st, err := conn.store(ctx)
-		if err == nil {
-			if err = conn.unchain(ctx); err == nil {
-				err = conn.openBatch(ctx)
-			}
-		}
-		var held []int
-		if err == nil {
-			held, err = st.AcquireLaneLeasesFor(ctx, []int{h.lane}, []string{h.member.name}, g.token, d)
-		}
-		if err != nil {
-			conn.broken()
-			logger.Error("dispatch: ordered keeper cannot hold its lane; it tries again", slog.String("error", err.Error()))
-			return nil, false
-		}
-		if len(held) == 0 {
-			logger.Error("dispatch: ordered keeper lost its lane's lease; a copy of the running send may arrive after later messages of its key")
-			_ = conn.endBatch(ctx, "ROLLBACK")
-			return st, false
-		}
-		return st, true
-	}
-	// end ends the keeper's transaction with stmt.
-	end := func(stmt string) {
-		ctx, cancel := statement()
-		defer cancel()
-		if err := conn.endBatch(ctx, stmt); err != nil {
-			conn.broken()
-			logger.Error("dispatch: ordered keeper", slog.String("error", err.Error()))
-		}
-	}
-
-	st, held := hold()
-	renew := time.NewTicker(d / 3)
+	st, held := k.hold()
+	renew := time.NewTicker(g.opts.LeaseDuration / 3)
 	defer renew.Stop()
 	warn := time.NewTicker(stuckLogEvery)
 	defer warn.Stop()
 	for {
 		select {
 		case err := <-h.done:
-			stopping := err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
-			h.watch.end(outcomeOf(err, stopping), err)
-			logger.Info("dispatch: ordered send handed off returned", slog.Duration("after", time.Since(h.started).Round(time.Millisecond)),
-				slog.Any("error", err))
-			if !held {
-				return // unknown: the row stays as it is
-			}
-			if rerr := s.recordHanded(st, h, err, stopping, &res); rerr != nil {
-				logger.Error("dispatch: ordered keeper could not record the send's outcome; its row will be sent again", slog.String("error", rerr.Error()))
-				end("ROLLBACK")
-				return
-			}
-			end("COMMIT")
-			if res.progressed {
-				h.member.stats.deleted.Add(1)
-			}
+			s.settleStraggler(k, st, held, err, &res)
 			return
 		case <-renew.C:
 			if held {
-				end("COMMIT") // the renewal becomes visible
+				k.end("COMMIT") // the renewal becomes visible
 			}
-			st, held = hold()
+			st, held = k.hold()
 		case <-warn.C:
-			logger.Warn("dispatch: ordered send still running; its lane waits for it",
+			k.logger.Warn("dispatch: ordered send still running; its lane waits for it",
 				slog.Duration("running_for", time.Since(h.started).Round(time.Second)))
 		case <-g.killed.Done():
 			if held {
-				end("ROLLBACK")
+				k.end("ROLLBACK")
 			}
-			logger.Warn("dispatch: ordered worker stopped with a send still running; its row will be sent again")
+			k.logger.Warn("dispatch: ordered worker stopped with a send still running; its row will be sent again")
 			return
 		}
 	}
 }
 
-// recordHanded records, in the keeper's transaction, the outcome err of the
+// settleStraggler ends the keeper of h once the transport returned err: it
+// records the outcome in the keeper's transaction when the keeper holds
+// the lane (held), and leaves the row as it is otherwise (unknown).
+func (s *groupLoop) settleStraggler(k *keeperHold, st *workerstore.Store, held bool, err error, res *laneDone) {
+	h := k.h
+	stopping := err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+	h.timer.end(outcomeOf(err, stopping), err)
+	k.logger.Info("dispatch: ordered send handed off returned", slog.Duration("after", time.Since(h.started).Round(time.Millisecond)),
+		slog.Any("error", err))
+	if !held {
+		return
+	}
+	if rerr := s.recordStraggler(st, h, err, stopping, res); rerr != nil {
+		k.logger.Error("dispatch: ordered keeper could not record the send's outcome; its row will be sent again", slog.String("error", rerr.Error()))
+		k.end("ROLLBACK")
+		return
+	}
+	k.end("COMMIT")
+	if res.progressed {
+		h.member.stats.deleted.Add(1)
+	}
+}
+
+// keeperHold is a keeper's hold on its lane: a transaction, on a
+// connection of its own, that renews and locks the lane's lease.
+type keeperHold struct {
+	g      *laneGroup
+	h      *straggler
+	conn   *workerConn
+	logger *slog.Logger
+}
+
+func newKeeperHold(g *laneGroup, h *straggler) *keeperHold {
+	conn := newWorkerConn(g.db, g.store)
+	conn.idleTx = g.opts.LeaseDuration/2 + idleTxMargin
+	logger := g.opts.Logger.With(slog.String("worker", h.member.name), slog.Int("lane", h.lane),
+		slog.String("transport", h.e.transport), slog.String("destination", h.e.destination), slog.String("id", h.msg.ID.String()))
+	return &keeperHold{g: g, h: h, conn: conn, logger: logger}
+}
+
+// statement bounds one statement of the keeper's.
+func (k *keeperHold) statement() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), k.g.opts.LeaseDuration/2)
+}
+
+// hold begins a transaction that renews and locks the lane's lease; it
+// reports whether the lane is held.
+func (k *keeperHold) hold() (*workerstore.Store, bool) {
+	ctx, cancel := k.statement()
+	defer cancel()
+	st, err := k.conn.store(ctx)
+	if err == nil {
+		if err = k.conn.unchain(ctx); err == nil {
+			err = k.conn.openBatch(ctx)
+		}
+	}
+	var held []int
+	if err == nil {
+		held, err = st.AcquireLaneLeasesFor(ctx, []int{k.h.lane}, []string{k.h.member.name}, k.g.token, k.g.opts.LeaseDuration)
+	}
+	if err != nil {
+		k.conn.broken()
+		k.logger.Error("dispatch: ordered keeper cannot hold its lane; it tries again", slog.String("error", err.Error()))
+		return nil, false
+	}
+	if len(held) == 0 {
+		k.logger.Error("dispatch: ordered keeper lost its lane's lease; a copy of the running send may arrive after later messages of its key")
+		_ = k.conn.endBatch(ctx, "ROLLBACK")
+		return st, false
+	}
+	return st, true
+}
+
+// end ends the keeper's transaction with stmt.
+func (k *keeperHold) end(stmt string) {
+	ctx, cancel := k.statement()
+	defer cancel()
+	if err := k.conn.endBatch(ctx, stmt); err != nil {
+		k.conn.broken()
+		k.logger.Error("dispatch: ordered keeper", slog.String("error", err.Error()))
+	}
+}
+
+// release gives the keeper's connection back.
+func (k *keeperHold) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	k.conn.release(ctx)
+}
+
+// recordStraggler records, in the keeper's transaction, the outcome err of the
 // send h: delete the row it sent, record a failure of its own, or, when
 // the send ended because its context did (stopping), leave the row.
-func (s *groupLoop) recordHanded(st *workerstore.Store, h *handedSend, err error, stopping bool, res *laneDone) error {
+func (s *groupLoop) recordStraggler(st *workerstore.Store, h *straggler, err error, stopping bool, res *laneDone) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.g.opts.LeaseDuration/2)
 	defer cancel()
 	id := h.msg.ID

@@ -45,7 +45,7 @@ type batchResult struct {
 	slow []int
 	// handed holds the sends the batch handed off: their lanes stay
 	// running, held by keepers, until those report.
-	handed []*handedSend
+	handed []*straggler
 }
 
 // lanesPerBatch bounds the lanes one batch takes: their leases, heads and
@@ -403,7 +403,7 @@ func (s *groupLoop) startTimer() <-chan time.Time {
 // made progress.
 func (s *groupLoop) finished(r laneDone) bool {
 	for _, lane := range r.lanes {
-		if !slices.ContainsFunc(r.handed, func(h *handedSend) bool { return h.lane == lane }) {
+		if !slices.ContainsFunc(r.handed, func(h *straggler) bool { return h.lane == lane }) {
 			delete(s.running, lane)
 			if s.again[lane] {
 				delete(s.again, lane)

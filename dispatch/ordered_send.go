@@ -38,7 +38,7 @@ type laneFailure struct {
 // batch's deadline is a straggler (see stragglers): it ends, recorded as
 // failed, so that the batch commits what the others sent instead of holding
 // their rows, and rolling them back, until the deadline. A send that does
-// not end by its hand-off time (see laneFlights) leaves its lane to a
+// not end by its hand-off time (see laneRuns) leaves its lane to a
 // keeper, and the batch commits the others without waiting for it. A lane
 // found slow is marked so (laneBatch.slow) and runs alone afterwards. An
 // error means the batch must roll back.
@@ -46,12 +46,12 @@ func (g *laneGroup) sendLanes(ctx, stop context.Context, parts []laneBatch, admi
 	for i := range parts {
 		parts[i].outcomes = make([]rowOutcome, len(parts[i].rows))
 	}
-	var watch *stragglers
+	var timing *stragglers
 	if len(parts) > 1 {
-		watch = newStragglers(g.opts.LeaseDuration / 2 / slowSendDivisor)
-		defer watch.close()
+		timing = newStragglers(g.opts.LeaseDuration / 2 / slowSendDivisor)
+		defer timing.close()
 	}
-	fs := newLaneFlights(len(parts))
+	fs := newLaneRuns(len(parts))
 	errs := make([]error, len(parts))
 	for i := range parts {
 		p := &parts[i]
@@ -59,31 +59,31 @@ func (g *laneGroup) sendLanes(ctx, stop context.Context, parts []laneBatch, admi
 			p.cut = true
 			continue // the later lanes' rows stay untouched
 		}
-		fs.start(i, func(f *laneFlight) error {
-			return g.sendLane(ctx, stop, watch, p, f, admitUntil)
+		fs.start(i, func(f *laneRun) error {
+			return g.sendLane(ctx, stop, timing, p, f, admitUntil)
 		}, func(err error) {
 			errs[i] = err
-			if watch != nil {
-				watch.finish()
+			if timing != nil {
+				timing.finish()
 			}
 		})
 	}
 	deadline, _ := ctx.Deadline()
-	fs.wait(ctx, func() time.Duration { return time.Until(deadline) / slowSendDivisor }, func(i int, f *laneFlight) {
+	fs.wait(ctx, func() time.Duration { return time.Until(deadline) / slowSendDivisor }, func(i int, f *laneRun) {
 		p := &parts[i]
 		member := g.member(p.lane)
-		p.handed = &handedSend{lane: p.lane, e: f.e, row: f.row, msg: p.rows[f.row], done: f.handed, started: f.started, watch: f.watch, member: member}
+		p.handed = &straggler{lane: p.lane, e: f.e, row: f.row, msg: p.rows[f.row], done: f.handed, started: f.started, timer: f.timer, member: member}
 		p.slow = true
 		member.stats.sent.Add(uint64(p.sent))
-		if watch != nil {
-			watch.finish()
+		if timing != nil {
+			timing.finish()
 		}
 	})
 	return errors.Join(errs...)
 }
 
 // sendLane sends a lane's admitted rows one by one, in id order, each
-// through f (see laneFlights). A row that
+// through f (see laneRuns). A row that
 // fails holds its key: the key's later rows in the batch are not sent (they
 // wait, released, for the failed row's retry or redrive), and the lane's
 // other keys go on in the same batch, so that a failing key costs the others
@@ -95,11 +95,11 @@ func (g *laneGroup) sendLanes(ctx, stop context.Context, parts []laneBatch, admi
 // paused destination when p.probe is set. A send handed off ends the lane's
 // sends: sendLane then returns errHandedOff, having touched nothing of p
 // since that send began. Any other error means the batch must roll back.
-func (g *laneGroup) sendLane(ctx, stop context.Context, watch *stragglers, p *laneBatch, f *laneFlight, admitUntil time.Time) (err error) {
-	ls := laneSend{g: g, w: g.member(p.lane), p: p, flight: f}
-	if watch != nil {
-		ls.straggler = watch.lane(ctx)
-		defer ls.straggler.close()
+func (g *laneGroup) sendLane(ctx, stop context.Context, timing *stragglers, p *laneBatch, f *laneRun, admitUntil time.Time) (err error) {
+	ls := laneSend{g: g, w: g.member(p.lane), p: p, run: f}
+	if timing != nil {
+		ls.timer = timing.lane(ctx)
+		defer ls.timer.close()
 	}
 	began := time.Now()
 	defer func() {
@@ -142,13 +142,13 @@ func (p *laneBatch) failed() int {
 type laneSend struct {
 	g *laneGroup
 	w *orderedWorker // the member whose share the lane is in, for counts and logs
-	// straggler times the lane's sends against the batch's other lanes';
+	// timer times the lane's sends against the batch's other lanes';
 	// nil when the lane is the batch's only one.
-	straggler *laneStraggler
-	p         *laneBatch
-	// flight is what the lane's sends share with the batch, which watches
+	timer *laneTimer
+	p     *laneBatch
+	// run is what the lane's sends share with the batch, which times
 	// them for their slow and hand-off times.
-	flight *laneFlight
+	run *laneRun
 	// waiting holds the keys whose rows wait from here on; down, the
 	// destinations found unavailable in this batch.
 	waiting map[string]bool
@@ -241,7 +241,7 @@ func (ls *laneSend) row(ctx context.Context, i int) error {
 }
 
 // send resolves r's transport and sends r, row i of the lane, through the
-// lane's flight, watched as a possible straggler when the lane shares its
+// lane's run, timed as a possible straggler when the lane shares its
 // batch, and records the outcome for the destination: a send that runs for
 // a sixth of the batch's deadline sets its destination aside while it
 // runs. A send still running at its hand-off time (see handOffAfter) is
@@ -258,16 +258,16 @@ func (ls *laneSend) send(ctx context.Context, i int, e endpoint, r *store.Row) e
 		return err
 	}
 	sctx, done := ctx, func() {}
-	if ls.straggler != nil {
-		sctx, done = ls.straggler.start(), ls.straggler.done
+	if ls.timer != nil {
+		sctx, done = ls.timer.start(), ls.timer.done
 	}
 	deadline, _ := ctx.Deadline()
-	watch := ls.g.aside.follow(e)
+	timer := ls.g.aside.follow(e)
 	started := time.Now()
-	err = ls.flight.send(ctx, sctx, tr, m, i, e, watch, started, started.Add(time.Until(deadline)/slowSendDivisor), started.Add(ls.g.handOffAfter()))
+	err = ls.run.send(ctx, sctx, tr, m, i, e, timer, started, started.Add(time.Until(deadline)/slowSendDivisor), started.Add(ls.g.handOffAfter()))
 	done()
-	if err != errHandedOff { // a handed-off send's keeper ends its watch
-		watch.end(outcomeOf(err, err == errHalted), err)
+	if err != errHandedOff { // a handed-off send's keeper ends its timer
+		timer.end(outcomeOf(err, err == errHalted), err)
 	}
 	return err
 }

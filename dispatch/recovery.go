@@ -168,20 +168,8 @@ func (r *recoveryWorker) rewindBefore(id uuid.UUID) {
 	r.scanMu.Lock()
 	defer r.scanMu.Unlock()
 	if r.cursor != uuid.Nil && bytes.Compare(id[:], r.cursor[:]) <= 0 {
-		r.cursor = idBefore(id)
+		r.cursor = workerstore.IDBefore(id)
 	}
-}
-
-// idBefore returns the id just below id, so that a take after it begins at
-// id.
-func idBefore(id uuid.UUID) uuid.UUID {
-	for i := len(id) - 1; i >= 0; i-- {
-		id[i]--
-		if id[i] != 0xff {
-			break
-		}
-	}
-	return id
 }
 
 // Start starts the worker; it runs until Stop or until ctx ends.
@@ -493,12 +481,12 @@ func (r *recoveryWorker) takeNext(ctx context.Context, d *drainer, t *take) (uui
 // reused: not when a send was abandoned and may still read them.
 func (r *recoveryWorker) sendGroups(ctx context.Context, d *drainer, t *take, rows []store.Row) (reuse bool) {
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex // guards t's outcome and reuse
-		slots = make(chan struct{}, groupSendsMax)
-		watch = newStragglers(r.opts.ClaimDuration / slowSendDivisor)
+		wg     sync.WaitGroup
+		mu     sync.Mutex // guards t's outcome and reuse
+		slots  = make(chan struct{}, groupSendsMax)
+		timing = newStragglers(r.opts.ClaimDuration / slowSendDivisor)
 	)
-	defer watch.close()
+	defer timing.close()
 	reuse = true
 	for e, idx := range groupByEndpoint(rows, func(r *store.Row) endpoint { return endpoint{r.Transport, r.Destination} }) {
 		msgs := make([]*relayer.Message, len(idx))
@@ -516,10 +504,10 @@ func (r *recoveryWorker) sendGroups(ctx context.Context, d *drainer, t *take, ro
 			continue
 		}
 		slots <- struct{}{}
-		gctx, done := watch.start(ctx)
+		gctx, done := timing.start(ctx)
 		wg.Go(func() {
 			defer func() { <-slots }()
-			defer watch.finish()
+			defer timing.finish()
 			defer done()
 			part := &take{until: t.until, stop: t.stop}
 			abandoned := r.sendGroup(gctx, d, part, e, tr, size, msgs, prior)

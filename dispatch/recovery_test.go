@@ -12,6 +12,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
@@ -163,15 +164,11 @@ func TestRecoveryRecordsFailuresAndReleasesUnroutableRows(t *testing.T) {
 	must(t, err)
 	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 30 * time.Millisecond})
 	must(t, r.Start(context.Background()))
-	deadline := time.Now().Add(10 * time.Second)
 	var rows []rawRow
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		rows = b.rows(t)
-		if len(rows) == 2 && rows[0].attempts >= 2 && r.Stats().Scans >= 4 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(rows) == 2 && rows[0].attempts >= 2 && r.Stats().Scans >= 4
+	}, "the failing row retried over 4 passes")
 	if len(rows) != 2 || rows[0].id != ids[0] || rows[1].id != ids[1] {
 		t.Fatalf("rows = %+v, want both", rows)
 	}
@@ -196,8 +193,9 @@ func TestDirectOverflowWakesRecovery(t *testing.T) {
 	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: d, Logger: b.logger()})
 	must(t, err)
 	must(t, r.Start(context.Background()))
-	time.Sleep(200 * time.Millisecond) // the first scan finds nothing; recovery now waits an hour
-	for i := range 3 {                 // the dispatcher is not started: the second commit overflows
+	// The first scan finds nothing; recovery now waits an hour.
+	testkit.Eventually(t, 10*time.Second, func() bool { return r.Stats().Scans != 0 }, "recovery's first scan")
+	for i := range 3 { // the dispatcher is not started: the second commit overflows
 		must(t, w.RunInTx(context.Background(), b.db, nil, func(tx *enlist.Tx) error {
 			return tx.Publish(context.Background(), Placed{i})
 		}))
@@ -259,7 +257,7 @@ func TestRecoverySendsRowsOfACrashedDispatcher(t *testing.T) {
 		t.Error("the claimed row was sent before its claim expired")
 	}
 	b.waitRows(t, 0)
-	time.Sleep(200 * time.Millisecond)
+	morePasses(t, r, 3)
 	if n := b.mem.Len(); n != 2 {
 		t.Errorf("sent %d messages, want each of the 2 exactly once", n)
 	}
@@ -272,7 +270,7 @@ func TestRecoveryLeavesFreshRowsToDirectDispatch(t *testing.T) {
 	b := setup(t, dispatch.DirectOptions{})
 	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: 50 * time.Millisecond, MinAge: 700 * time.Millisecond})
 	must(t, r.Start(context.Background()))
-	time.Sleep(100 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, func() bool { return r.Stats().Scans != 0 }, "recovery's first scan")
 	start := time.Now()
 	b.enlistOnly(t, relayer.NewOutgoing(Placed{1}))
 	b.waitSent(t, 1)
@@ -313,6 +311,7 @@ func TestRecoveryRetriesFailingRowsAfterTheirBackoff(t *testing.T) {
 	b.outbox.Retry = relayer.Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxAttempts: 100}
 	r := b.recovery(t, dispatch.RecoveryOptions{PollInterval: poll, MinAge: time.Nanosecond})
 	must(t, r.Start(context.Background()))
+	// Tries in a fixed time: this asserts that no more come than one per poll.
 	time.Sleep(5 * poll)
 	rows := b.rows(t)
 	if len(rows) != 1 || rows[0].attempts < 2 {
@@ -347,7 +346,7 @@ func TestRecoveryDeadLettersACorruptRowAndSendsTheOthers(t *testing.T) {
 	if string(stored) != "\x02\x00\x00\x00\x00\x00\x00\x00" || reason != store.ReasonCorrupt || !strings.Contains(lastErr, "version") {
 		t.Errorf("dead letter: headers %x, reason %q, error %q; want the stored bytes, %q and the decode error", stored, reason, lastErr, store.ReasonCorrupt)
 	}
-	time.Sleep(200 * time.Millisecond) // a few more passes
+	morePasses(t, r, 3)
 	if n := b.mem.Len(); n != 9 {
 		t.Errorf("the broker received %d messages, want the 9 good rows once", n)
 	}
@@ -357,6 +356,14 @@ func TestRecoveryDeadLettersACorruptRowAndSendsTheOthers(t *testing.T) {
 	if !strings.Contains(b.logs.String(), "corrupt headers") || !strings.Contains(b.logs.String(), ids[4].String()) {
 		t.Errorf("no error naming the corrupt row in:\n%s", b.logs)
 	}
+}
+
+// morePasses waits until w ran n more passes over the outbox than so far,
+// so that what they would do wrong (send a row again) has had its chance.
+func morePasses(t *testing.T, w interface{ Stats() dispatch.Stats }, n uint64) {
+	t.Helper()
+	from := w.Stats().Scans
+	testkit.Eventually(t, 10*time.Second, func() bool { return w.Stats().Scans >= from+n }, "%d more passes", n)
 }
 
 // recoverWithOneBadRow publishes ten rows, lets spoil make one row unsendable,
@@ -374,7 +381,7 @@ func (b *bundle) recoverWithOneBadRow(t *testing.T, spoil func(ids []uuid.UUID),
 	must(t, r.Start(context.Background()))
 	b.waitSent(t, want)
 	b.waitRows(t, 1)
-	time.Sleep(300 * time.Millisecond) // a few more passes
+	morePasses(t, r, 3)
 	if n := b.mem.Len(); n != want {
 		t.Errorf("the broker received %d messages, want the %d good rows once", n, want)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -143,12 +144,27 @@ func startedRunner(t *testing.T, b *bundle, opts dispatch.RunnerOptions) (*dispa
 	w, err := enlist.NewWriter(b.outbox, enlist.Options{Listener: r})
 	must(t, err)
 	must(t, r.Start(context.Background()))
-	deadline := time.Now().Add(10 * time.Second)
-	for len(r.Lanes()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(r.Lanes()) != 0 }, "the ordered worker joining")
+	firstScans(t, r)
 	return r, w
+}
+
+// firstScans waits until each of r's recovery and ordered workers has made
+// its first scan: what they do next waits for a wake-up or their poll.
+func firstScans(t *testing.T, r *dispatch.Runner) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		st := r.Stats()
+		if st.Recovery != nil && st.Recovery.Scans == 0 {
+			return false
+		}
+		for _, o := range st.Ordered {
+			if o.Stats.Scans == 0 {
+				return false
+			}
+		}
+		return true
+	}, "every worker's first scan")
 }
 
 // With direct dispatch off, commits of ordered rows wake the ordered workers
@@ -258,7 +274,7 @@ func TestRunnerStatsCountRowsBeyondLanes(t *testing.T) {
 	must(t, err)
 	r, _ := startedRunner(t, b, dispatch.RunnerOptions{DisableDirect: true, DisableRecovery: true, DisableCleanup: true, Logger: b.logger(),
 		Ordered: dispatch.OrderedOptions{LeaseDuration: 3 * time.Second, PollInterval: 50 * time.Millisecond}})
-	waitUntil(t, "the row beyond the lanes counted in the runner's stats", func() bool { return r.Stats().RowsBeyondLanes == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return r.Stats().RowsBeyondLanes == 1 }, "the row beyond the lanes counted in the runner's stats")
 }
 
 // Run blocks until its context ends, cancelling the workers, or until Stop.
@@ -443,11 +459,7 @@ func TestRunnerOrderedMembershipChangeWaitsForNoPoll(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(15 * time.Second); !settled(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the four workers did not split the lanes: %+v", r.Stats().Ordered)
-		}
-	}
+	testkit.Eventually(t, 15*time.Second, settled, "the four workers splitting the lanes")
 	must(t, r.OrderedWorkers()[1].Stop(context.Background()))
 	publish(200)
 	b.waitSent(t, len(committed))
@@ -542,11 +554,7 @@ func TestRunnerOrderedWorkersBatchTogether(t *testing.T) {
 	scans := func() uint64 { return r.Stats().Ordered[0].Stats.Scans }
 	before := scans()
 	r.Wake()
-	for deadline := time.Now().Add(10 * time.Second); scans() <= before; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the ordered loop did not scan after Wake")
-		}
-	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return scans() > before }, "the ordered loop's scan after Wake")
 
 	lanes, _ := outbox.LaneCount()
 	workers := r.Stats().Ordered
@@ -570,11 +578,8 @@ func TestRunnerOrderedWorkersBatchTogether(t *testing.T) {
 		msgs = append(msgs, relayer.NewOutgoing(Shipped{i}, relayer.Key(key)))
 	}
 	publishWith(t, b, w, msgs...)
-	for deadline := time.Now().Add(10 * time.Second); gate.held.Load() < int64(len(msgs)); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d sends under way; keys and lanes %v, workers %+v", gate.held.Load(), len(msgs), keyLanes, workers)
-		}
-	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return gate.held.Load() >= int64(len(msgs)) },
+		"%d sends under way; keys and lanes %v, workers %+v", len(msgs), keyLanes, workers)
 	var open int
 	must(t, b.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
 		WHERE state = 'idle in transaction' AND query LIKE '%' || $1 || '%'`, b.schema).Scan(&open))
@@ -616,11 +621,7 @@ func TestRunnerOrderedWorkersBatchTogether(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(5 * time.Second); !counted(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("counters %+v; want each worker to have sent and deleted the row of its lane", r.Stats().Ordered)
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, counted, "each worker to have sent and deleted the row of its lane")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	must(t, r.Stop(ctx))

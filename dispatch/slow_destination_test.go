@@ -13,6 +13,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 )
 
 // blockedDestination holds every send to one destination until its context
@@ -64,12 +65,7 @@ func TestRecoverySlowDestinationDoesNotStarveTheOthers(t *testing.T) {
 		defer cancel()
 		r.Stop(ctx) // the blocked sends end with the cancellation
 	})
-	for deadline := time.Now().Add(8 * time.Second); tr.delivered.Load() < 9900 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := tr.delivered.Load(); n < 9900 {
-		t.Fatalf("recovery delivered %d of the 9,900 rows of healthy destinations in %s", n, time.Since(start))
-	}
+	testkit.Eventually(t, 8*time.Second, func() bool { return tr.delivered.Load() >= 9900 }, "recovery to deliver the 9,900 rows of healthy destinations")
 	t.Logf("9,900 healthy rows delivered in %s beside a destination that times out", time.Since(start).Round(time.Millisecond))
 }
 
@@ -90,17 +86,12 @@ func TestDirectSetsASlowDestinationAside(t *testing.T) {
 		must(t, enlistWith(t, b, d, msgs...))
 	}
 	publish(relayer.NewOutgoing(Billed{0}))
-	time.Sleep(700 * time.Millisecond) // its send timed out
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(d.Paused()) != 0 }, "the destination set aside after its send timed out")
 	start := time.Now()
 	for i := 1; i <= 20; i++ {
 		publish(relayer.NewOutgoing(Billed{i}), relayer.NewOutgoing(Placed{i}))
 	}
-	for deadline := time.Now().Add(5 * time.Second); tr.delivered.Load() < 20 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := tr.delivered.Load(); n < 20 {
-		t.Fatalf("direct dispatch delivered %d of 20 healthy messages", n)
-	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return tr.delivered.Load() >= 20 }, "direct dispatch to deliver 20 healthy messages")
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("20 healthy messages took %s beside a slow destination; each slow send costs 500ms when it is not set aside", took)
 	}
@@ -179,7 +170,9 @@ func TestUnavailableDestinationIsSetAsideWithoutSpendingAttempts(t *testing.T) {
 	must(t, b.db.QueryRow(`SELECT txid_current()`).Scan(&startXID))
 	must(t, r.Start(context.Background()))
 	defer r.Stop(context.Background())
-	time.Sleep(1500 * time.Millisecond) // 75 polls of each worker
+	// An absence over an outage's length (75 polls of each worker): no row
+	// rewritten, no attempt spent.
+	time.Sleep(1500 * time.Millisecond)
 	refused := tr.refused.Load()
 	var rewritten int
 	must(t, b.db.QueryRow(`SELECT count(*) FROM "`+b.schema+`".ob_outbox WHERE xmin::text::bigint > $1`, startXID).Scan(&rewritten))
@@ -203,11 +196,11 @@ func TestUnavailableDestinationIsSetAsideWithoutSpendingAttempts(t *testing.T) {
 	if len(paused) != 2 || paused[0].Destination != "orders.placed" || !strings.Contains(paused[0].LastError, "broker down") || paused[0].Since.IsZero() {
 		t.Errorf("Runner.Paused() = %+v, want orders.placed and orders.shipped paused with the error", paused)
 	}
-	waitUntil(t, "the pauses to be published", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		pub, err := b.store.Pauses(context.Background())
 		must(t, err)
 		return len(pub) == 2 && pub[1].Destination == "orders.shipped" && strings.Contains(pub[1].LastError, "broker down")
-	})
+	}, "the pauses to be published")
 	tr.down.Store(false)
 	back := time.Now()
 	b.waitSent(t, 800)
@@ -217,11 +210,11 @@ func TestUnavailableDestinationIsSetAsideWithoutSpendingAttempts(t *testing.T) {
 	if p := r.Paused(); len(p) != 0 {
 		t.Errorf("still paused after the destination came back: %+v", p)
 	}
-	waitUntil(t, "the published pauses to be cleared", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		pub, err := b.store.Pauses(context.Background())
 		must(t, err)
 		return len(pub) == 0
-	})
+	}, "the published pauses to be cleared")
 	if n := b.mem.Len(); n != 800 {
 		t.Errorf("delivered %d messages, want each of the 800 once", n)
 	}

@@ -6,25 +6,27 @@ import (
 	"time"
 )
 
-// stragglers watches the sends of one take or batch: once at least one part
+// stragglers times the sends of one take or batch: once at least one part
 // of the work is done (see finish), a send still running slowAfter after it
-// began is ended with errStraggler.
+// began is a straggler, ended with errStraggler.
 type stragglers struct {
 	slowAfter time.Duration
 	mu        sync.Mutex
-	running   map[*straggler]bool
+	running   map[*timedSend]bool
 	finished  int
 	timer     *time.Timer
 	armed     time.Time // when the timer fires; zero when it is idle
 }
 
-type straggler struct {
+// timedSend is one send (or group of sends timed as one) that may become a
+// straggler.
+type timedSend struct {
 	cancel  context.CancelCauseFunc
 	started time.Time
 }
 
 func newStragglers(slowAfter time.Duration) *stragglers {
-	w := &stragglers{slowAfter: slowAfter, running: map[*straggler]bool{}}
+	w := &stragglers{slowAfter: slowAfter, running: map[*timedSend]bool{}}
 	w.timer = time.AfterFunc(time.Hour, w.check)
 	w.timer.Stop()
 	return w
@@ -34,7 +36,7 @@ func newStragglers(slowAfter time.Duration) *stragglers {
 // that begins now, and the function to call when it returns.
 func (w *stragglers) start(ctx context.Context) (context.Context, func()) {
 	gctx, cancel := context.WithCancelCause(ctx)
-	g := &straggler{cancel: cancel}
+	g := &timedSend{cancel: cancel}
 	w.track(g)
 	return gctx, func() {
 		w.untrack(g)
@@ -44,7 +46,7 @@ func (w *stragglers) start(ctx context.Context) (context.Context, func()) {
 
 // track times g from now, arming the timer for when it would become a
 // straggler.
-func (w *stragglers) track(g *straggler) {
+func (w *stragglers) track(g *timedSend) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	g.started = time.Now()
@@ -56,29 +58,29 @@ func (w *stragglers) track(g *straggler) {
 }
 
 // untrack stops timing g, whose send returned.
-func (w *stragglers) untrack(g *straggler) {
+func (w *stragglers) untrack(g *timedSend) {
 	w.mu.Lock()
 	delete(w.running, g)
 	w.mu.Unlock()
 }
 
-// lane returns a watch for the sends of one lane, one at a time, on a
+// lane returns a timer for the sends of one lane, one at a time, on a
 // context of parent's that serves them all until one is ended as a
 // straggler: a context per send cost an ordered drain as much as the send.
-func (w *stragglers) lane(parent context.Context) *laneStraggler {
-	return &laneStraggler{w: w, parent: parent}
+func (w *stragglers) lane(parent context.Context) *laneTimer {
+	return &laneTimer{w: w, parent: parent}
 }
 
-// laneStraggler watches one lane's sends for stragglers (see lane).
-type laneStraggler struct {
+// laneTimer times one lane's sends as possible stragglers (see lane).
+type laneTimer struct {
 	w      *stragglers
 	parent context.Context
 	ctx    context.Context
-	g      *straggler
+	g      *timedSend
 }
 
 // start returns the context of a send that begins now.
-func (l *laneStraggler) start() context.Context {
+func (l *laneTimer) start() context.Context {
 	if l.g == nil || l.ctx.Err() != nil {
 		// The first send, or the last was ended as a straggler.
 		if l.g != nil {
@@ -86,17 +88,17 @@ func (l *laneStraggler) start() context.Context {
 		}
 		var cancel context.CancelCauseFunc
 		l.ctx, cancel = context.WithCancelCause(l.parent)
-		l.g = &straggler{cancel: cancel}
+		l.g = &timedSend{cancel: cancel}
 	}
 	l.w.track(l.g)
 	return l.ctx
 }
 
 // done records that the send started last has returned.
-func (l *laneStraggler) done() { l.w.untrack(l.g) }
+func (l *laneTimer) done() { l.w.untrack(l.g) }
 
 // close ends the lane's context, and with it a send still running on it.
-func (l *laneStraggler) close() {
+func (l *laneTimer) close() {
 	if l.g != nil {
 		l.done()
 		l.g.cancel(nil)
@@ -137,7 +139,7 @@ func (w *stragglers) check() {
 	}
 }
 
-// close stops the watch.
+// close stops the timer.
 func (w *stragglers) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/enlist/enlisttest"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -86,7 +87,7 @@ func TestCommitAroundTheWrapperIsReported(t *testing.T) {
 	}
 	const warning = "dropped without Commit or Rollback on the enlist.Tx"
 	publish(func(tx *enlist.Tx) error { return tx.Commit() })
-	for range 3 {
+	for range 3 { // an absence: three collections report nothing
 		runtime.GC()
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -94,11 +95,7 @@ func TestCommitAroundTheWrapperIsReported(t *testing.T) {
 		t.Fatalf("a transaction committed through enlist.Tx was reported:\n%s", logs)
 	}
 	publish(func(tx *enlist.Tx) error { return tx.Tx.Commit() })
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), warning) && time.Now().Before(deadline) {
-		runtime.GC()
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Within(5*time.Second, func() bool { runtime.GC(); return strings.Contains(logs.String(), warning) })
 	if !strings.Contains(logs.String(), warning) || !strings.Contains(logs.String(), "tx.Commit()") {
 		t.Fatalf("a commit through the embedded *sql.Tx was not reported:\n%s", logs)
 	}

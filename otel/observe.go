@@ -111,38 +111,10 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 	if name == "" {
 		name = st.Tables().Label()
 	}
-	attrs := metric.WithAttributeSet(attribute.NewSet(OutboxKey.String(name)))
-
-	var errs error
-	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
-		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = errors.Join(errs, err)
-		return g
+	g, err := newStoreGauges(meter, name)
+	if err != nil {
+		return nil, err
 	}
-	backlog := gauge(MetricBacklog, "{message}", "Outbox rows deliverable now: due, not parked, not claimed, not behind a held key.")
-	blocked := gauge(MetricBlocked, "{message}", "Due outbox rows no worker can send yet: behind their key (an earlier message of the key is parked, waiting for a retry or for a paused destination) or for a paused destination.")
-	scheduled := gauge(MetricScheduled, "{message}", "Outbox rows whose delivery time is ahead.")
-	claimed := gauge(MetricClaimed, "{message}", "Outbox rows held by a live claim, being sent.")
-	parked := gauge(MetricParked, "{message}", "Parked outbox rows.")
-	parkedKeys := gauge(MetricParkedKeys, "{key}", "Ordering keys with parked rows, whose delivery is stopped.")
-	dead := gauge(MetricDead, "{message}", "Dead-letter rows.")
-	retrying := gauge(MetricRetrying, "{message}", "Outbox rows waiting for the retry time of a failed send.")
-	deadBy := gauge(MetricDeadByReason, "{message}", "Dead-letter rows by the reason they left delivery.")
-	paused := gauge(MetricPaused, "{worker}", "Workers passing a destination over while its broker is down or slow.")
-	pausedCount := gauge(MetricPausedDestinations, "{destination}", "Destinations some worker passes over now, while their broker is down or slow.")
-	oldest, err := meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
-		metric.WithDescription("How long the longest-waiting deliverable outbox row has been due."))
-	errs = errors.Join(errs, err)
-	oldestParked, err := meter.Float64ObservableGauge(MetricOldestParkedAge, metric.WithUnit("s"),
-		metric.WithDescription("How long the longest-parked outbox row has been parked."))
-	errs = errors.Join(errs, err)
-	if errs != nil {
-		return nil, errs
-	}
-
-	// The destinations seen paused, reported at 0 once their pause ended.
-	var seenMu sync.Mutex
-	seen := map[[2]string]bool{}
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
 		defer cancel()
@@ -151,54 +123,124 @@ func ObserveStore(meter metric.Meter, st *store.Store, name string) (metric.Regi
 		if err != nil {
 			return err
 		}
-		o.ObserveInt64(backlog, s.Eligible-s.Blocked, attrs)
-		o.ObserveInt64(blocked, s.Blocked, attrs)
-		o.ObserveInt64(scheduled, s.Scheduled, attrs)
-		o.ObserveInt64(claimed, s.Claimed, attrs)
-		o.ObserveInt64(parked, s.Parked, attrs)
-		o.ObserveInt64(parkedKeys, s.ParkedKeys, attrs)
-		o.ObserveInt64(dead, s.Dead, attrs)
-		o.ObserveInt64(retrying, s.Retrying, attrs)
-		o.ObserveFloat64(oldest, waited(now, s.OldestDueAt).Seconds(), attrs)
-		o.ObserveFloat64(oldestParked, waited(now, s.OldestParkedAt).Seconds(), attrs)
+		g.observeStats(o, s, now)
 		byReason, err := st.DeadByReason(ctx)
 		if err != nil {
 			return err
 		}
-		for _, reason := range store.DeadReasons() {
-			if _, ok := byReason[reason]; !ok {
-				o.ObserveInt64(deadBy, 0, metric.WithAttributes(OutboxKey.String(name), ReasonKey.String(reason)))
-			}
-		}
-		for reason, n := range byReason {
-			o.ObserveInt64(deadBy, n, metric.WithAttributes(OutboxKey.String(name), ReasonKey.String(reason)))
-		}
+		g.observeDeadByReason(o, byReason)
 		pauses, err := st.Pauses(ctx)
 		if err != nil {
 			return err
 		}
-		perDest := map[[2]string]int64{}
-		for _, p := range pauses {
-			perDest[[2]string{p.Transport, p.Destination}]++
-		}
-		o.ObserveInt64(pausedCount, int64(len(perDest)), attrs)
-		seenMu.Lock()
-		defer seenMu.Unlock()
-		for d := range perDest {
-			if !seen[d] && len(seen) < pausedRemembered {
-				seen[d] = true
-			}
-		}
-		for d := range seen {
-			if _, ok := perDest[d]; !ok {
-				perDest[d] = 0 // its pause ended
-			}
-		}
-		for d, n := range perDest {
-			o.ObserveInt64(paused, n, metric.WithAttributes(OutboxKey.String(name), TransportKey.String(d[0]), semconv.MessagingDestinationNameKey.String(d[1])))
-		}
+		g.observePauses(o, pauses)
 		return nil
-	}, backlog, blocked, scheduled, claimed, parked, parkedKeys, dead, retrying, deadBy, paused, pausedCount, oldest, oldestParked)
+	}, g.instruments()...)
+}
+
+// storeGauges are ObserveStore's instruments for one outbox, and the
+// destinations it has seen paused.
+type storeGauges struct {
+	name  string
+	attrs metric.MeasurementOption
+
+	backlog, blocked, scheduled, claimed, parked, parkedKeys, dead, retrying metric.Int64ObservableGauge
+	deadBy, paused, pausedCount                                              metric.Int64ObservableGauge
+	oldest, oldestParked                                                     metric.Float64ObservableGauge
+
+	// seen holds the destinations seen paused, reported at 0 once their
+	// pause ended.
+	seenMu sync.Mutex
+	seen   map[[2]string]bool
+}
+
+func newStoreGauges(meter metric.Meter, name string) (*storeGauges, error) {
+	g := &storeGauges{name: name, attrs: metric.WithAttributeSet(attribute.NewSet(OutboxKey.String(name))), seen: map[[2]string]bool{}}
+	var errs error
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = errors.Join(errs, err)
+		return g
+	}
+	g.backlog = gauge(MetricBacklog, "{message}", "Outbox rows deliverable now: due, not parked, not claimed, not behind a held key.")
+	g.blocked = gauge(MetricBlocked, "{message}", "Due outbox rows no worker can send yet: behind their key (an earlier message of the key is parked, waiting for a retry or for a paused destination) or for a paused destination.")
+	g.scheduled = gauge(MetricScheduled, "{message}", "Outbox rows whose delivery time is ahead.")
+	g.claimed = gauge(MetricClaimed, "{message}", "Outbox rows held by a live claim, being sent.")
+	g.parked = gauge(MetricParked, "{message}", "Parked outbox rows.")
+	g.parkedKeys = gauge(MetricParkedKeys, "{key}", "Ordering keys with parked rows, whose delivery is stopped.")
+	g.dead = gauge(MetricDead, "{message}", "Dead-letter rows.")
+	g.retrying = gauge(MetricRetrying, "{message}", "Outbox rows waiting for the retry time of a failed send.")
+	g.deadBy = gauge(MetricDeadByReason, "{message}", "Dead-letter rows by the reason they left delivery.")
+	g.paused = gauge(MetricPaused, "{worker}", "Workers passing a destination over while its broker is down or slow.")
+	g.pausedCount = gauge(MetricPausedDestinations, "{destination}", "Destinations some worker passes over now, while their broker is down or slow.")
+	var err error
+	g.oldest, err = meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
+		metric.WithDescription("How long the longest-waiting deliverable outbox row has been due."))
+	errs = errors.Join(errs, err)
+	g.oldestParked, err = meter.Float64ObservableGauge(MetricOldestParkedAge, metric.WithUnit("s"),
+		metric.WithDescription("How long the longest-parked outbox row has been parked."))
+	errs = errors.Join(errs, err)
+	if errs != nil {
+		return nil, errs
+	}
+	return g, nil
+}
+
+func (g *storeGauges) instruments() []metric.Observable {
+	return []metric.Observable{g.backlog, g.blocked, g.scheduled, g.claimed, g.parked, g.parkedKeys, g.dead, g.retrying,
+		g.deadBy, g.paused, g.pausedCount, g.oldest, g.oldestParked}
+}
+
+// observeStats reports the counts of s, read at now.
+func (g *storeGauges) observeStats(o metric.Observer, s store.Stats, now time.Time) {
+	o.ObserveInt64(g.backlog, s.Eligible-s.Blocked, g.attrs)
+	o.ObserveInt64(g.blocked, s.Blocked, g.attrs)
+	o.ObserveInt64(g.scheduled, s.Scheduled, g.attrs)
+	o.ObserveInt64(g.claimed, s.Claimed, g.attrs)
+	o.ObserveInt64(g.parked, s.Parked, g.attrs)
+	o.ObserveInt64(g.parkedKeys, s.ParkedKeys, g.attrs)
+	o.ObserveInt64(g.dead, s.Dead, g.attrs)
+	o.ObserveInt64(g.retrying, s.Retrying, g.attrs)
+	o.ObserveFloat64(g.oldest, waited(now, s.OldestDueAt).Seconds(), g.attrs)
+	o.ObserveFloat64(g.oldestParked, waited(now, s.OldestParkedAt).Seconds(), g.attrs)
+}
+
+// observeDeadByReason reports the dead letters per reason, every known
+// reason included (at 0 when it has none).
+func (g *storeGauges) observeDeadByReason(o metric.Observer, byReason map[string]int64) {
+	for _, reason := range store.DeadReasons() {
+		if _, ok := byReason[reason]; !ok {
+			o.ObserveInt64(g.deadBy, 0, metric.WithAttributes(OutboxKey.String(g.name), ReasonKey.String(reason)))
+		}
+	}
+	for reason, n := range byReason {
+		o.ObserveInt64(g.deadBy, n, metric.WithAttributes(OutboxKey.String(g.name), ReasonKey.String(reason)))
+	}
+}
+
+// observePauses reports the paused destinations, and at 0 those seen
+// paused before whose pause ended.
+func (g *storeGauges) observePauses(o metric.Observer, pauses []store.Pause) {
+	perDest := map[[2]string]int64{}
+	for _, p := range pauses {
+		perDest[[2]string{p.Transport, p.Destination}]++
+	}
+	o.ObserveInt64(g.pausedCount, int64(len(perDest)), g.attrs)
+	g.seenMu.Lock()
+	defer g.seenMu.Unlock()
+	for d := range perDest {
+		if !g.seen[d] && len(g.seen) < pausedRemembered {
+			g.seen[d] = true
+		}
+	}
+	for d := range g.seen {
+		if _, ok := perDest[d]; !ok {
+			perDest[d] = 0 // its pause ended
+		}
+	}
+	for d, n := range perDest {
+		o.ObserveInt64(g.paused, n, metric.WithAttributes(OutboxKey.String(g.name), TransportKey.String(d[0]), semconv.MessagingDestinationNameKey.String(d[1])))
+	}
 }
 
 // waited is how long ago since was, zero for the zero time and for instants a

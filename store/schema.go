@@ -21,7 +21,22 @@ type Migration struct {
 // migrationSteps returns every step for the given names. A step is never edited
 // once released; changes are new steps.
 func migrationSteps(n names) []Migration {
-	return []Migration{{
+	return []Migration{
+		migrationCreateTables(n),
+		migrationRetryAndPauses(n),
+		migrationFailedIndex(n),
+		migrationXactIDs(n),
+		migrationFullPages(n),
+		migrationNoChecks(n),
+		migrationSettings(n),
+		migrationDelivered(n),
+		migrationHeldKeys(n),
+	}
+}
+
+// migrationCreateTables is step 1: create outbox, dead-letter, lease and inbox tables.
+func migrationCreateTables(n names) Migration {
+	return Migration{
 		Version: 1,
 		Name:    "create outbox, dead-letter, lease and inbox tables",
 		SQL: `CREATE TABLE IF NOT EXISTS ` + n.Outbox + ` (
@@ -90,7 +105,12 @@ CREATE TABLE IF NOT EXISTS ` + n.Inbox + ` (
 );
 CREATE INDEX IF NOT EXISTS ` + n.Index("inbox_received_idx") + ` ON ` + n.Inbox + ` (received_at);
 `,
-	}, {
+	}
+}
+
+// migrationRetryAndPauses is step 2: retry backoff (retry_at), one index for held ordered keys, paused destinations.
+func migrationRetryAndPauses(n names) Migration {
+	return Migration{
 		Version: 2,
 		Name:    "retry backoff (retry_at), one index for held ordered keys, paused destinations",
 		// retry_at is when a row that failed may be sent again. A key is held
@@ -115,7 +135,12 @@ CREATE TABLE IF NOT EXISTS ` + n.Pauses + ` (
     PRIMARY KEY (owner_token, transport, destination)
 );
 `,
-	}, {
+	}
+}
+
+// migrationFailedIndex is step 3: index of the rows that failed, by destination.
+func migrationFailedIndex(n names) Migration {
+	return Migration{
 		Version: 3,
 		Name:    "index of the rows that failed, by destination",
 		// The rows that failed (parked, or waiting for a retry) by
@@ -125,7 +150,12 @@ CREATE TABLE IF NOT EXISTS ` + n.Pauses + ` (
 		SQL: `CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_failed_idx") + ` ON ` + n.Outbox + ` (transport, destination)
     WHERE parked_at IS NOT NULL OR retry_at IS NOT NULL;
 `,
-	}, {
+	}
+}
+
+// migrationXactIDs is step 4: the transaction that made each row eligible (xact_id), indexed by lane.
+func migrationXactIDs(n names) Migration {
+	return Migration{
 		Version: 4,
 		Name:    "the transaction that made each row eligible (xact_id), indexed by lane",
 		// xact_id is the id of the transaction that inserted the row, or
@@ -145,7 +175,12 @@ ALTER TABLE ` + n.Outbox + ` ALTER COLUMN xact_id SET DEFAULT pg_current_xact_id
 CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outbox + ` (lane, xact_id, uuid_send(id))
     WHERE lane IS NOT NULL AND xact_id IS NOT NULL;
 `,
-	}, {
+	}
+}
+
+// migrationFullPages is step 5: full outbox pages (fillfactor 100).
+func migrationFullPages(n names) Migration {
+	return Migration{
 		Version: 5,
 		Name:    "full outbox pages (fillfactor 100)",
 		// The first step left half of each page free, so that claims (an
@@ -158,7 +193,12 @@ CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outb
 		// is rewritten.
 		SQL: `ALTER TABLE ` + n.Outbox + ` SET (fillfactor = 100);
 `,
-	}, {
+	}
+}
+
+// migrationNoChecks is step 6: no check constraints on the outbox.
+func migrationNoChecks(n names) Migration {
+	return Migration{
 		Version: 6,
 		Name:    "no check constraints on the outbox",
 		// The first step checked three things of every row inserted: headers
@@ -179,7 +219,12 @@ CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outb
     DROP CONSTRAINT IF EXISTS ` + n.Constraint("outbox_lane_check") + `,
     DROP CONSTRAINT IF EXISTS ` + n.Constraint("outbox_check") + `;
 `,
-	}, {
+	}
+}
+
+// migrationSettings is step 7: settings writers and workers must agree on (the lane count).
+func migrationSettings(n names) Migration {
+	return Migration{
 		Version: 7,
 		Name:    "settings writers and workers must agree on (the lane count)",
 		// The lane count lived in each process's options, and a writer and a
@@ -193,7 +238,12 @@ CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outb
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 `,
-	}, {
+	}
+}
+
+// migrationDelivered is step 8: what each dispatching process delivered (for consoles' throughput).
+func migrationDelivered(n names) Migration {
+	return Migration{
 		Version: 8,
 		Name:    "what each dispatching process delivered (for consoles' throughput)",
 		// Consoles drew the delivery rate from the server's table
@@ -212,7 +262,12 @@ CREATE INDEX IF NOT EXISTS ` + n.Index("outbox_lane_xact_idx") + ` ON ` + n.Outb
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 `,
-	}, {
+	}
+}
+
+// migrationHeldKeys is step 9: consumers' held keys and the messages waiting behind them.
+func migrationHeldKeys(n names) Migration {
+	return Migration{
 		Version: 9,
 		Name:    "consumers' held keys and the messages waiting behind them",
 		// A consumer that holds keys (package consume) keeps a key whose
@@ -249,7 +304,7 @@ CREATE TABLE IF NOT EXISTS ` + n.InboxWaiting + ` (
     PRIMARY KEY (consumer, ordering_key, seq)
 );
 `,
-	}}
+	}
 }
 
 func migrationsTableSQL(n names) string {

@@ -9,6 +9,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	"github.com/relayer-go/relayer/transport/memory"
@@ -68,13 +69,9 @@ func TestRunnerOnEachDriver(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			deadline := time.Now().Add(20 * time.Second)
-			for len(mem.Messages("placed")) < commits || len(mem.Messages("shipped")) < commits {
-				if time.Now().After(deadline) {
-					t.Fatalf("sent %d unordered and %d ordered of %d each", len(mem.Messages("placed")), len(mem.Messages("shipped")), commits)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testkit.Eventually(t, 20*time.Second, func() bool {
+				return len(mem.Messages("placed")) >= commits && len(mem.Messages("shipped")) >= commits
+			}, "%d unordered and %d ordered messages sent", commits, commits)
 			last := map[string]int{}
 			for _, m := range mem.Messages("shipped") {
 				var n int
@@ -94,12 +91,7 @@ func TestRunnerOnEachDriver(t *testing.T) {
 				}
 				return n
 			}
-			for deadline := time.Now().Add(10 * time.Second); idleInTx() != 0 && time.Now().Before(deadline); {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if n := idleInTx(); n != 0 {
-				t.Errorf("%d sessions still idle in a transaction after the workers went idle", n)
-			}
+			testkit.Eventually(t, 10*time.Second, func() bool { return idleInTx() == 0 }, "no session idle in a transaction after the workers went idle")
 		})
 	}
 }

@@ -55,6 +55,7 @@ import (
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -231,34 +232,16 @@ func (s *scenario) effects(t *testing.T, id uuid.UUID) int {
 	return n
 }
 
-// untilStats waits up to 10 s for cond, a condition on consumers' stats,
-// which it reports when cond did not hold in time.
-func untilStats(t *testing.T, what string, cond func() bool, cs ...*consume.Consumer) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			stats := make([]string, len(cs))
-			for i, c := range cs {
-				stats[i] = fmt.Sprintf("%+v", c.Stats())
-			}
-			t.Fatalf("timed out waiting for %s; consumers' stats: %s", what, strings.Join(stats, ", "))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// statsOf formats consumers' stats when printed: at a failed wait's time
+// out.
+type statsOf []*consume.Consumer
 
-// Until waits up to timeout for cond, checking it every 10 ms, and fails t
-// naming what it waited for when cond did not hold in time.
-func Until(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+func (cs statsOf) String() string {
+	stats := make([]string, len(cs))
+	for i, c := range cs {
+		stats[i] = fmt.Sprintf("%+v", c.Stats())
 	}
+	return strings.Join(stats, ", ")
 }
 
 // quiet runs a new consumer for a moment and reports how many deliveries it
@@ -271,6 +254,7 @@ func (s *scenario) quiet(t *testing.T) int {
 		return nil
 	})
 	stop := s.run(t, c)
+	// An absence: nothing arrives within 300 ms.
 	time.Sleep(300 * time.Millisecond)
 	stop()
 	return int(got.Load())
@@ -299,7 +283,7 @@ func receivesWhatWasSent(t *testing.T, s *scenario) {
 		return nil
 	})
 	stop := s.run(t, c)
-	untilStats(t, "every message handled", func() bool { return c.Stats().Handled >= uint64(len(sent)) }, c)
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Handled >= uint64(len(sent)) }, "every message handled; consumers' stats: %v", statsOf{c})
 	stop()
 	if len(got) != len(sent) {
 		t.Fatalf("handled %d messages, want %d", len(got), len(sent))
@@ -381,7 +365,7 @@ func committedButUnacknowledgedIsSkipped(t *testing.T, s *scenario) {
 	runs := 0
 	c := s.consumer(t, "billing", consume.Options{}, func(context.Context, *consume.Tx, *relayer.Message) error { runs++; return nil })
 	stop := s.run(t, c)
-	untilStats(t, "the redelivery", func() bool { return c.Stats().Duplicates == 1 }, c)
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Duplicates == 1 }, "the redelivery; consumers' stats: %v", statsOf{c})
 	stop()
 	if runs != 0 || s.effects(t, m.ID) != 1 {
 		t.Errorf("the redelivery ran the handler %d times, %d effect rows; want it skipped", runs, s.effects(t, m.ID))
@@ -415,7 +399,7 @@ func twoConsumersCommitOnce(t *testing.T, s *scenario) {
 	a := s.consumer(t, "billing", consume.Options{}, slow)
 	b := s.consumer(t, "billing", consume.Options{}, slow)
 	stopA, stopB := s.run(t, a), s.run(t, b)
-	untilStats(t, "every message handled", func() bool { return a.Stats().Handled+b.Stats().Handled >= n }, a, b)
+	testkit.Eventually(t, 10*time.Second, func() bool { return a.Stats().Handled+b.Stats().Handled >= n }, "every message handled; consumers' stats: %v", statsOf{a, b})
 	stopA()
 	stopB()
 	for _, m := range msgs {
@@ -499,7 +483,7 @@ func followUpsCommitWithTheHandler(t *testing.T, s *scenario) {
 		return nil
 	})
 	stop := s.run(t, c)
-	untilStats(t, "both messages settled", func() bool { st := c.Stats(); return st.Handled == 1 && st.DeadLettered == 1 }, c)
+	testkit.Eventually(t, 10*time.Second, func() bool { st := c.Stats(); return st.Handled == 1 && st.DeadLettered == 1 }, "both messages settled; consumers' stats: %v", statsOf{c})
 	stop()
 	var bodies []string
 	rows, err := s.db.Query(`SELECT convert_from(body, 'UTF8') FROM "` + s.tables.Schema + `"."` + s.tables.TablePrefix + `outbox"`)
@@ -557,7 +541,7 @@ func databaseFaultsSpendNoAttempt(t *testing.T, s *scenario) {
 	defer stop()
 	// The consumer starts with its tables whole, then loses its inbox.
 	s.send(t, s.message(t, "k", "before"))
-	untilStats(t, "the first message handled", func() bool { return c.Stats().Handled == 1 }, c)
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Handled == 1 }, "the first message handled; consumers' stats: %v", statsOf{c})
 	if _, err := s.db.ExecContext(ctx, `ALTER TABLE `+inboxTable+` RENAME TO "`+away+`"`); err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +550,7 @@ func databaseFaultsSpendNoAttempt(t *testing.T, s *scenario) {
 		msgs[i] = s.message(t, fmt.Sprintf("k%d", i), "while the inbox is away")
 	}
 	s.send(t, msgs...)
-	untilStats(t, "deliveries waiting for the database", func() bool { st := c.Stats(); return st.DatabaseWaits > 0 || st.DeadLettered > 0 }, c)
+	testkit.Eventually(t, 10*time.Second, func() bool { st := c.Stats(); return st.DatabaseWaits > 0 || st.DeadLettered > 0 }, "deliveries waiting for the database; consumers' stats: %v", statsOf{c})
 	// Asserting an absence: for a while, nothing is retried nor
 	// dead-lettered while the inbox is away.
 	time.Sleep(time.Second)
@@ -576,7 +560,7 @@ func databaseFaultsSpendNoAttempt(t *testing.T, s *scenario) {
 	if _, err := s.db.ExecContext(ctx, `ALTER TABLE "`+s.tables.Schema+`"."`+away+`" RENAME TO "`+s.tables.TablePrefix+`inbox"`); err != nil {
 		t.Fatal(err)
 	}
-	untilStats(t, "every message handled once the inbox is back", func() bool { return c.Stats().Handled == uint64(1+len(msgs)) }, c)
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Handled == uint64(1+len(msgs)) }, "every message handled once the inbox is back; consumers' stats: %v", statsOf{c})
 	stop()
 	for _, m := range msgs {
 		if n := s.effects(t, m.ID); n != 1 {
@@ -621,7 +605,7 @@ func aFailingMessageHoldsOnlyItsKey(t *testing.T, s *scenario) {
 	defer stop()
 	k1, k2, j1, k3 := s.message(t, "k", "k1"), s.message(t, "k", "k2"), s.message(t, "j", "j1"), s.message(t, "k", "k3")
 	s.send(t, k1, k2, j1, k3)
-	untilStats(t, "every message handled", func() bool { return c.Stats().Handled == 4 }, c)
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Handled == 4 }, "every message handled; consumers' stats: %v", statsOf{c})
 	stop()
 	mu.Lock()
 	got := strings.Join(order, " ")

@@ -19,6 +19,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	relayerbun "github.com/relayer-go/relayer/enlist/bun"
 	"github.com/relayer-go/relayer/enlist/enlisttest"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -460,14 +461,8 @@ func TestAbandonedTransactionForgotten(t *testing.T) {
 		}
 		return weak.Make(tx.Tx)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for relayerbun.BoundWeak(ptr) {
-		if time.Now().After(deadline) {
-			t.Fatal("the state of an abandoned transaction is still registered")
-		}
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, func() bool { runtime.GC(); return !relayerbun.BoundWeak(ptr) },
+		"the state of an abandoned transaction to be unregistered")
 	if n := b.notified(); n != 0 {
 		t.Errorf("abandoned transaction notified %d rows", n)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -366,6 +367,22 @@ func storedAsPublished(t *testing.T, e *env) {
 	}
 	got := rows[0]
 	wantHeaders := append([]headers.Header{{Name: relayer.HeaderContentType, Value: []byte("application/json")}}, hs...)
+	checkStored(t, got, id, deliver, before, wantHeaders)
+	// The notification carries the same bytes.
+	batches := e.rec.Batches()
+	if len(batches) != 1 || len(batches[0]) != 1 {
+		t.Fatalf("notifications %v", batches)
+	}
+	n := batches[0][0]
+	if n.ID != id || !bytes.Equal(n.Body, got.Body) || n.Lane != got.Lane || len(n.Headers) != len(got.Headers) {
+		t.Errorf("notified %+v differs from stored %+v", n, got.Message)
+	}
+}
+
+// checkStored reports the first field of got, the row stored for the
+// message storedAsPublished publishes, that differs from what it published.
+func checkStored(t *testing.T, got store.Row, id uuid.UUID, deliver, before time.Time, wantHeaders []headers.Header) {
+	t.Helper()
 	switch {
 	case got.ID != id:
 		t.Errorf("id %s, want %s", got.ID, id)
@@ -381,15 +398,6 @@ func storedAsPublished(t *testing.T, e *env) {
 		t.Errorf("deliver at %v, want %v", got.DeliverAt, deliver)
 	case got.CreatedAt.Before(before) || got.CreatedAt.After(time.Now().Add(time.Second)):
 		t.Errorf("created at %v, want about now", got.CreatedAt)
-	}
-	// The notification carries the same bytes.
-	batches := e.rec.Batches()
-	if len(batches) != 1 || len(batches[0]) != 1 {
-		t.Fatalf("notifications %v", batches)
-	}
-	n := batches[0][0]
-	if n.ID != id || !bytes.Equal(n.Body, got.Body) || n.Lane != got.Lane || len(n.Headers) != len(got.Headers) {
-		t.Errorf("notified %+v differs from stored %+v", n, got.Message)
 	}
 }
 
@@ -495,10 +503,7 @@ func cancelledBeforeCommit(t *testing.T, e *env) {
 	}
 	_ = tx.Rollback()
 	// database/sql rolls back asynchronously when the context ends; wait for it.
-	deadline := time.Now().Add(5 * time.Second)
-	for (len(e.stored()) != 0 || e.orders() != 0) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Within(5*time.Second, func() bool { return len(e.stored()) == 0 && e.orders() == 0 })
 	if n := len(e.stored()); n != 0 || e.orders() != 0 || len(e.rec.Batches()) != 0 {
 		t.Errorf("after cancellation: %d rows, %d orders, %d notifications; want none", n, e.orders(), len(e.rec.Batches()))
 	}

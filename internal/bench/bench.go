@@ -182,39 +182,63 @@ func (c Config) withDefaults() Config {
 // which Run needs.
 func (c Config) Validate() error {
 	d := c.withDefaults()
-	switch {
-	case !schemaPattern.MatchString(d.Schema) || len(d.Schema) > store.SchemaMaxLen:
-		return fmt.Errorf("%w: Schema %q must match [a-z_][a-z0-9_]* and be at most %d bytes", ErrInvalidConfig, d.Schema, store.SchemaMaxLen)
-	case d.Producers < 1 || d.Producers > 64:
-		return fmt.Errorf("%w: Producers must be 1 to 64, got %d", ErrInvalidConfig, c.Producers)
-	case d.Duration < 100*time.Millisecond:
-		return fmt.Errorf("%w: Duration must be at least 100ms, got %s", ErrInvalidConfig, c.Duration)
-	case d.Rounds < 1 || d.Rounds > 20:
-		return fmt.Errorf("%w: Rounds must be 1 to 20, got %d", ErrInvalidConfig, c.Rounds)
-	case d.Rate < 1 || d.Rate > 1_000_000:
-		return fmt.Errorf("%w: Rate must be 1 to 1,000,000 msg/s, got %d", ErrInvalidConfig, c.Rate)
-	case d.PerTx < 1 || d.PerTx > 100:
-		return fmt.Errorf("%w: PerTx must be 1 to 100, got %d", ErrInvalidConfig, c.PerTx)
-	case d.Backlog < 1 || d.Backlog > 10_000_000:
-		return fmt.Errorf("%w: Backlog must be 1 to 10,000,000, got %d", ErrInvalidConfig, c.Backlog)
-	case d.OrderedBacklog < 1 || d.OrderedBacklog > 10_000_000:
-		return fmt.Errorf("%w: OrderedBacklog must be 1 to 10,000,000, got %d", ErrInvalidConfig, c.OrderedBacklog)
-	case d.OrderedBatchSize < 0 || d.OrderedBatchSize > dispatch.BatchSizeMax:
-		return fmt.Errorf("%w: OrderedBatchSize must be 0 to %d, got %d", ErrInvalidConfig, dispatch.BatchSizeMax, c.OrderedBatchSize)
-	case d.BodySize < 16 || d.BodySize > 1<<20:
-		return fmt.Errorf("%w: BodySize must be 16 to 1 MiB, got %d", ErrInvalidConfig, c.BodySize)
+	if err := d.checkLoad(c); err != nil {
+		return err
 	}
-	r := &runner{cfg: d}
-	for _, name := range d.Only {
+	if err := d.checkSizes(c); err != nil {
+		return err
+	}
+	return d.checkNames()
+}
+
+// checkLoad checks the schema and the load's fields of c, the given
+// config with its defaults (the given values are the ones reported).
+func (c Config) checkLoad(given Config) error {
+	switch {
+	case !schemaPattern.MatchString(c.Schema) || len(c.Schema) > store.SchemaMaxLen:
+		return fmt.Errorf("%w: Schema %q must match [a-z_][a-z0-9_]* and be at most %d bytes", ErrInvalidConfig, c.Schema, store.SchemaMaxLen)
+	case c.Producers < 1 || c.Producers > 64:
+		return fmt.Errorf("%w: Producers must be 1 to 64, got %d", ErrInvalidConfig, given.Producers)
+	case c.Duration < 100*time.Millisecond:
+		return fmt.Errorf("%w: Duration must be at least 100ms, got %s", ErrInvalidConfig, given.Duration)
+	case c.Rounds < 1 || c.Rounds > 20:
+		return fmt.Errorf("%w: Rounds must be 1 to 20, got %d", ErrInvalidConfig, given.Rounds)
+	case c.Rate < 1 || c.Rate > 1_000_000:
+		return fmt.Errorf("%w: Rate must be 1 to 1,000,000 msg/s, got %d", ErrInvalidConfig, given.Rate)
+	case c.PerTx < 1 || c.PerTx > 100:
+		return fmt.Errorf("%w: PerTx must be 1 to 100, got %d", ErrInvalidConfig, given.PerTx)
+	}
+	return nil
+}
+
+// checkSizes checks the backlogs', batches' and bodies' sizes, as checkLoad.
+func (c Config) checkSizes(given Config) error {
+	switch {
+	case c.Backlog < 1 || c.Backlog > 10_000_000:
+		return fmt.Errorf("%w: Backlog must be 1 to 10,000,000, got %d", ErrInvalidConfig, given.Backlog)
+	case c.OrderedBacklog < 1 || c.OrderedBacklog > 10_000_000:
+		return fmt.Errorf("%w: OrderedBacklog must be 1 to 10,000,000, got %d", ErrInvalidConfig, given.OrderedBacklog)
+	case c.OrderedBatchSize < 0 || c.OrderedBatchSize > dispatch.BatchSizeMax:
+		return fmt.Errorf("%w: OrderedBatchSize must be 0 to %d, got %d", ErrInvalidConfig, dispatch.BatchSizeMax, given.OrderedBatchSize)
+	case c.BodySize < 16 || c.BodySize > 1<<20:
+		return fmt.Errorf("%w: BodySize must be 16 to 1 MiB, got %d", ErrInvalidConfig, given.BodySize)
+	}
+	return nil
+}
+
+// checkNames checks that c names known contenders and scenarios.
+func (c Config) checkNames() error {
+	r := &runner{cfg: c}
+	for _, name := range c.Only {
 		known := false
 		for _, s := range AllScenarios {
-			known = known || slices.ContainsFunc(r.all(s), func(c Contender) bool { return c.Name() == name })
+			known = known || slices.ContainsFunc(r.all(s), func(ct Contender) bool { return ct.Name() == name })
 		}
 		if !known {
 			return fmt.Errorf("%w: unknown contender %q", ErrInvalidConfig, name)
 		}
 	}
-	for _, s := range d.Scenarios {
+	for _, s := range c.Scenarios {
 		if !slices.Contains(AllScenarios, s) {
 			return fmt.Errorf("%w: unknown scenario %q (want one of %v)", ErrInvalidConfig, s, AllScenarios)
 		}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/relayer-go/relayer/internal/testkit"
 )
 
 // start starts a cluster for a test, skipping the test only when no server
@@ -366,13 +368,9 @@ func TestOwnerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	deadline := time.Now().Add(20 * time.Second)
-	for processAlive(pid) {
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("postgres (process %d) still runs 20s after its owner was killed", pid)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testkit.Within(20*time.Second, func() bool { return !processAlive(pid) }) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("postgres (process %d) still runs 20s after its owner was killed", pid)
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("the killed owner's cluster directory: %v", err)
@@ -397,7 +395,7 @@ func TestHelperOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("HELPER %d %s %s\n", c.proc.cmd.Process.Pid, c.dir, c.URL())
-	time.Sleep(time.Minute)
+	time.Sleep(time.Minute) // until TestOwnerKilled kills it
 	c.Stop()
 }
 

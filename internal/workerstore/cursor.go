@@ -114,7 +114,7 @@ func (c LaneCursor) Advance(r LaneRead, rows []store.Row, gone int, retryAt time
 	}
 	switch {
 	case gone < len(rows):
-		next.after = before(rows[gone].ID)
+		next.after = IDBefore(rows[gone].ID)
 	case r.full:
 		next.after = rows[len(rows)-1].ID
 	default:
@@ -162,9 +162,9 @@ func heldKeyHashOf(key string) int32 {
 	return int32(binary.BigEndian.Uint32(sum[:4]))
 }
 
-// before returns the id just below id in uuid order (id - 1, as a 128-bit
-// big-endian number).
-func before(id uuid.UUID) uuid.UUID {
+// IDBefore returns the id just below id in uuid order (id - 1, as a 128-bit
+// big-endian number): a read after it begins at id.
+func IDBefore(id uuid.UUID) uuid.UUID {
 	for i := len(id) - 1; i >= 0; i-- {
 		id[i]--
 		if id[i] != 0xff {

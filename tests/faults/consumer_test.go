@@ -14,6 +14,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -212,17 +213,13 @@ func (s *system) consumeInOrder(ctx context.Context, ds []delivery) (outOfOrder,
 		}
 	}
 	// The held keys drain; then each key's effects are in order.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Within(30*time.Second, func() bool {
 		var effected int
 		must(s.t, s.harness(ctx, func(ctx context.Context) error {
 			return s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&effected)
 		}))
-		if effected >= len(seen) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return effected >= len(seen)
+	})
 	got := map[string][]uuid.UUID{}
 	must(s.t, s.harness(ctx, func(ctx context.Context) error {
 		clear(got)

@@ -21,6 +21,7 @@ import (
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
 	"github.com/relayer-go/relayer/internal/pgcluster"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -557,14 +558,10 @@ func runScenario(t *testing.T, sc scenario) {
 
 	v, drained := s.settleAndCheck(90*time.Second + produceFor())
 	var rows, dead int64
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Within(30*time.Second, func() bool {
 		rows, dead = s.outboxLeft(ctx)
-		if rows == sc.leftRows && dead == sc.leftDead || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return rows == sc.leftRows && dead == sc.leftDead
+	})
 	s.stopAll()
 	s.endProcesses()
 	var reasons map[string]int64
@@ -670,15 +667,11 @@ func (s *system) startedNone() bool {
 // race detector's shadow memory, which the suite runs with, is not given
 // back to the system.
 func checkBaseline(t *testing.T, scenario string, base baseline) baseline {
-	deadline := time.Now().Add(15 * time.Second)
 	var now baseline
-	for {
+	testkit.Within(15*time.Second, func() bool {
 		now = measure()
-		if now.goroutines <= base.goroutines+2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return now.goroutines <= base.goroutines+2
+	})
 	if now.goroutines > base.goroutines+2 {
 		buf := make([]byte, 1<<20)
 		t.Errorf("%s: %d goroutines after Stop, %d before:\n%s", scenario, now.goroutines, base.goroutines, buf[:runtime.Stack(buf, true)])

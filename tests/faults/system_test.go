@@ -33,6 +33,7 @@ import (
 	relayergorm "github.com/relayer-go/relayer/enlist/gorm"
 	relayersqlx "github.com/relayer-go/relayer/enlist/sqlx"
 	"github.com/relayer-go/relayer/internal/pgcluster"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
@@ -513,14 +514,10 @@ func standardMix() action {
 // delivery took to finish after the producers stopped.
 func (s *system) settleAndCheck(limit time.Duration) (verdict, time.Duration) {
 	start := time.Now()
-	deadline := start.Add(limit)
-	for {
+	testkit.Within(limit, func() bool {
 		ds, _ := s.broker.snapshot()
-		if s.ledger.missing(ds) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return s.ledger.missing(ds) == 0
+	})
 	drained := time.Since(start)
 	ds, overlaps := s.broker.snapshot()
 	return s.ledger.check(ds, overlaps), drained

@@ -24,6 +24,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
@@ -381,18 +382,11 @@ func sideBySide(t *testing.T, rel releases) {
 	for p := range 4 {
 		refusedKeys = append(refusedKeys, refused(p)...)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, func() bool {
 		parked, err := st.ParkedKeys(ctx, store.ParkedFilter{}, 100)
 		must(t, err)
-		if len(parked) == len(refusedKeys) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys parked after 30 s, want %d: %+v", len(parked), len(refusedKeys), parked)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(parked) == len(refusedKeys)
+	}, "%d keys parked", len(refusedKeys))
 	time.Sleep(time.Second)
 	// Heal, then release the refused keys: "refused-old-" ones with the
 	// previous release's command, one key at a time, the rest with this
@@ -415,18 +409,13 @@ func sideBySide(t *testing.T, rel releases) {
 	endProducers()
 
 	// Nothing waits forever: the outbox empties.
-	deadline = time.Now().Add(45 * time.Second)
-	for {
-		var rows int
+	var rows int
+	if !testkit.Within(45*time.Second, func() bool {
 		must(t, db.QueryRowContext(ctx, `SELECT count(*) FROM `+schema+`.outbox`).Scan(&rows))
-		if rows == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			stats, _, _ := run(t, rel.newCLI, "stats", "--schema", schema)
-			t.Fatalf("%d outbox rows left 45 s after the producers stopped:\n%s", rows, stats)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return rows == 0
+	}) {
+		stats, _, _ := run(t, rel.newCLI, "stats", "--schema", schema)
+		t.Fatalf("%d outbox rows left 45 s after the producers stopped:\n%s", rows, stats)
 	}
 	for _, w := range workers {
 		w.stop()
@@ -482,18 +471,10 @@ func wakeUps(t *testing.T, rel releases) {
 			}
 			// Every message arrives within far less than a poll.
 			arrivals := filepath.Join(dir, "arrivals")
-			deadline := time.Now().Add(within)
-			for {
-				b, _ := os.ReadFile(arrivals)
-				got := strings.Count(string(b), "\n")
-				if got >= 2*n {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d messages arrived %s after the last commit, with a poll of %s: the wake-ups did not wake the worker\n%s",
-						got, 2*n, within, poll, w.stderr.String())
-				}
-				time.Sleep(20 * time.Millisecond)
+			arrived := func() int { b, _ := os.ReadFile(arrivals); return strings.Count(string(b), "\n") }
+			if !testkit.Within(within, func() bool { return arrived() >= 2*n }) {
+				t.Fatalf("%d of %d messages arrived %s after the last commit, with a poll of %s: the wake-ups did not wake the worker\n%s",
+					arrived(), 2*n, within, poll, w.stderr.String())
 			}
 			w.stop()
 			checkArrivals(t, arrivals, pub, nil)

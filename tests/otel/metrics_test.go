@@ -19,6 +19,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	relayerenlist "github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	relayerotel "github.com/relayer-go/relayer/otel"
@@ -323,13 +324,11 @@ func TestObserveRunner(t *testing.T) {
 		n, _ := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": worker})
 		return n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	rm := mb.mustCollect(t)
-	for (len(mem.Messages("placed"))+len(mem.Messages("shipped")) < 3 || sent(rm, "direct") < 1 || sent(rm, "ordered-1") < 2) &&
-		time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	var rm metricdata.ResourceMetrics
+	testkit.Within(10*time.Second, func() bool {
 		rm = mb.mustCollect(t)
-	}
+		return len(mem.Messages("placed"))+len(mem.Messages("shipped")) >= 3 && sent(rm, "direct") >= 1 && sent(rm, "ordered-1") >= 2
+	})
 	for worker, want := range map[string]int64{"direct": 1, "ordered-1": 2} {
 		if got, _ := total(t, rm, "relayer.dispatch.sent", map[string]string{"relayer.worker": worker}); got != want {
 			t.Errorf("sent{%s} = %d, want %d", worker, got, want)

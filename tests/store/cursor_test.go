@@ -10,6 +10,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
@@ -176,7 +177,10 @@ func TestLaneCursorRereadsKeysReleasedBelowIt(t *testing.T) {
 		rows, cur = b.laneRound(t, token, cur, deleteAll(t, token))
 		wantIDs(t, "a read after the parked head was skipped", rows, parkedBehind)
 
-		time.Sleep(time.Until(retryAt.Add(100 * time.Millisecond)))
+		testkit.Eventually(t, 10*time.Second, func() bool {
+			now, err := b.store.ServerTime(ctx)
+			return err == nil && now.After(retryAt)
+		}, "the database's clock past the retry time")
 		rows, _ = b.laneRound(t, token, cur, nil)
 		wantIDs(t, "a read once the retry time passed", rows, waited, failing, behind)
 	})

@@ -11,9 +11,22 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )
+
+// leaseExpired reports whether the lease name has expired on the
+// database's clock.
+func (b *bundle) leaseExpired(t *testing.T, name string) bool {
+	t.Helper()
+	var expired bool
+	q := fmt.Sprintf(`SELECT expires_at <= now() FROM "%s"."%srelayer_leases" WHERE name = $1`, b.opts.Schema, b.opts.TablePrefix)
+	if err := b.db.QueryRow(q, name).Scan(&expired); err != nil {
+		t.Fatal(err)
+	}
+	return expired
+}
 
 func TestLeaseTakeoverOnlyAfterExpiry(t *testing.T) {
 	t.Parallel()
@@ -32,7 +45,7 @@ func TestLeaseTakeoverOnlyAfterExpiry(t *testing.T) {
 		if err != nil || !held || !renewed.After(until) {
 			t.Errorf("renewal by the owner = %v, %v, %v", held, renewed, err)
 		}
-		time.Sleep(1100 * time.Millisecond)
+		testkit.Eventually(t, 5*time.Second, func() bool { return b.leaseExpired(t, a.Name) }, "the renewed lease to expire")
 		if held, _, _ := b.store.AcquireLease(ctx, c, time.Minute); !held {
 			t.Error("an expired lease was not taken over")
 		}
@@ -107,7 +120,7 @@ func TestAcquireLaneLeases(t *testing.T) {
 		if held, _, err := b.store.AcquireLease(ctx, workerstore.Lease{Name: workerstore.LaneLeaseName(5), Token: other}, time.Millisecond); err != nil || !held {
 			t.Fatalf("other's short lease: %v %v", held, err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		testkit.Eventually(t, 5*time.Second, func() bool { return b.leaseExpired(t, workerstore.LaneLeaseName(5)) }, "the short lease to expire")
 		got, err := acquireLanes(ctx, b.store, []int{7, 3, 1, 5}, "me", mine, time.Minute)
 		if want := []int{1, 5, 7}; err != nil || !slices.Equal(got, want) {
 			t.Fatalf("AcquireLaneLeases = %v, %v; want %v (not lane 3, another's live lease)", got, err, want)
@@ -259,7 +272,8 @@ func TestLockLaneLeases(t *testing.T) {
 		if got, err := st.LockLaneLeases(ctx, []int{4}, token, 0); err != nil || !slices.Equal(got, []int{4}) {
 			t.Fatalf("LockLaneLeases in a transaction = %v, %v", got, err)
 		}
-		time.Sleep(400 * time.Millisecond) // the lease expires, its row still locked
+		// The lease expires, its row still locked.
+		testkit.Eventually(t, 5*time.Second, func() bool { return b.leaseExpired(t, workerstore.LaneLeaseName(4)) }, "lane 4's lease to expire")
 		done := make(chan []int, 1)
 		go func() {
 			held, err := acquireLanes(ctx, b.store, []int{4}, "other", other, time.Minute)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -190,20 +191,13 @@ func TestLanesAndMessage(t *testing.T) {
 			t.Errorf("Message(unknown) found %v, %v", found, err)
 		}
 		// The server's statistics lag by about a second.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testkit.Eventually(t, 10*time.Second, func() bool {
 			ins, _, err := b.store.Activity(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ins >= 4 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Activity: %d rows inserted, want the 4 written", ins)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return ins >= 4
+		}, "Activity counting the 4 rows inserted")
 	})
 }
 

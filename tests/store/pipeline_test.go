@@ -17,6 +17,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
@@ -156,9 +157,14 @@ func TestLockAndReadLanesReadsAfterTheLock(t *testing.T) {
 		if got := b.laneRows(t, cursors); len(got) != 0 {
 			t.Fatalf("%d rows left after CommitLaneDeletes, want none", len(got))
 		}
-		time.Sleep(5 * time.Millisecond)
+		// In a transaction begun earlier, now() falls behind the statement's
+		// time as soon as the clock moves; in a new one, never.
 		var chained bool
-		if err := conn.QueryRowContext(ctx, `SELECT now() < statement_timestamp()`).Scan(&chained); err != nil || !chained {
+		testkit.Within(5*time.Second, func() bool {
+			err = conn.QueryRowContext(ctx, `SELECT now() < statement_timestamp()`).Scan(&chained)
+			return err != nil || chained
+		})
+		if err != nil || !chained {
 			t.Fatalf("after CommitLaneDeletes with chain: in a transaction begun earlier = %v, %v", chained, err)
 		}
 		mustExecOn(t, conn, "ROLLBACK")
@@ -230,21 +236,14 @@ func TestPipelinedLaneStatementsTakeOneRoundTripEach(t *testing.T) {
 // waitForLockWait waits until the session pid waits for a lock.
 func waitForLockWait(t *testing.T, db *sql.DB, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		var waiting bool
 		err := db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)`, pid).Scan(&waiting)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if waiting {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the lock and read never waited for the previous holder's lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return waiting
+	}, "the lock and read to wait for the previous holder's lock")
 }
 
 // laneRows reads the lanes of from, from their start, outside any batch.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/store"
 )
 
@@ -575,15 +576,12 @@ func TestErrorsNeverReadAsEmpty(t *testing.T) {
 		defer cancelSlow()
 		go func() {
 			defer cancelSlow()
-			for range 500 {
+			testkit.Within(5*time.Second, func() bool {
 				var waiting bool
 				err := b.db.QueryRow(`SELECT EXISTS (SELECT FROM pg_stat_activity
 					WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, b.opts.Schema).Scan(&waiting)
-				if err != nil || waiting {
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return err != nil || waiting
+			})
 		}()
 		if _, err := b.store.ReadUnordered(slow, nil, store.ReadOptions{Limit: 10}); !errors.Is(err, context.Canceled) {
 			t.Errorf("ReadUnordered cancelled while blocked = %v, want context.Canceled", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/transport/memory"
 	"github.com/relayer-go/relayer/transport/transporttest"
 )
@@ -33,17 +34,8 @@ func TestConformance(t *testing.T) {
 		Destination: func(t *testing.T) string { return fmt.Sprintf("dest-%d", seq.Add(1)) },
 		Received: func(t *testing.T, destination string, n int) []relayer.Message {
 			t.Helper()
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				got := mem.Messages(destination)
-				if len(got) >= n || time.Now().After(deadline) {
-					if len(got) < n {
-						t.Fatalf("%d of %d messages arrived at %s", len(got), n, destination)
-					}
-					return got
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			testkit.Eventually(t, 5*time.Second, func() bool { return len(mem.Messages(destination)) >= n }, "%d messages at %s", n, destination)
+			return mem.Messages(destination)
 		},
 		// The memory transport records whatever a test's dispatcher sends,
 		// whatever capabilities it was told to report.

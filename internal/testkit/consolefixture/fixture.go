@@ -60,13 +60,23 @@ func message(typ, transport, dest, key string) relayer.Message {
 // Seed fills the migrated outbox opts on db.
 func Seed(t testing.TB, db *sql.DB, opts store.Tables) *Fixture {
 	t.Helper()
-	ctx := context.Background()
 	st, err := workerstore.New(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &Fixture{DB: db, Opts: opts, Store: st.Store}
 	now := time.Now()
+	retrying := f.insertRows(t, st, now)
+	f.parkAndFail(t, st, retrying, now)
+	f.bury(t, st, now)
+	seedWorkers(t, st, now)
+	return f
+}
+
+// insertRows inserts the outbox's rows, and returns the one that fails.
+func (f *Fixture) insertRows(t testing.TB, st *workerstore.Store, now time.Time) relayer.Message {
+	t.Helper()
+	ctx := context.Background()
 	var rows []relayer.Message
 	f.Plain = message("orders.Placed", "nats", "orders.placed", "")
 	rows = append(rows, f.Plain)
@@ -105,7 +115,15 @@ func Seed(t testing.TB, db *sql.DB, opts store.Tables) *Fixture {
 	if err := st.Insert(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
+	return retrying
 
+}
+
+// parkAndFail parks the heads of f.Parked and fails retrying, to be tried
+// again in 10 minutes.
+func (f *Fixture) parkAndFail(t testing.TB, st *workerstore.Store, retrying relayer.Message, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
 	c := store.NewClaim(now, time.Minute)
 	ids := []uuid.UUID{retrying.ID}
 	for _, m := range f.Parked {
@@ -128,8 +146,13 @@ func Seed(t testing.TB, db *sql.DB, opts store.Tables) *Fixture {
 	if n, err := st.FailBatch(ctx, []store.Failure{{ID: retrying.ID, Error: "SMTP 451: try again later", RetryAt: now.Add(10 * time.Minute)}}, c.Token, now); err != nil || n != 1 {
 		t.Fatalf("consolefixture: fail: %d, %v", n, err)
 	}
+}
 
-	tx, err := db.BeginTx(ctx, nil)
+// bury moves f.Dead to the dead letters, with their reasons.
+func (f *Fixture) bury(t testing.TB, st *workerstore.Store, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := f.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,9 +181,13 @@ func Seed(t testing.TB, db *sql.DB, opts store.Tables) *Fixture {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// Two ordered workers sharing the lanes, recovery, and a paused
-	// destination.
+// seedWorkers records two ordered workers sharing the lanes, recovery, and
+// a paused destination.
+func seedWorkers(t testing.TB, st *workerstore.Store, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
 	for i, owner := range []string{"billing-7f9c ordered-1", "billing-2b41 ordered-1"} {
 		token := uuid.New()
 		member := workerstore.Lease{Name: workerstore.MemberLeaseName(fmt.Sprintf("instance-%d", i)), Owner: owner, Token: token}
@@ -185,5 +212,4 @@ func Seed(t testing.TB, db *sql.DB, opts store.Tables) *Fixture {
 	if err := st.PublishPauses(ctx, uuid.New(), "billing-7f9c", []store.Pause{pause}); err != nil {
 		t.Fatal(err)
 	}
-	return f
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -51,167 +52,175 @@ type FollowUp struct{ Of string }
 // MessageType names FollowUp's type.
 func (FollowUp) MessageType() string { return "consumelayer.FollowUp" }
 
-// Run runs the scenarios against l.
+// Run runs the scenarios against l, in parallel.
 func Run(t *testing.T, l Layer) {
 	t.Helper()
-	t.Run("HandledOnceThenDuplicate", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, l.Driver)
-		c := l.Consumer(t, b.db, b.tables, nil, b.writeEffect)
+	for _, s := range []struct {
+		name string
+		run  func(*testing.T, Layer)
+	}{
+		{"HandledOnceThenDuplicate", handledOnceThenDuplicate},
+		{"FailureRollsBackWritesAndInbox", failureRollsBackWritesAndInbox},
+		{"CheckNamesTheMigration", checkNamesTheMigration},
+		{"InboxAwaySpendsNoAttempt", inboxAwaySpendsNoAttempt},
+		{"AFailingKeyIsHeld", aFailingKeyIsHeld},
+		{"FollowUpsCommitWithTheHandler", followUpsCommitWithTheHandler},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			s.run(t, l)
+		})
+	}
+}
+
+func handledOnceThenDuplicate(t *testing.T, l Layer) {
+	b := setup(t, l.Driver)
+	c := l.Consumer(t, b.db, b.tables, nil, b.writeEffect)
+	m := newMessage()
+	for i := range 2 {
+		if out, err := c.Handle(context.Background(), &delivery{msg: m}); err != nil {
+			t.Fatalf("delivery %d: %s, %v", i+1, out, err)
+		}
+	}
+	if st := c.Stats(); st.Handled != 1 || st.Duplicates != 1 || b.count(t, "effects") != 1 || b.count(t, b.tables.TablePrefix+"inbox") != 1 {
+		t.Errorf("%+v, %d effect rows, %d inbox rows; want one of each", st, b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"inbox"))
+	}
+}
+
+func failureRollsBackWritesAndInbox(t *testing.T, l Layer) {
+	b := setup(t, l.Driver)
+	c := l.Consumer(t, b.db, b.tables, nil, func(ctx context.Context, tx Tx, m *relayer.Message) error {
+		if err := b.writeEffect(ctx, tx, m); err != nil {
+			return err
+		}
+		return errors.New("after the write")
+	})
+	d := &delivery{msg: newMessage()}
+	if out, _ := c.Handle(context.Background(), d); out != consume.Retried || d.retries != 1 {
+		t.Fatalf("Handle = %s, %d retries; want retried", out, d.retries)
+	}
+	if n, ib := b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"inbox"); n != 0 || ib != 0 {
+		t.Errorf("%d effect rows, %d inbox rows after a failure; want none", n, ib)
+	}
+}
+
+func checkNamesTheMigration(t *testing.T, l Layer) {
+	b := setup(t, l.Driver)
+	ctx := context.Background()
+	if err := l.Consumer(t, b.db, b.tables, nil, b.writeEffect).Check(ctx); err != nil {
+		t.Fatalf("Check on migrated tables = %v", err)
+	}
+	none := store.Tables{Schema: b.tables.Schema + "_none"}
+	err := l.Consumer(t, b.db, none, nil, b.writeEffect).Check(ctx)
+	if !errors.Is(err, consume.ErrNotReady) || !strings.Contains(err.Error(), "relayer migrate --database-url URL --schema "+none.Schema) {
+		t.Fatalf("Check on a schema never migrated = %v; want consume.ErrNotReady naming relayer migrate", err)
+	}
+}
+
+func inboxAwaySpendsNoAttempt(t *testing.T, l Layer) {
+	b := setup(t, l.Driver)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inbox := `"` + b.tables.Schema + `"."` + b.tables.TablePrefix + `inbox"`
+	away := b.tables.TablePrefix + "inbox_away"
+	c := l.Consumer(t, b.db, b.tables, nil, b.writeEffect)
+	if _, err := b.db.ExecContext(ctx, `ALTER TABLE `+inbox+` RENAME TO "`+away+`"`); err != nil {
+		t.Fatal(err)
+	}
+	d := &delivery{msg: newMessage()}
+	type result struct {
+		out consume.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := c.Handle(ctx, d)
+		done <- result{out, err}
+	}()
+	testkit.Eventually(t, 15*time.Second, func() bool { return c.Stats().DatabaseWaits != 0 || len(done) != 0 }, "the delivery waiting for the inbox table")
+	if len(done) != 0 {
+		r := <-done
+		t.Fatalf("Handle with the inbox table away = %s, %v; want it to wait for the table", r.out, r.err)
+	}
+	if _, err := b.db.ExecContext(ctx, `ALTER TABLE "`+b.tables.Schema+`"."`+away+`" RENAME TO "`+b.tables.TablePrefix+`inbox"`); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.out != consume.Handled || r.err != nil || d.retries != 0 || d.dead != 0 {
+		t.Fatalf("Handle once the table is back = %s, %v (%d retries, %d dead letters); want handled", r.out, r.err, d.retries, d.dead)
+	}
+	if n := b.count(t, "effects"); n != 1 {
+		t.Errorf("%d effect rows, want 1", n)
+	}
+}
+
+func aFailingKeyIsHeld(t *testing.T, l Layer) {
+	b := setup(t, l.Driver)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	table := `"` + b.tables.Schema + `".held_effects`
+	if _, err := b.db.ExecContext(ctx, `CREATE TABLE `+table+` (seq bigserial PRIMARY KEY, note text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Bool
+	c := l.Consumer(t, b.db, b.tables, nil, func(ctx context.Context, tx Tx, m *relayer.Message) error {
+		if string(m.Body) == "k1" && !failed.Swap(true) {
+			return errors.New("ledger busy")
+		}
+		return tx.Exec(ctx, `INSERT INTO `+table+` (note) VALUES ($1)`, string(m.Body))
+	})
+	stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: noDeadLetters{t}, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, body := range []string{"k1", "k2"} {
 		m := newMessage()
-		for i := range 2 {
-			if out, err := c.Handle(context.Background(), &delivery{msg: m}); err != nil {
-				t.Fatalf("delivery %d: %s, %v", i+1, out, err)
-			}
+		m.Key, m.Body = "k", []byte(body)
+		want := map[string]consume.Outcome{"k1": consume.Held, "k2": consume.Waiting}[body]
+		if out, err := c.Handle(ctx, &delivery{msg: m}); out != want || err != nil {
+			t.Fatalf("%s: Handle = %s, %v; want %s", body, out, err, want)
 		}
-		if st := c.Stats(); st.Handled != 1 || st.Duplicates != 1 || b.count(t, "effects") != 1 || b.count(t, b.tables.TablePrefix+"inbox") != 1 {
-			t.Errorf("%+v, %d effect rows, %d inbox rows; want one of each", st, b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"inbox"))
+	}
+	testkit.Eventually(t, 15*time.Second, func() bool { return b.count(t, "held_effects") >= 2 }, "the held key drained")
+	var notes string
+	if err := b.db.QueryRowContext(ctx, `SELECT string_agg(note, ' ' ORDER BY seq) FROM `+table).Scan(&notes); err != nil || notes != "k1 k2" {
+		t.Errorf("effects %q (%v); want k1 k2, in order", notes, err)
+	}
+}
+
+func followUpsCommitWithTheHandler(t *testing.T, l Layer) {
+	b := setup(t, l.Driver)
+	var routes relayer.Routes
+	if err := relayer.AddType[FollowUp](&routes, relayer.Route{Transport: "broker", Destination: "follow-ups"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := enlist.NewWriter(relayer.Outbox{Schema: b.tables.Schema, TablePrefix: b.tables.TablePrefix, Routes: &routes}, enlist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := l.Consumer(t, b.db, b.tables, w, func(ctx context.Context, tx Tx, m *relayer.Message) error {
+		if err := b.writeEffect(ctx, tx, m); err != nil {
+			return err
 		}
+		if err := tx.Publish(ctx, FollowUp{Of: m.ID.String()}); err != nil {
+			return err
+		}
+		if string(m.Body) == "bad" {
+			return fmt.Errorf("rejected after publishing: %w", relayer.ErrPermanent)
+		}
+		return nil
 	})
-	t.Run("FailureRollsBackWritesAndInbox", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, l.Driver)
-		c := l.Consumer(t, b.db, b.tables, nil, func(ctx context.Context, tx Tx, m *relayer.Message) error {
-			if err := b.writeEffect(ctx, tx, m); err != nil {
-				return err
-			}
-			return errors.New("after the write")
-		})
-		d := &delivery{msg: newMessage()}
-		if out, _ := c.Handle(context.Background(), d); out != consume.Retried || d.retries != 1 {
-			t.Fatalf("Handle = %s, %d retries; want retried", out, d.retries)
-		}
-		if n, ib := b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"inbox"); n != 0 || ib != 0 {
-			t.Errorf("%d effect rows, %d inbox rows after a failure; want none", n, ib)
-		}
-	})
-	t.Run("CheckNamesTheMigration", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, l.Driver)
-		ctx := context.Background()
-		if err := l.Consumer(t, b.db, b.tables, nil, b.writeEffect).Check(ctx); err != nil {
-			t.Fatalf("Check on migrated tables = %v", err)
-		}
-		none := store.Tables{Schema: b.tables.Schema + "_none"}
-		err := l.Consumer(t, b.db, none, nil, b.writeEffect).Check(ctx)
-		if !errors.Is(err, consume.ErrNotReady) || !strings.Contains(err.Error(), "relayer migrate --database-url URL --schema "+none.Schema) {
-			t.Fatalf("Check on a schema never migrated = %v; want consume.ErrNotReady naming relayer migrate", err)
-		}
-	})
-	t.Run("InboxAwaySpendsNoAttempt", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, l.Driver)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		inbox := `"` + b.tables.Schema + `"."` + b.tables.TablePrefix + `inbox"`
-		away := b.tables.TablePrefix + "inbox_away"
-		c := l.Consumer(t, b.db, b.tables, nil, b.writeEffect)
-		if _, err := b.db.ExecContext(ctx, `ALTER TABLE `+inbox+` RENAME TO "`+away+`"`); err != nil {
-			t.Fatal(err)
-		}
-		d := &delivery{msg: newMessage()}
-		type result struct {
-			out consume.Outcome
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			out, err := c.Handle(ctx, d)
-			done <- result{out, err}
-		}()
-		for c.Stats().DatabaseWaits == 0 && len(done) == 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if len(done) != 0 {
-			r := <-done
-			t.Fatalf("Handle with the inbox table away = %s, %v; want it to wait for the table", r.out, r.err)
-		}
-		if _, err := b.db.ExecContext(ctx, `ALTER TABLE "`+b.tables.Schema+`"."`+away+`" RENAME TO "`+b.tables.TablePrefix+`inbox"`); err != nil {
-			t.Fatal(err)
-		}
-		if r := <-done; r.out != consume.Handled || r.err != nil || d.retries != 0 || d.dead != 0 {
-			t.Fatalf("Handle once the table is back = %s, %v (%d retries, %d dead letters); want handled", r.out, r.err, d.retries, d.dead)
-		}
-		if n := b.count(t, "effects"); n != 1 {
-			t.Errorf("%d effect rows, want 1", n)
-		}
-	})
-	t.Run("AFailingKeyIsHeld", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, l.Driver)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		table := `"` + b.tables.Schema + `".held_effects`
-		if _, err := b.db.ExecContext(ctx, `CREATE TABLE `+table+` (seq bigserial PRIMARY KEY, note text NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
-		var failed atomic.Bool
-		c := l.Consumer(t, b.db, b.tables, nil, func(ctx context.Context, tx Tx, m *relayer.Message) error {
-			if string(m.Body) == "k1" && !failed.Swap(true) {
-				return errors.New("ledger busy")
-			}
-			return tx.Exec(ctx, `INSERT INTO `+table+` (note) VALUES ($1)`, string(m.Body))
-		})
-		stop, err := c.StartHeldKeys(ctx, consume.HeldKeysOptions{Ordered: true, DeadLetters: noDeadLetters{t}, Poll: 10 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
-		for _, body := range []string{"k1", "k2"} {
-			m := newMessage()
-			m.Key, m.Body = "k", []byte(body)
-			want := map[string]consume.Outcome{"k1": consume.Held, "k2": consume.Waiting}[body]
-			if out, err := c.Handle(ctx, &delivery{msg: m}); out != want || err != nil {
-				t.Fatalf("%s: Handle = %s, %v; want %s", body, out, err, want)
-			}
-		}
-		deadline := time.Now().Add(15 * time.Second)
-		for b.count(t, "held_effects") < 2 {
-			if time.Now().After(deadline) {
-				t.Fatalf("the held key was not drained: %+v", c.Stats())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		var notes string
-		if err := b.db.QueryRowContext(ctx, `SELECT string_agg(note, ' ' ORDER BY seq) FROM `+table).Scan(&notes); err != nil || notes != "k1 k2" {
-			t.Errorf("effects %q (%v); want k1 k2, in order", notes, err)
-		}
-	})
-	t.Run("FollowUpsCommitWithTheHandler", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, l.Driver)
-		var routes relayer.Routes
-		if err := relayer.AddType[FollowUp](&routes, relayer.Route{Transport: "broker", Destination: "follow-ups"}); err != nil {
-			t.Fatal(err)
-		}
-		w, err := enlist.NewWriter(relayer.Outbox{Schema: b.tables.Schema, TablePrefix: b.tables.TablePrefix, Routes: &routes}, enlist.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := l.Consumer(t, b.db, b.tables, w, func(ctx context.Context, tx Tx, m *relayer.Message) error {
-			if err := b.writeEffect(ctx, tx, m); err != nil {
-				return err
-			}
-			if err := tx.Publish(ctx, FollowUp{Of: m.ID.String()}); err != nil {
-				return err
-			}
-			if string(m.Body) == "bad" {
-				return fmt.Errorf("rejected after publishing: %w", relayer.ErrPermanent)
-			}
-			return nil
-		})
-		ok, bad := newMessage(), newMessage()
-		bad.Body = []byte("bad")
-		if out, err := c.Handle(context.Background(), &delivery{msg: ok}); out != consume.Handled || err != nil {
-			t.Fatalf("Handle = %s, %v", out, err)
-		}
-		if out, _ := c.Handle(context.Background(), &delivery{msg: bad}); out != consume.DeadLettered {
-			t.Fatalf("Handle = %s, want dead-lettered", out)
-		}
-		if n, out := b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"outbox"); n != 1 || out != 1 {
-			t.Errorf("%d effect rows, %d follow-ups in the outbox; want the handled message's alone", n, out)
-		}
-	})
+	ok, bad := newMessage(), newMessage()
+	bad.Body = []byte("bad")
+	if out, err := c.Handle(context.Background(), &delivery{msg: ok}); out != consume.Handled || err != nil {
+		t.Fatalf("Handle = %s, %v", out, err)
+	}
+	if out, _ := c.Handle(context.Background(), &delivery{msg: bad}); out != consume.DeadLettered {
+		t.Fatalf("Handle = %s, want dead-lettered", out)
+	}
+	if n, out := b.count(t, "effects"), b.count(t, b.tables.TablePrefix+"outbox"); n != 1 || out != 1 {
+		t.Errorf("%d effect rows, %d follow-ups in the outbox; want the handled message's alone", n, out)
+	}
 }
 
 // bundle is a scenario's database: outbox tables (the inbox among them)

@@ -85,16 +85,10 @@ func run() error {
 	}
 	defer out.Close()
 
-	var routes relayer.Routes
-	retry := relayer.Retry{MaxAttempts: 2, Backoff: 20 * time.Millisecond}
-	if err := routes.Add("mixed.step", relayer.Route{Transport: "file", Destination: "steps", Ordered: true, Retry: retry}); err != nil {
+	outbox, err := workerOutbox(*schema, &fileTransport{out: out, refuseUntil: *refuseUntil})
+	if err != nil {
 		return err
 	}
-	if err := routes.Add("mixed.event", relayer.Route{Transport: "file", Destination: "events"}); err != nil {
-		return err
-	}
-	outbox := relayer.Outbox{Schema: *schema, Routes: &routes,
-		Transports: map[string]relayer.Transport{"file": &fileTransport{out: out, refuseUntil: *refuseUntil}}}
 	opts := dispatch.RunnerOptions{
 		Ordered:  dispatch.OrderedOptions{Name: *name, LeaseDuration: *lease, PollInterval: *poll},
 		Recovery: dispatch.RecoveryOptions{LeaseDuration: *lease, PollInterval: *poll, MinAge: 300 * time.Millisecond},
@@ -131,6 +125,20 @@ func run() error {
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return r.Stop(sctx)
+}
+
+// workerOutbox is the outbox of schema whose steps and events the workers
+// send through tr, a step retried once before it is parked.
+func workerOutbox(schema string, tr *fileTransport) (relayer.Outbox, error) {
+	var routes relayer.Routes
+	retry := relayer.Retry{MaxAttempts: 2, Backoff: 20 * time.Millisecond}
+	if err := routes.Add("mixed.step", relayer.Route{Transport: "file", Destination: "steps", Ordered: true, Retry: retry}); err != nil {
+		return relayer.Outbox{}, err
+	}
+	if err := routes.Add("mixed.event", relayer.Route{Transport: "file", Destination: "events"}); err != nil {
+		return relayer.Outbox{}, err
+	}
+	return relayer.Outbox{Schema: schema, Routes: &routes, Transports: map[string]relayer.Transport{"file": tr}}, nil
 }
 
 // publish commits n transactions of one step on key and one event each,

@@ -17,6 +17,7 @@ import (
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/consume/consumetest"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
@@ -101,12 +102,6 @@ func (b *consumeBundle) run(t *testing.T, c *consume.Consumer, opts relayeramqp.
 	return consumetest.Running(t, func(ctx context.Context) error { return relayeramqp.Consume(ctx, c, b.conn, b.queue, opts) })
 }
 
-// until waits up to 10 s for cond.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	consumetest.Until(t, what, 10*time.Second, cond)
-}
-
 // The adapter passes the consume conformance suite: each scenario gets a
 // queue of its own, which the transport reaches through the default
 // exchange, and a dead-letter queue.
@@ -151,7 +146,7 @@ func TestConsumeDeadLettersForeignMessages(t *testing.T) {
 	ran := false
 	c := b.consumer(t, func(context.Context, *consume.Tx, *relayer.Message) error { ran = true; return nil }, consume.Options{})
 	stop := b.run(t, c, relayeramqp.ConsumeOptions{})
-	until(t, "the message dead-lettered", func() bool { return c.Stats().DeadLettered == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().DeadLettered == 1 }, "the message dead-lettered")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -289,13 +284,13 @@ func TestConsumeSingleActiveConsumerKeepsOrder(t *testing.T) {
 	}
 	first, second := b.consumer(t, handler, consume.Options{}), b.consumer(t, handler, consume.Options{})
 	stopFirst := b.run(t, first, relayeramqp.ConsumeOptions{Prefetch: 10})
-	until(t, "the first consumer active", func() bool { return first.Stats().Handled >= 5 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return first.Stats().Handled >= 5 }, "the first consumer active")
 	_ = b.run(t, second, relayeramqp.ConsumeOptions{Prefetch: 10})
-	until(t, "a third handled", func() bool { return first.Stats().Handled >= n/3 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return first.Stats().Handled >= n/3 }, "a third handled")
 	if err := stopFirst(); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "every message handled", func() bool { return first.Stats().Handled+second.Stats().Handled >= n })
+	testkit.Eventually(t, 10*time.Second, func() bool { return first.Stats().Handled+second.Stats().Handled >= n }, "every message handled")
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(handled, sent) {

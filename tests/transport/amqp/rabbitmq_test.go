@@ -15,6 +15,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 )
 
@@ -128,20 +129,19 @@ func (b *testBundle) count(t testing.TB, queue string) int {
 func (b *testBundle) receive(t testing.TB, queue string, n int) []amqp.Delivery {
 	t.Helper()
 	var out []amqp.Delivery
-	deadline := time.Now().Add(10 * time.Second)
-	for len(out) < n {
-		d, ok, err := b.ch.Get(queue, true)
-		switch {
-		case err != nil:
-			t.Fatalf("getting from %s: %v", queue, err)
-		case ok:
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		for len(out) < n {
+			d, ok, err := b.ch.Get(queue, true)
+			if err != nil {
+				t.Fatalf("getting from %s: %v", queue, err)
+			}
+			if !ok {
+				return false
+			}
 			out = append(out, d)
-		case time.Now().After(deadline):
-			t.Fatalf("received %d of %d messages from %s", len(out), n, queue)
-		default:
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return true
+	}, "%d messages from %s", n, queue)
 	return out
 }
 

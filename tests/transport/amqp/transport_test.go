@@ -18,6 +18,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
+	"github.com/relayer-go/relayer/internal/testkit"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 )
 
@@ -533,7 +534,7 @@ func TestNoGoroutineOutlivesClose(t *testing.T) {
 	// returning from its last deferred call, so allow it a moment to exit,
 	// far less than any close of a channel takes.
 	var left []byte
-	for deadline := time.Now().Add(time.Second); ; {
+	testkit.Within(time.Second, func() bool {
 		left = nil
 		stacks := make([]byte, 1<<20)
 		stacks = stacks[:runtime.Stack(stacks, true)]
@@ -542,11 +543,8 @@ func TestNoGoroutineOutlivesClose(t *testing.T) {
 				left = g
 			}
 		}
-		if left == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return left == nil
+	})
 	if left != nil {
 		t.Errorf("a goroutine of the transport runs after Close:\n%s", left)
 	}

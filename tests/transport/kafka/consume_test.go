@@ -17,6 +17,7 @@ import (
 	"github.com/relayer-go/relayer"
 	relayerconsume "github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/consume/consumetest"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 	relayerkafka "github.com/relayer-go/relayer/transport/kafka"
@@ -82,12 +83,6 @@ func (b *consumeBundle) run(t *testing.T, c *relayerconsume.Consumer, opts relay
 	return consumetest.Running(t, func(ctx context.Context) error { return b.consume(ctx, c, opts) })
 }
 
-// until waits up to 20 s for cond.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	consumetest.Until(t, what, 20*time.Second, cond)
-}
-
 // The adapter passes the consume conformance suite, each scenario on a
 // cluster of its own with a one-partition orders topic.
 func TestConsumeConformance(t *testing.T) {
@@ -141,7 +136,7 @@ func TestConsumeDeadLettersForeignRecords(t *testing.T) {
 	ran := false
 	c := b.consumer(t, func(context.Context, *relayerconsume.Tx, *relayer.Message) error { ran = true; return nil }, relayerconsume.Options{})
 	stop := b.run(t, c, relayerkafka.ConsumeOptions{})
-	until(t, "the record dead-lettered", func() bool { return c.Stats().DeadLettered == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().DeadLettered == 1 }, "the record dead-lettered")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +175,7 @@ func TestConsumePoisonHoldsItsPartitionForItsAttemptsOnly(t *testing.T) {
 		return nil
 	}, relayerconsume.Options{Retry: relayer.Retry{MaxAttempts: 3, Backoff: 50 * time.Millisecond}})
 	stop := b.run(t, c, relayerkafka.ConsumeOptions{})
-	until(t, "every record settled", func() bool { st := c.Stats(); return st.Handled == 4 && st.DeadLettered == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { st := c.Stats(); return st.Handled == 4 && st.DeadLettered == 1 }, "every record settled")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -244,18 +239,19 @@ func TestConsumeRebalanceKeepsKeyOrder(t *testing.T) {
 	a, bc, cc := b.consumer(t, handler, relayerconsume.Options{}), b.consumer(t, handler, relayerconsume.Options{}), b.consumer(t, handler, relayerconsume.Options{})
 	// A alone, then A and B, then A, B and C, then B and C.
 	stopA := b.run(t, a, relayerkafka.ConsumeOptions{})
-	until(t, "A handling", func() bool { return handled(a) >= 50 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return handled(a) >= 50 }, "A handling")
 	stopB := b.run(t, bc, relayerkafka.ConsumeOptions{})
-	until(t, "B taking partitions over", func() bool { return handled(bc) > 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return handled(bc) > 0 }, "B taking partitions over")
 	_ = b.run(t, cc, relayerkafka.ConsumeOptions{})
-	until(t, "C taking partitions over", func() bool { return handled(cc) > 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return handled(cc) > 0 }, "C taking partitions over")
 	if err := stopA(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	after := handled(bc, cc)
+	testkit.Eventually(t, 10*time.Second, func() bool { return handled(bc, cc) > after }, "B and C handling messages after A left")
 	close(handOverDone)
 	rounds := <-produced
-	until(t, "every message handled", func() bool { return handled(a, bc, cc) >= uint64(keys*rounds) })
+	testkit.Eventually(t, 10*time.Second, func() bool { return handled(a, bc, cc) >= uint64(keys*rounds) }, "every message handled")
 	if err := stopB(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/consume/consumetest"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/dbproxy"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
@@ -79,12 +80,6 @@ func (b *consumeBundle) run(t *testing.T, c *consume.Consumer, opts relayernats.
 	return consumetest.Running(t, func(ctx context.Context) error { return relayernats.Consume(ctx, c, b.js, b.cons, opts) })
 }
 
-// until waits up to 10 s for cond.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	consumetest.Until(t, what, 10*time.Second, cond)
-}
-
 // A message that no Relayer transport published (no id) is dead-lettered
 // at once, naming why, and never handled.
 func TestConsumeDeadLettersForeignMessages(t *testing.T) {
@@ -97,7 +92,7 @@ func TestConsumeDeadLettersForeignMessages(t *testing.T) {
 	ran := false
 	c := b.consumer(t, func(context.Context, *consume.Tx, *relayer.Message) error { ran = true; return nil }, consume.Options{})
 	stop := b.run(t, c, relayernats.ConsumeOptions{})
-	until(t, "the message dead-lettered", func() bool { return c.Stats().DeadLettered == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().DeadLettered == 1 }, "the message dead-lettered")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +230,7 @@ func TestConsumeKeepsALongHandlersMessage(t *testing.T) {
 		return nil
 	}, consume.Options{})
 	stop := b.run(t, c, relayernats.ConsumeOptions{Concurrency: 2})
-	until(t, "the message handled", func() bool { return c.Stats().Handled == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Handled == 1 }, "the message handled")
 	time.Sleep(1500 * time.Millisecond) // a redelivery would come within an AckWait
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -278,10 +273,10 @@ func TestConsumeThroughTheConsumersDatabaseOutage(t *testing.T) {
 		return ids
 	}
 	ids := send(3)
-	until(t, "the first messages handled", func() bool { return c.Stats().Handled == 3 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Handled == 3 }, "the first messages handled")
 	proxy.Down()
 	ids = append(ids, send(12)...)
-	until(t, "deliveries waiting for the database", func() bool { st := c.Stats(); return st.DatabaseWaits > 0 || st.DeadLettered > 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { st := c.Stats(); return st.DatabaseWaits > 0 || st.DeadLettered > 0 }, "deliveries waiting for the database")
 	// Asserting an absence: past the consumer's AckWait, nothing was retried,
 	// dead-lettered or handled while the database was down.
 	time.Sleep(6 * time.Second)
@@ -289,7 +284,7 @@ func TestConsumeThroughTheConsumersDatabaseOutage(t *testing.T) {
 		t.Fatalf("while the database was down: %+v; want deliveries waiting, none retried, dead-lettered or handled", st)
 	}
 	proxy.Up(t)
-	until(t, "every message handled once the database answers", func() bool { return c.Stats().Handled == uint64(len(ids)) })
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Handled == uint64(len(ids)) }, "every message handled once the database answers")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +329,7 @@ func TestConsumeReturnsWhenItsConnectionCloses(t *testing.T) {
 	if err := b.tr.Send(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the message handled", func() bool { return c.Stats().Handled == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return c.Stats().Handled == 1 }, "the message handled")
 	nc.Close()
 	select {
 	case err := <-done:

@@ -29,7 +29,7 @@ func (f sendFunc) Capabilities(context.Context, string) (relayer.Capabilities, e
 // A lane's sends run in turn on its goroutine: a send that panics reports
 // it and the next send runs, and the batch's wait returns when the lanes
 // have finished, with their errors.
-func TestLaneFlightsRunSendsInTurn(t *testing.T) {
+func TestLaneRunsRunSendsInTurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var sent []string
@@ -43,10 +43,10 @@ func TestLaneFlightsRunSendsInTurn(t *testing.T) {
 	aside := newSetAside()
 	e := endpoint{"x", "d"}
 	far := time.Now().Add(time.Hour)
-	fs := newLaneFlights(2)
+	fs := newLaneRuns(2)
 	errs := make([]error, 2)
 	var panicked error
-	fs.start(0, func(f *laneFlight) error {
+	fs.start(0, func(f *laneRun) error {
 		for i, typ := range []string{"a", "panic", "b"} {
 			w := aside.follow(e)
 			err := f.send(ctx, ctx, tr, &relayer.Message{Type: typ}, i, e, w, time.Now(), far, far)
@@ -59,8 +59,8 @@ func TestLaneFlightsRunSendsInTurn(t *testing.T) {
 		}
 		return nil
 	}, func(err error) { errs[0] = err })
-	fs.start(1, func(*laneFlight) error { return errors.New("lane 1 failed") }, func(err error) { errs[1] = err })
-	fs.wait(ctx, func() time.Duration { return time.Hour }, func(int, *laneFlight) { t.Error("a send was handed off") })
+	fs.start(1, func(*laneRun) error { return errors.New("lane 1 failed") }, func(err error) { errs[1] = err })
+	fs.wait(ctx, func() time.Duration { return time.Hour }, func(int, *laneRun) { t.Error("a send was handed off") })
 	if panicked == nil || !strings.Contains(panicked.Error(), "transport panicked: boom") {
 		t.Errorf("panicking send: %v", panicked)
 	}
@@ -76,7 +76,7 @@ func TestLaneFlightsRunSendsInTurn(t *testing.T) {
 // at its hand-off time the batch hands it off and returns while the
 // transport still runs it, the lane touches nothing more, and the
 // transport's result reaches the keeper's channel.
-func TestLaneFlightsHandOffALateSend(t *testing.T) {
+func TestLaneRunsHandOffALateSend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	release := make(chan struct{})
@@ -86,10 +86,10 @@ func TestLaneFlightsHandOffALateSend(t *testing.T) {
 	})
 	aside := newSetAside()
 	e := endpoint{"x", "d"}
-	fs := newLaneFlights(1)
+	fs := newLaneRuns(1)
 	ran := make(chan error, 1)
 	w := aside.follow(e)
-	fs.start(0, func(f *laneFlight) error {
+	fs.start(0, func(f *laneRun) error {
 		now := time.Now()
 		err := f.send(ctx, ctx, tr, &relayer.Message{Type: "hang"}, 3, e, w, now, now.Add(20*time.Millisecond), now.Add(200*time.Millisecond))
 		ran <- err
@@ -100,8 +100,8 @@ func TestLaneFlightsHandOffALateSend(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // past the slow time, before the hand-off
 		setAside <- aside.skipped(e)
 	}()
-	var handed *laneFlight
-	fs.wait(ctx, func() time.Duration { return 20 * time.Millisecond }, func(i int, f *laneFlight) {
+	var handed *laneRun
+	fs.wait(ctx, func() time.Duration { return 20 * time.Millisecond }, func(i int, f *laneRun) {
 		if i != 0 || f.row != 3 || f.e != e {
 			t.Errorf("handed off lane %d row %d to %v", i, f.row, f.e)
 		}
@@ -133,7 +133,7 @@ func TestLaneFlightsHandOffALateSend(t *testing.T) {
 
 // When the batch's context ends, a send in flight is handed off at once and
 // a lane between sends begins no more.
-func TestLaneFlightsStopWithTheBatch(t *testing.T) {
+func TestLaneRunsStopWithTheBatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	release, hanging, between, next := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	defer close(release)
@@ -147,12 +147,12 @@ func TestLaneFlightsStopWithTheBatch(t *testing.T) {
 	aside := newSetAside()
 	e := endpoint{"x", "d"}
 	far := time.Now().Add(time.Hour)
-	fs := newLaneFlights(2)
+	fs := newLaneRuns(2)
 	var second error
-	fs.start(0, func(f *laneFlight) error {
+	fs.start(0, func(f *laneRun) error {
 		return f.send(ctx, ctx, tr, &relayer.Message{Type: "hang"}, 0, e, aside.follow(e), time.Now(), far, far)
 	}, func(error) { t.Error("the hung lane counted as finished") })
-	fs.start(1, func(f *laneFlight) error {
+	fs.start(1, func(f *laneRun) error {
 		if err := f.send(ctx, ctx, tr, &relayer.Message{Type: "quick"}, 0, e, aside.follow(e), time.Now(), far, far); err != nil {
 			return err
 		}
@@ -169,7 +169,7 @@ func TestLaneFlightsStopWithTheBatch(t *testing.T) {
 		close(next)
 	}()
 	var handed []int
-	fs.wait(ctx, func() time.Duration { return time.Hour }, func(i int, f *laneFlight) { handed = append(handed, i) })
+	fs.wait(ctx, func() time.Duration { return time.Hour }, func(i int, f *laneRun) { handed = append(handed, i) })
 	if len(handed) != 1 || handed[0] != 0 {
 		t.Errorf("handed off lanes %v, want the hung lane 0", handed)
 	}

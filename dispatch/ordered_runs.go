@@ -10,7 +10,7 @@ import (
 	"github.com/relayer-go/relayer"
 )
 
-// laneFlights runs the lanes of one batch, each on a goroutine of its own
+// laneRuns runs the lanes of one batch, each on a goroutine of its own
 // that calls the transport itself, and lets the batch wait for them with
 // one timer: a send that outlives its slow time counts as slow, and one
 // that outlives its hand-off time, or the batch's deadline, is handed off,
@@ -20,33 +20,33 @@ import (
 // goroutine sleeps once and is woken once, by the last lane to finish: a
 // goroutine and two hand-offs per send cost an ordered batch as much CPU
 // as the database's part of it.
-type laneFlights struct {
-	flights []laneFlight
-	left    atomic.Int32  // lanes still running, plus one until all have started
-	all     chan struct{} // closed when left reaches zero
+type laneRuns struct {
+	runs []laneRun
+	left atomic.Int32  // lanes still running, plus one until all have started
+	all  chan struct{} // closed when left reaches zero
 }
 
-// laneFlight is what a lane's goroutine and its batch share.
-type laneFlight struct {
+// laneRun is what a lane's goroutine and its batch share.
+type laneRun struct {
 	mu sync.Mutex
 	// finished: the lane's goroutine is done with the batch; halted: the
 	// batch ended its wait, and the lane starts no more sends.
 	finished, halted bool
 	// sending is set while the transport runs the send of row, to e, which
-	// began at started, counts as slow from slowAt through watch, and is
+	// began at started, counts as slow from slowAt through timer, and is
 	// handed off at handAt.
 	sending                 bool
 	row                     int
 	e                       endpoint
 	started, slowAt, handAt time.Time
-	watch                   *sendWatch
+	timer                   *slowTimer
 	// handed is set by the batch when it hands the send off: the
 	// transport's result goes there.
 	handed chan error
 }
 
-func newLaneFlights(n int) *laneFlights {
-	fs := &laneFlights{flights: make([]laneFlight, n), all: make(chan struct{})}
+func newLaneRuns(n int) *laneRuns {
+	fs := &laneRuns{runs: make([]laneRun, n), all: make(chan struct{})}
 	fs.left.Store(1)
 	return fs
 }
@@ -54,9 +54,9 @@ func newLaneFlights(n int) *laneFlights {
 // start runs lane i's sends, run, on a goroutine of its own. run returns
 // errHandedOff when the batch handed its last send off; it has then
 // touched nothing of the batch since that send began.
-func (fs *laneFlights) start(i int, run func(f *laneFlight) error, finished func(err error)) {
+func (fs *laneRuns) start(i int, run func(f *laneRun) error, finished func(err error)) {
 	fs.left.Add(1)
-	f := &fs.flights[i]
+	f := &fs.runs[i]
 	go func() {
 		err := run(f)
 		if err == errHandedOff {
@@ -71,7 +71,7 @@ func (fs *laneFlights) start(i int, run func(f *laneFlight) error, finished func
 }
 
 // done counts one lane (or the starting of them all) done.
-func (fs *laneFlights) done() {
+func (fs *laneRuns) done() {
 	if fs.left.Add(-1) == 0 {
 		close(fs.all)
 	}
@@ -83,7 +83,7 @@ func (fs *laneFlights) done() {
 // ends, calling handOff for its lane; a lane between sends when ctx ends
 // starts no more. slowAfter is how long after it begins a send that begins
 // now counts as slow: no send counts sooner.
-func (fs *laneFlights) wait(ctx context.Context, slowAfter func() time.Duration, handOff func(i int, f *laneFlight)) {
+func (fs *laneRuns) wait(ctx context.Context, slowAfter func() time.Duration, handOff func(i int, f *laneRun)) {
 	fs.done() // every lane has started
 	var timer *time.Timer
 	defer func() {
@@ -124,11 +124,11 @@ func (fs *laneFlights) wait(ctx context.Context, slowAfter func() time.Duration,
 // check counts the sends past their slow time as slow and hands off those
 // past their hand-off time (every send, when stopping), and returns when
 // the next send may cross either.
-func (fs *laneFlights) check(stopping bool, slowAfter time.Duration, handOff func(i int, f *laneFlight)) time.Time {
+func (fs *laneRuns) check(stopping bool, slowAfter time.Duration, handOff func(i int, f *laneRun)) time.Time {
 	now := time.Now()
 	next := now.Add(slowAfter)
-	for i := range fs.flights {
-		f := &fs.flights[i]
+	for i := range fs.runs {
+		f := &fs.runs[i]
 		f.mu.Lock()
 		switch {
 		case f.finished || f.handed != nil:
@@ -136,11 +136,11 @@ func (fs *laneFlights) check(stopping bool, slowAfter time.Duration, handOff fun
 			f.halted = stopping
 		case stopping || !now.Before(f.handAt):
 			f.handed = make(chan error, 1)
-			f.watch.crossAt(f.slowAt) // the keeper ends the watch
+			f.timer.crossAt(f.slowAt) // the keeper ends the timer
 			handOff(i, f)
 			fs.done()
 		case !now.Before(f.slowAt):
-			f.watch.cross()
+			f.timer.cross()
 			next = minTime(next, f.handAt)
 		default:
 			next = minTime(next, f.slowAt)
@@ -161,18 +161,18 @@ func minTime(a, b time.Time) time.Time {
 var errHalted = fmt.Errorf("ordered send not begun: its batch ran out of time")
 
 // send sends m through tr on sendCtx (ctx, or a child that ends a
-// straggler), as row row to e, begun at started, watched by the batch from
+// straggler), as row row to e, begun at started, timed by the batch from
 // slowAt and handed off at handAt (see wait). A send the batch handed off reports
 // errHandedOff once the transport returns, its result gone to the keeper;
 // one the batch did not let begin, errHalted; one ended as a straggler,
 // errStraggler.
-func (f *laneFlight) send(ctx, sendCtx context.Context, tr relayer.Transport, m *relayer.Message, row int, e endpoint, watch *sendWatch, started, slowAt, handAt time.Time) error {
+func (f *laneRun) send(ctx, sendCtx context.Context, tr relayer.Transport, m *relayer.Message, row int, e endpoint, timer *slowTimer, started, slowAt, handAt time.Time) error {
 	f.mu.Lock()
 	if f.halted {
 		f.mu.Unlock()
 		return errHalted
 	}
-	f.sending, f.row, f.e, f.watch = true, row, e, watch
+	f.sending, f.row, f.e, f.timer = true, row, e, timer
 	f.started, f.slowAt, f.handAt = started, slowAt, handAt
 	f.mu.Unlock()
 	err := sendOnce(sendCtx, tr, m)
