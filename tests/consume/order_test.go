@@ -15,6 +15,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
 )
@@ -130,7 +131,7 @@ func orderEndToEnd(t *testing.T, r rig, relayBin string) {
 	relay := startRelay(t, relayBin, tables, relayURL(r.cfg), "order-relay-1")
 	const alone = steps / 4
 	commitSteps(0, alone)
-	awaitFor(t, time.Minute, func() bool { return outboxRows() == 0 }, "the relay to deliver the first %d messages:\n%s", keys*alone, relay.logs)
+	testkit.Eventually(t, time.Minute, func() bool { return outboxRows() == 0 }, "the relay to deliver the first %d messages:\n%s", keys*alone, relay.logs)
 
 	// The embedded runner joins it, and the rest commit.
 	rctx, stopRunner := context.WithCancel(ctx)
@@ -144,17 +145,14 @@ func orderEndToEnd(t *testing.T, r rig, relayBin string) {
 		defer cancel()
 		_ = runner.Stop(sctx)
 	}()
-	awaitFor(t, time.Minute, func() bool { return len(runner.Lanes()) > 0 }, "the embedded runner to hold lanes beside the relay")
+	testkit.Eventually(t, time.Minute, func() bool { return len(runner.Lanes()) > 0 }, "the embedded runner to hold lanes beside the relay")
 	commitSteps(alone, steps)
 
 	// The relay crashes once some of them left the outbox; a second one
 	// takes its place (the first one's leases free its lanes when they
 	// expire, to whichever worker claims them first).
-	for deadline := time.Now().Add(time.Minute); outboxRows() > keys*(steps-alone)*3/4; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the commits, %d of %d messages are still in the outbox:\n%s", outboxRows(), keys*(steps-alone), relay.logs)
-		}
-	}
+	testkit.Eventually(t, time.Minute, func() bool { return outboxRows() <= keys*(steps-alone)*3/4 },
+		"a quarter of the last %d messages to leave the outbox:\n%s", keys*(steps-alone), relay.logs)
 	relay.kill(t)
 	relay = startRelay(t, relayBin, tables, relayURL(r.cfg), "order-relay-2")
 

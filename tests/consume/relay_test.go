@@ -101,14 +101,3 @@ func relayURL(cfg processConfig) string {
 	}
 	return cfg.Addr
 }
-
-// awaitFor polls cond until it holds, failing the test after timeout with
-// what was awaited.
-func awaitFor(t *testing.T, timeout time.Duration, cond func() bool, what string, args ...any) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for "+what, append([]any{timeout}, args...)...)
-		}
-	}
-}
