@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 	"github.com/relayer-go/relayer/store"
@@ -51,14 +52,13 @@ func startConsole(t *testing.T, args ...string) *runningConsole {
 	t.Cleanup(cancel)
 	rc := &runningConsole{stdout: new(syncbuf.Buffer), stderr: new(syncbuf.Buffer), cancel: cancel, code: make(chan int, 1)}
 	go func() { rc.code <- run(ctx, append([]string{"console"}, args...), rc.stdout, rc.stderr) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for rc.base == "" {
+	if !testkit.Within(20*time.Second, func() bool {
 		if m := servingOn.FindStringSubmatch(rc.stdout.String()); m != nil {
 			rc.base = m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the console did not say where it serves; stdout %q, stderr %q", rc.stdout.String(), rc.stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
+		return rc.base != ""
+	}) {
+		t.Fatalf("the console did not say where it serves; stdout %q, stderr %q", rc.stdout.String(), rc.stderr.String())
 	}
 	return rc
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 )
 
@@ -58,14 +59,14 @@ func startLifecycle(t *testing.T, cfg Config) *lifecycle {
 			t.Error("the relay did not return after its context ended")
 		}
 	})
-	checkEventually(t, "the relay delivers", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		select {
 		case err := <-l.done:
 			t.Fatalf("the relay returned at its start: %v\n%s", err, l.stderr.String())
 		default:
 		}
 		return strings.Contains(l.stderr.String(), "relayer run: delivering")
-	})
+	}, "the relay to deliver: %s", l.stderr)
 	m := endpointsAt.FindStringSubmatch(l.stderr.String())
 	if m == nil {
 		t.Fatalf("the relay's log names no endpoints: %s", l.stderr.String())
@@ -77,10 +78,10 @@ func startLifecycle(t *testing.T, cfg Config) *lifecycle {
 // waitReady waits until /readyz answers want.
 func (l *lifecycle) waitReady(t *testing.T, want int) {
 	t.Helper()
-	checkEventually(t, "/readyz answers "+http.StatusText(want), func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		code, _ := get(t, "", l.base+"/readyz")
 		return code == want
-	})
+	}, "/readyz to answer %s", http.StatusText(want))
 }
 
 // wait returns Run's error, failing the test when it does not return

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +22,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
@@ -49,18 +50,14 @@ func startRelayProcess(t *testing.T, name string, env []string, args ...string) 
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() { p.kill() })
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(p.stderr.String(), "relayer run: delivering") {
+	testkit.Eventually(t, 60*time.Second, func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("relay %s exited at start (%v): %s", name, p.err, p.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("relay %s did not start: %s", name, p.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return strings.Contains(p.stderr.String(), "relayer run: delivering")
+	}, "relay %s to start: %s", name, p.stderr)
 	return p
 }
 
@@ -114,6 +111,7 @@ func TestRelayProcessesDeliverThroughStopsAndCrashes(t *testing.T) {
 	const txs, keys = 400, 40
 	seqs := make([]int, keys)
 	produced := make(chan error, 1)
+	var committed atomic.Int64
 	go func() {
 		for i := range txs {
 			var msgs []relayer.Outgoing
@@ -127,20 +125,40 @@ func TestRelayProcessesDeliverThroughStopsAndCrashes(t *testing.T) {
 				produced <- err
 				return
 			}
-			time.Sleep(15 * time.Millisecond)
+			committed.Add(1)
+			time.Sleep(15 * time.Millisecond) // the producer's pace
 		}
 		produced <- nil
 	}()
 
 	// Meanwhile: a graceful stop, a crash and a second graceful stop, each
-	// relay started again.
-	time.Sleep(time.Second)
+	// relay started again, once a quarter, a half and three quarters of the
+	// transactions committed.
+	writing := func(n int64) {
+		t.Helper()
+		testkit.Eventually(t, 60*time.Second, func() bool {
+			if committed.Load() >= n {
+				return true
+			}
+			select {
+			case err := <-produced:
+				if err != nil {
+					t.Fatal(err)
+				}
+				produced <- nil // all committed, for the wait below
+				return true
+			default:
+				return false
+			}
+		}, "the producer to commit %d of %d transactions", n, txs)
+	}
+	writing(txs / 4)
 	relays[0].terminate(t)
 	relays[0] = startRelayProcess(t, "relay-a", nil, args...)
-	time.Sleep(time.Second)
+	writing(txs / 2)
 	relays[1].kill()
 	relays[1] = startRelayProcess(t, "relay-b", nil, args...)
-	time.Sleep(time.Second)
+	writing(txs * 3 / 4)
 	relays[2].terminate(t)
 	relays[2] = startRelayProcess(t, "relay-c", nil, args...)
 	if err := <-produced; err != nil {
@@ -156,12 +174,7 @@ func TestRelayProcessesDeliverThroughStopsAndCrashes(t *testing.T) {
 	placed := map[int]bool{}
 	seen := make([]int, keys) // per key, the next seq expected for the first time
 	total, dups := 0, 0
-	deadline := time.Now().Add(90 * time.Second)
-	for len(placed) < txs || !allAt(seen, txs*4/keys) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d deliveries: %d of %d placed, ordered progress %v; stderr:\n%s\n%s\n%s", total, len(placed), txs, seen,
-				relays[0].stderr.String(), relays[1].stderr.String(), relays[2].stderr.String())
-		}
+	if !testkit.Within(90*time.Second, func() bool {
 		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -197,6 +210,10 @@ func TestRelayProcessesDeliverThroughStopsAndCrashes(t *testing.T) {
 				t.Fatalf("key %s: seq %d arrived before %d", key, a.Seq, seen[k])
 			}
 		}
+		return len(placed) >= txs && allAt(seen, txs*4/keys)
+	}) {
+		t.Fatalf("after %d deliveries: %d of %d placed, ordered progress %v; stderr:\n%s\n%s\n%s", total, len(placed), txs, seen,
+			relays[0].stderr.String(), relays[1].stderr.String(), relays[2].stderr.String())
 	}
 	t.Logf("%d deliveries: %d placed, %d ordered, %d sent again", total, len(placed), txs*4, dups)
 	for _, r := range relays {
@@ -407,11 +424,10 @@ func TestRelayStopsWithinItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	var outbox int
-	for deadline := time.Now().Add(45 * time.Second); db.QueryRow(`SELECT count(*) FROM "`+schema+`".outbox`).Scan(&outbox) != nil || outbox > 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows still in the outbox; stderr %s", outbox, next.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testkit.Within(45*time.Second, func() bool {
+		return db.QueryRow(`SELECT count(*) FROM "`+schema+`".outbox`).Scan(&outbox) == nil && outbox == 0
+	}) {
+		t.Fatalf("%d rows still in the outbox; stderr %s", outbox, next.stderr.String())
 	}
 	if info, err := cons.Info(t.Context()); err != nil || info.NumPending+info.Delivered.Stream < 2 {
 		t.Errorf("the stream holds fewer than the 2 messages written: %+v, %v", info, err)
@@ -432,36 +448,14 @@ func TestRunReadinessFollowsTheDatabase(t *testing.T) {
 	u.Host = proxy.addr()
 	natsURL := startNATSServer(t)
 	rr := startRelay(t, "--database-url", u.String(), "--schema", schema, "--transport", "events="+natsURL, "--http", "127.0.0.1:0")
-	readiness := func() (int, string) {
-		resp, err := http.Get(rr.base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	waitFor := func(want int, contains string) {
-		t.Helper()
-		var code int
-		var body string
-		for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if code, body = readiness(); code == want && strings.Contains(body, contains) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz: %d %s; want %d with %q", code, body, want, contains)
-			}
-		}
-	}
-	waitFor(http.StatusOK, `"ready":true`)
+	rr.waitReadyz(t, 45*time.Second, http.StatusOK, `"ready":true`)
 	proxy.setDown(true)
-	waitFor(http.StatusServiceUnavailable, `{"name":"database","ok":false`)
+	rr.waitReadyz(t, 45*time.Second, http.StatusServiceUnavailable, `{"name":"database","ok":false`)
 	if code, _ := get(t, "", rr.base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while the database is down: %d, want 200 (the process is alive)", code)
 	}
 	proxy.setDown(false)
-	waitFor(http.StatusOK, `"ready":true`)
+	rr.waitReadyz(t, 45*time.Second, http.StatusOK, `"ready":true`)
 	rr.stop(t)
 }
 
@@ -469,17 +463,14 @@ func TestRunReadinessFollowsTheDatabase(t *testing.T) {
 // by a worker, whose transaction holds it while it sends.
 func waitTaken(t *testing.T, db *sql.DB, schema string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var free int
+	var free int
+	if !testkit.Within(30*time.Second, func() bool {
 		err := db.QueryRow(`SELECT count(*) FROM (SELECT 1 FROM "` + schema + `".outbox FOR UPDATE SKIP LOCKED) AS f`).Scan(&free)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if free == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows still not taken", free)
-		}
+		return free == 0
+	}) {
+		t.Fatalf("%d rows still not taken", free)
 	}
 }

@@ -26,7 +26,11 @@ func TestRunConsoleSamplesAndKeepsItsCookie(t *testing.T) {
 	t.Setenv("RELAYER_CONSOLE_TOKEN", "s3cret")
 	rr := startRelay(t, "--database-url", dbURL, "--schema", schema, "--transport", "events="+startNATSServer(t),
 		"--http", "127.0.0.1:0", "--console")
-	// Two samples (5 s apart by default) and some room.
+	// An absence over a window, not a wait for an event: no page is viewed
+	// for two sampling intervals (5 s by default; the chart is drawn from
+	// three samples) and 2 s of room, in which the sampler alone takes its
+	// samples. The overview is the only sight of them, and it samples too
+	// when it is served.
 	time.Sleep(12 * time.Second)
 	resp, err := noFollow().Get(rr.base + "/console/?token=s3cret")
 	if err != nil {

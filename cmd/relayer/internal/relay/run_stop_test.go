@@ -16,6 +16,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 
@@ -58,7 +59,7 @@ func TestRelayServesProbesUntilItsWorkersStop(t *testing.T) {
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		checkEventually(t, "the relay logs its stop", func() bool { return strings.Contains(p.stderr.String(), "relayer run: stopping") })
+		testkit.Eventually(t, 10*time.Second, func() bool { return strings.Contains(p.stderr.String(), "relayer run: stopping") }, "the relay to log its stop: %s", p.stderr)
 		return p, m[1]
 	}
 	probe := func(url string) (int, string, error) {
@@ -74,6 +75,8 @@ func TestRelayServesProbesUntilItsWorkersStop(t *testing.T) {
 
 	// The stop waits for the hung send, and the endpoints answer meanwhile.
 	p, base := hang("60s")
+	// Not a wait: both endpoints answer as they should throughout 2 s of
+	// the stop, a check at each 200 ms.
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		if code, body, err := probe(base + "/healthz"); err != nil || code != http.StatusOK {
 			t.Fatalf("/healthz while the workers drain: %d %q, %v; want 200", code, body, err)

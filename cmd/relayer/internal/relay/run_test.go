@@ -24,6 +24,7 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
@@ -78,18 +79,14 @@ func startRelay(t *testing.T, args ...string) *runningRelay {
 	t.Cleanup(cancel)
 	rr := &runningRelay{stdout: new(syncbuf.Buffer), stderr: new(syncbuf.Buffer), cancel: cancel, code: make(chan int, 1)}
 	go func() { rr.code <- run(ctx, append([]string{"run"}, args...), rr.stdout, rr.stderr) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(rr.stderr.String(), "relayer run: delivering") {
+	testkit.Eventually(t, 30*time.Second, func() bool {
 		select {
 		case code := <-rr.code:
 			t.Fatalf("relayer run exited with %d: %s", code, rr.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("relayer run did not start: %s", rr.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return strings.Contains(rr.stderr.String(), "relayer run: delivering")
+	}, "relayer run to start: %s", rr.stderr)
 	if m := endpointsAt.FindStringSubmatch(rr.stderr.String()); m != nil {
 		rr.base = m[1]
 	}
@@ -284,29 +281,31 @@ func TestRunDeliversThroughEveryTransport(t *testing.T) {
 	// RabbitMQ.
 	if ch != nil {
 		mailed := 0
-		for deadline := time.Now().Add(20 * time.Second); mailed < n; {
-			_, ok, err := ch.Get(queue, true)
-			switch {
-			case err != nil:
-				t.Fatal(err)
-			case ok:
+		if !testkit.Within(20*time.Second, func() bool {
+			for mailed < n {
+				_, ok, err := ch.Get(queue, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					return false
+				}
 				mailed++
-			case time.Now().After(deadline):
-				t.Fatalf("RabbitMQ: %d mailed messages of %d", mailed, n)
-			default:
-				time.Sleep(20 * time.Millisecond)
 			}
+			return true
+		}) {
+			t.Fatalf("RabbitMQ: %d mailed messages of %d", mailed, n)
 		}
 	}
 
 	// The row for a transport the relay lacks stays, and the log says why.
 	var left int
-	checkEventually(t, "one row left in the outbox, the one for the transport ghost", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		return db.QueryRow(`SELECT count(*) FROM "`+schema+`".outbox`).Scan(&left) == nil && left == 1
-	})
-	checkEventually(t, "the log names the missing transport", func() bool {
+	}, "one row left in the outbox, the one for the transport ghost")
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		return strings.Contains(rr.stderr.String(), `"transport":"ghost"`)
-	})
+	}, "the log to name the missing transport: %s", rr.stderr)
 
 	// The endpoints.
 	if code, body := get(t, "", rr.base+"/healthz"); code != http.StatusOK {
@@ -376,16 +375,6 @@ func hasPrefix[V any](m map[string]V, prefix string) bool {
 		}
 	}
 	return false
-}
-
-// checkEventually waits up to 10 s for cond.
-func checkEventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
 }
 
 // What cannot work is refused before the relay starts, naming what is
