@@ -7,7 +7,7 @@ test:
 # Benchmarks (against the test database): the header codec, the store, what
 # enlisting adds to a transaction, and end-to-end dispatch next to a plain SQL loop.
 bench:
-	go run ./internal/cmd/withdb -- sh -c "go test -run '^$$' -bench . -benchmem ./headers/ ./store/ ./enlist/ && \
+	go run ./internal/tool/withdb -- sh -c "go test -run '^$$' -bench . -benchmem ./headers/ ./store/ ./enlist/ && \
 		go test -run '^$$' -bench . -benchtime 20000x ./dispatch/"
 
 # A short fuzzing session of the header codec and of schema and prefix validation.

@@ -20,21 +20,6 @@ func Lane(key string, lanes int) (int, error) {
 	return int(fnv1a32(key) % uint32(lanes)), nil
 }
 
-// LaneCount returns the outbox's lane count: Lanes, or [LanesDefault] when it
-// is zero. It returns an error wrapping [ErrInvalidLanes] when the count is
-// outside [LanesMin, LanesMax]. Writers and workers take the count from here,
-// so that they cannot disagree on it.
-func (o Outbox) LaneCount() (int, error) {
-	lanes := o.Lanes
-	if lanes == 0 {
-		lanes = LanesDefault
-	}
-	if lanes < LanesMin || lanes > LanesMax {
-		return 0, fmt.Errorf("%w: Outbox.Lanes is %d, want %d to %d", ErrInvalidLanes, o.Lanes, LanesMin, LanesMax)
-	}
-	return lanes, nil
-}
-
 // fnv1a32 hashes s without converting it to a byte slice, which hash/fnv would
 // require and which costs an allocation per call.
 func fnv1a32(s string) uint32 {

@@ -66,3 +66,18 @@ func (o Outbox) WithDefaults() Outbox {
 	o.Retry = o.Retry.WithDefaults()
 	return o
 }
+
+// LaneCount returns the outbox's lane count: Lanes, or [LanesDefault] when it
+// is zero. It returns an error wrapping [ErrInvalidLanes] when the count is
+// outside [LanesMin, LanesMax]. Writers and workers take the count from here,
+// so that they cannot disagree on it.
+func (o Outbox) LaneCount() (int, error) {
+	lanes := o.Lanes
+	if lanes == 0 {
+		lanes = LanesDefault
+	}
+	if lanes < LanesMin || lanes > LanesMax {
+		return 0, fmt.Errorf("%w: Outbox.Lanes is %d, want %d to %d", ErrInvalidLanes, o.Lanes, LanesMin, LanesMax)
+	}
+	return lanes, nil
+}

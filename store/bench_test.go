@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
-	"github.com/relayer-go/relayer/internal/proccpu"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/tool/proccpu"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )

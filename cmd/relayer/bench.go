@@ -20,7 +20,7 @@ import (
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
 	"github.com/relayer-go/relayer/enlist"
 	relayerpgx "github.com/relayer-go/relayer/enlist/pgx"
-	"github.com/relayer-go/relayer/internal/bench"
+	"github.com/relayer-go/relayer/internal/tool/bench"
 	relayernats "github.com/relayer-go/relayer/transport/nats"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relayer-go/relayer/internal/outboxtool"
+	"github.com/relayer-go/relayer/internal/tool/outboxtool"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
-	"github.com/relayer-go/relayer/internal/pgcluster"
+	"github.com/relayer-go/relayer/internal/tool/pgcluster"
 	"github.com/relayer-go/relayer/store"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
 	relayerbun "github.com/relayer-go/relayer/enlist/bun"
-	"github.com/relayer-go/relayer/internal/testkit/consumelayer"
+	"github.com/relayer-go/relayer/enlist/internal/consumelayer"
 	"github.com/relayer-go/relayer/store"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
 	relayergorm "github.com/relayer-go/relayer/enlist/gorm"
-	"github.com/relayer-go/relayer/internal/testkit/consumelayer"
+	"github.com/relayer-go/relayer/enlist/internal/consumelayer"
 	"github.com/relayer-go/relayer/store"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/enlist/internal/consumelayer"
 	relayerpgx "github.com/relayer-go/relayer/enlist/pgx"
-	"github.com/relayer-go/relayer/internal/testkit/consumelayer"
 	"github.com/relayer-go/relayer/store"
 )
 

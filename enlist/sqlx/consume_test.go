@@ -10,8 +10,8 @@ import (
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
 	"github.com/relayer-go/relayer/enlist"
+	"github.com/relayer-go/relayer/enlist/internal/consumelayer"
 	relayersqlx "github.com/relayer-go/relayer/enlist/sqlx"
-	"github.com/relayer-go/relayer/internal/testkit/consumelayer"
 	"github.com/relayer-go/relayer/store"
 )
 

@@ -1,7 +1,7 @@
 // Package tables names the tables and indexes of one outbox: the one place
 // that turns a schema and a table prefix into the quoted, qualified names
 // every statement uses. Package store builds its statements from it, and
-// the project's own tools (internal/outboxtool) theirs.
+// the project's own tools (internal/tool/outboxtool) theirs.
 package tables
 
 // Names are the quoted, schema-qualified names of one outbox's tables.

@@ -3,6 +3,6 @@
 // in its subpackages, a test database per package run and a schema per test
 // (testdb), the inbox's per-driver fixture (inboxtest), and the console's
 // seeded outbox (consolefixture). Product code that tests use
-// too lives beside it: internal/pgcluster (the demo's throwaway PostgreSQL)
-// and internal/bench (the benchmark the relayer command runs).
+// too lives beside it: internal/tool/pgcluster (the demo's throwaway PostgreSQL)
+// and internal/tool/bench (the benchmark the relayer command runs).
 package testkit

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/relayer-go/relayer/internal/bench"
+	"github.com/relayer-go/relayer/internal/tool/bench"
 )
 
 // Chart file names WriteCharts writes, for the scenarios the results hold.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayer-go/relayer/internal/bench"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/tool/bench"
 	"github.com/relayer-go/relayer/tests/compare"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relayer-go/relayer/internal/bench"
+	"github.com/relayer-go/relayer/internal/tool/bench"
 )
 
 // WriteMarkdown writes the results as one Markdown table per scenario: the

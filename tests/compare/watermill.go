@@ -18,7 +18,7 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/headers"
-	"github.com/relayer-go/relayer/internal/bench"
+	"github.com/relayer-go/relayer/internal/tool/bench"
 )
 
 // Watermill's SQL Pub/Sub used as an outbox: messages are published inside

@@ -19,8 +19,8 @@ import (
 
 	"github.com/relayer-go/relayer"
 	"github.com/relayer-go/relayer/consume"
-	"github.com/relayer-go/relayer/internal/proccpu"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/tool/proccpu"
 	"github.com/relayer-go/relayer/store"
 	relayeramqp "github.com/relayer-go/relayer/transport/amqp"
 	relayerkafka "github.com/relayer-go/relayer/transport/kafka"

@@ -20,8 +20,8 @@ import (
 	"github.com/relayer-go/relayer/dispatch"
 	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/headers"
-	"github.com/relayer-go/relayer/internal/pgcluster"
 	"github.com/relayer-go/relayer/internal/testkit"
+	"github.com/relayer-go/relayer/internal/tool/pgcluster"
 	"github.com/relayer-go/relayer/store"
 )
 

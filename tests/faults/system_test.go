@@ -32,9 +32,9 @@ import (
 	relayerbun "github.com/relayer-go/relayer/enlist/bun"
 	relayergorm "github.com/relayer-go/relayer/enlist/gorm"
 	relayersqlx "github.com/relayer-go/relayer/enlist/sqlx"
-	"github.com/relayer-go/relayer/internal/pgcluster"
 	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/tool/pgcluster"
 	"github.com/relayer-go/relayer/internal/workerstore"
 	"github.com/relayer-go/relayer/store"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayer-go/relayer/internal/outboxtool"
+	"github.com/relayer-go/relayer/internal/tool/outboxtool"
 	"github.com/relayer-go/relayer/internal/workerstore"
 
 	"github.com/google/uuid"

@@ -22,9 +22,9 @@ func TestDeployableLinksNoDevelopmentPackages(t *testing.T) {
 		t.Fatalf("go list -deps read %d packages, without dispatch: %q", len(deps), out)
 	}
 	for _, banned := range []string{
-		"github.com/nats-io/nats-server/v2",                // the demo's embedded broker
-		"github.com/relayer-go/relayer/internal/pgcluster", // the throwaway PostgreSQL
-		"github.com/relayer-go/relayer/internal/bench",     // relayer bench
+		"github.com/nats-io/nats-server/v2",                     // the demo's embedded broker
+		"github.com/relayer-go/relayer/internal/tool/pgcluster", // the throwaway PostgreSQL
+		"github.com/relayer-go/relayer/internal/tool/bench",     // relayer bench
 	} {
 		for _, d := range deps {
 			if d == banned || strings.HasPrefix(d, banned+"/") {

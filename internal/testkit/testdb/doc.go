@@ -9,7 +9,7 @@
 //   - If the environment variable RELAYER_TEST_DATABASE_URL (EnvURL) is set,
 //     that database is used. The withdb command sets it so that a whole
 //     "go test ./..." shares one throwaway cluster:
-//     go run ./internal/cmd/withdb -- go test -race ./...
+//     go run ./internal/tool/withdb -- go test -race ./...
 //   - Otherwise Main starts a throwaway cluster with package pgcluster for
 //     the test binary, installing Debian's postgresql package first if no
 //     server binaries exist and the tests run as root, and stops it when the

@@ -17,7 +17,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 
-	"github.com/relayer-go/relayer/internal/pgcluster"
+	"github.com/relayer-go/relayer/internal/tool/pgcluster"
 )
 
 // EnvURL names the environment variable holding the URL of the database the

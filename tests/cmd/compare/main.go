@@ -24,8 +24,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/relayer-go/relayer/internal/bench"
-	"github.com/relayer-go/relayer/internal/pgcluster"
+	"github.com/relayer-go/relayer/internal/tool/bench"
+	"github.com/relayer-go/relayer/internal/tool/pgcluster"
 	"github.com/relayer-go/relayer/tests/compare"
 )
 

@@ -2,7 +2,7 @@
 // integration tests, so that a whole "go test ./..." shares one throwaway
 // cluster instead of starting one per package:
 //
-//	go run ./internal/cmd/withdb -- go test -race ./...
+//	go run ./internal/tool/withdb -- go test -race ./...
 //
 // If RELAYER_TEST_DATABASE_URL is set, withdb just runs the command. Otherwise
 // it starts a throwaway cluster (see package pgcluster; as root, on Debian, it

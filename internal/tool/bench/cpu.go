@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/relayer-go/relayer/internal/proccpu"
+	"github.com/relayer-go/relayer/internal/tool/proccpu"
 )
 
 // CPU per transaction or message. On a machine whose cores the producers share with

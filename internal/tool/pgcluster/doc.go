@@ -30,5 +30,5 @@
 // While a cluster runs, one goroutine (in (*proc).supervise) waits for the
 // server process; goroutine-leak checkers should ignore it, for example with
 // goleak.IgnoreCurrent() or goleak.IgnoreAnyFunction(
-// "github.com/relayer-go/relayer/internal/pgcluster.(*proc).supervise").
+// "github.com/relayer-go/relayer/internal/tool/pgcluster.(*proc).supervise").
 package pgcluster

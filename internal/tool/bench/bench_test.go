@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/relayer-go/relayer/internal/bench"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/internal/tool/bench"
 )
 
 // A quick run of every scenario gives figures for each, loses, duplicates

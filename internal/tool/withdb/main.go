@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/relayer-go/relayer/internal/pgcluster"
+	"github.com/relayer-go/relayer/internal/tool/pgcluster"
 )
 
 // envURL is the variable read by package testdb (testdb.EnvURL, not imported
