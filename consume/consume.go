@@ -9,14 +9,11 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/relayer-go/relayer"
-	"github.com/relayer-go/relayer/enlist"
 	"github.com/relayer-go/relayer/inbox"
 	"github.com/relayer-go/relayer/internal/tables"
 	"github.com/relayer-go/relayer/store"
@@ -72,122 +69,6 @@ type Delivery interface {
 // relayer.ErrPermanent. m is the Delivery's message; the handler must not
 // keep it, or its body, past its return.
 type Handler func(ctx context.Context, tx *Tx, m *relayer.Message) error
-
-// Tx is the consumer's transaction for one message: a *sql.Tx (the
-// handler's writes go through it), and the outbox side of it when the
-// consumer has a writer. The Consumer commits or rolls it back; the handler
-// must do neither.
-type Tx struct {
-	*sql.Tx
-	out      *enlist.Tx
-	onCommit []func()
-}
-
-// OnCommit registers f to run once the transaction committed, before the
-// broker is acknowledged: for work that must follow the commit and never
-// precede it (a cache to invalidate, a notification), in the order
-// registered. f runs at most once per message: when the process dies
-// between the commit and the acknowledgement, the message's redelivery is
-// a duplicate, whose handler, and so whose OnCommit functions, do not run.
-// Nothing runs when the transaction rolls back. A panic in f is logged and
-// does not stop the acknowledgement.
-func (t *Tx) OnCommit(f func()) {
-	if f != nil {
-		t.onCommit = append(t.onCommit, f)
-	}
-}
-
-// Publish writes a follow-up message in the transaction, as enlist.Tx's
-// Publish does: it commits with the handler's effects and the inbox record,
-// or not at all. It returns an error wrapping [ErrNoWriter] when the
-// consumer has no writer.
-func (t *Tx) Publish(ctx context.Context, msg any, opts ...relayer.Option) error {
-	if t.out == nil {
-		return ErrNoWriter
-	}
-	return t.out.Publish(ctx, msg, opts...)
-}
-
-// PublishAll is [Tx.Publish] for several messages, in one statement.
-func (t *Tx) PublishAll(ctx context.Context, msgs ...relayer.Outgoing) error {
-	if t.out == nil {
-		return ErrNoWriter
-	}
-	return t.out.PublishAll(ctx, msgs...)
-}
-
-// Options configure a [Consumer]. Name is required; zero fields take their
-// defaults.
-type Options struct {
-	// Name is the consumer's name in the inbox: each name handles a message
-	// once, so two services, or two handlers of one service, that consume
-	// the same messages need names of their own. It follows the inbox's
-	// rules (1 to store.ConsumerMaxBytes bytes of valid UTF-8, no NUL).
-	Name string
-	// Tables names the outbox tables whose <prefix>inbox table records the
-	// handled messages. Default: the Writer's, when there is one; otherwise
-	// schema "public" and no prefix.
-	Tables store.Tables
-	// Writer, when set, lets handlers publish follow-up messages in the
-	// message's transaction (Tx.Publish), and tells its listener (a
-	// dispatch.Runner in this process) about them once the transaction
-	// commits.
-	Writer *enlist.Writer
-	// Retry is how a message whose handler fails is retried: each failure
-	// spends one of MaxAttempts deliveries and waits Backoff, then twice as
-	// long after each further failure up to MaxBackoff, each wait shortened
-	// by a random part of up to a fifth. A message whose handler fails
-	// MaxAttempts times, or fails with relayer.ErrPermanent, is
-	// dead-lettered. Defaults: 10 attempts, 1s, 5m (relayer.Retry's).
-	Retry relayer.Retry
-	// TxOptions are the transaction's; nil is the driver's default, READ
-	// COMMITTED on PostgreSQL, under which two deliveries of one message
-	// racing each other commit its effects exactly once (see the inbox
-	// package).
-	TxOptions *sql.TxOptions
-	// HoldKeys says whether a failing message with an ordering key holds
-	// its key, so that the key's later messages wait behind it in the
-	// consumer's database and take effect in order (see
-	// [Consumer.StartHeldKeys]): [HoldKeysAuto], the default, where the
-	// adapter hands a key's messages over in order. With HoldKeysOff, a
-	// failing message is delivered again after the messages delivered
-	// meanwhile, or holds its Kafka partition while it is retried.
-	HoldKeys KeyHolding
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
-}
-
-// Validate reports the first field that cannot work, wrapping
-// [ErrInvalidOptions].
-func (o Options) Validate() error {
-	if err := checkName(o.Name); err != nil {
-		return err
-	}
-	if err := o.Tables.Validate(); err != nil {
-		return fmt.Errorf("%w: Tables: %w", ErrInvalidOptions, err)
-	}
-	if err := o.Retry.Validate(); err != nil {
-		return fmt.Errorf("%w: Retry: %w", ErrInvalidOptions, err)
-	}
-	if o.HoldKeys < HoldKeysAuto || o.HoldKeys > HoldKeysOff {
-		return fmt.Errorf("%w: HoldKeys is %d, not one of HoldKeysAuto, HoldKeysOn, HoldKeysOff", ErrInvalidOptions, int(o.HoldKeys))
-	}
-	return nil
-}
-
-// checkName applies the inbox's rules for a consumer name.
-func checkName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: Name is required: it scopes the inbox's deduplication", ErrInvalidOptions)
-	}
-	if len(name) > store.ConsumerMaxBytes {
-		return fmt.Errorf("%w: Name is %d bytes, over %d", ErrInvalidOptions, len(name), store.ConsumerMaxBytes)
-	}
-	if !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
-		return fmt.Errorf("%w: Name %q is not valid UTF-8 or holds a NUL byte", ErrInvalidOptions, name)
-	}
-	return nil
-}
 
 // Consumer handles the messages adapters hand it ([Consumer.Handle]), each
 // in a database transaction together with its inbox record, and settles
@@ -438,56 +319,6 @@ func (c *Consumer) Options() Options {
 	o.Retry = c.retry
 	o.Tables = c.inbox.Options()
 	return o
-}
-
-// Outcome is what [Consumer.Handle] did with a delivery.
-type Outcome int
-
-// The outcomes of a delivery.
-const (
-	// Handled: the handler ran and its effects committed; acknowledged.
-	Handled Outcome = iota + 1
-	// Duplicate: the inbox held the message already; acknowledged without
-	// running the handler.
-	Duplicate
-	// Retried: the handler failed, or the transaction did not commit; the
-	// broker delivers the message again.
-	Retried
-	// DeadLettered: the message left delivery for good (attempts spent,
-	// a permanent error, or not a Relayer message).
-	DeadLettered
-	// Abandoned: ctx ended before the transaction committed; nothing was
-	// committed nor acknowledged, and the broker delivers the message again.
-	Abandoned
-	// Held: the handler failed, and the consumer holds the message's key
-	// (see [Consumer.StartHeldKeys]): the message waits in the consumer's
-	// database, recorded in the inbox, to be tried again from there before
-	// any later message of its key; acknowledged.
-	Held
-	// Waiting: the message's key is held; the message was recorded in the
-	// inbox and waits behind the key's failing message in the consumer's
-	// database, without its handler run yet; acknowledged.
-	Waiting
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Handled:
-		return "handled"
-	case Duplicate:
-		return "duplicate"
-	case Retried:
-		return "retried"
-	case DeadLettered:
-		return "dead-lettered"
-	case Abandoned:
-		return "abandoned"
-	case Held:
-		return "held"
-	case Waiting:
-		return "waiting"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
 // settleTimeout bounds the broker call that settles a delivery once its
@@ -743,63 +574,7 @@ func (c *Consumer) call(m *relayer.Message, handle func() error) (err error) {
 	return handle()
 }
 
-func (t *Tx) commit() error {
-	if t.out != nil {
-		return t.out.Commit()
-	}
-	return t.Tx.Commit()
-}
-
-func (t *Tx) rollback() {
-	if t.out != nil {
-		_ = t.out.Rollback()
-		return
-	}
-	_ = t.Tx.Rollback()
-}
-
 // jittered shortens d by a random part of up to a fifth (see Options.Retry).
 func jittered(d time.Duration) time.Duration {
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))
-}
-
-// Stats are a consumer's counters since it was made.
-type Stats struct {
-	// Handled counts messages whose handler ran and committed.
-	Handled uint64
-	// Duplicates counts deliveries of messages handled before.
-	Duplicates uint64
-	// Retried counts deliveries whose handler failed and that were handed
-	// back to the broker for another delivery, and the held messages whose
-	// handler failed again, tried again from the consumer's database.
-	Retried uint64
-	// DeadLettered counts messages taken out of delivery for good.
-	DeadLettered uint64
-	// Abandoned counts deliveries left undone because their context ended.
-	Abandoned uint64
-	// SettleFailures counts broker calls (acknowledgement, retry, dead
-	// letter) that failed; the broker then delivers the message again.
-	SettleFailures uint64
-	// DatabaseWaits counts transactions the database failed for a reason
-	// not the message's (unreachable, restarting, read-only, a missing
-	// table or privilege, a serialization failure): each delivery waited
-	// for the database and ran again, spending no attempt.
-	DatabaseWaits uint64
-	// Held counts the messages whose failure held their key: each waits in
-	// the consumer's database, to be tried again from there.
-	Held uint64
-	// Waiting counts the messages stored behind a held key on delivery.
-	Waiting uint64
-}
-
-type counters struct {
-	handled, duplicates, retried, deadLettered, abandoned, settleFailures, databaseWaits, held, waiting atomic.Uint64
-}
-
-// Stats returns the consumer's counters.
-func (c *Consumer) Stats() Stats {
-	s := &c.stats
-	return Stats{Handled: s.handled.Load(), Duplicates: s.duplicates.Load(), Retried: s.retried.Load(),
-		DeadLettered: s.deadLettered.Load(), Abandoned: s.abandoned.Load(), SettleFailures: s.settleFailures.Load(),
-		DatabaseWaits: s.databaseWaits.Load(), Held: s.held.Load(), Waiting: s.waiting.Load()}
 }
