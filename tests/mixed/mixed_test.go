@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -263,6 +264,13 @@ type published struct {
 	ids   map[uuid.UUID]bool
 }
 
+// count returns how many messages were committed so far.
+func (p *published) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ids)
+}
+
 func (p *published) add(key string, id uuid.UUID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -320,6 +328,7 @@ func sideBySide(t *testing.T, rel releases) {
 	stop := make(chan struct{})
 	var producers sync.WaitGroup
 	var produceErr error
+	var produceFailed atomic.Bool // set with produceErr, for waits while they produce
 	var errOnce sync.Once
 	for p := range 4 {
 		producers.Go(func() {
@@ -345,7 +354,7 @@ func sideBySide(t *testing.T, rel releases) {
 					return tx.PublishAll(ctx, step, event)
 				})
 				if err != nil {
-					errOnce.Do(func() { produceErr = err })
+					errOnce.Do(func() { produceErr = err; produceFailed.Store(true) })
 					return
 				}
 				pub.add(key, stepID)
@@ -368,11 +377,18 @@ func sideBySide(t *testing.T, rel releases) {
 			endProducers()
 		}
 	}()
+	// trafficGoesOn waits for the producers to commit n more transactions
+	// (two messages each).
+	trafficGoesOn := func(n int) {
+		t.Helper()
+		want := pub.count() + 2*n
+		testkit.Eventually(t, 30*time.Second, func() bool { return pub.count() >= want || produceFailed.Load() }, "%d more transactions committed", n)
+	}
 
 	// Kill a worker of each release mid-traffic, starting another of its
 	// release each time.
 	for _, i := range []int{0, 1} {
-		time.Sleep(1500 * time.Millisecond)
+		trafficGoesOn(300)
 		workers[i].kill()
 		start([]string{rel.oldWorker, rel.newWorker}[i])
 	}
@@ -387,7 +403,7 @@ func sideBySide(t *testing.T, rel releases) {
 		must(t, err)
 		return len(parked) == len(refusedKeys)
 	}, "%d keys parked", len(refusedKeys))
-	time.Sleep(time.Second)
+	trafficGoesOn(200)
 	// Heal, then release the refused keys: "refused-old-" ones with the
 	// previous release's command, one key at a time, the rest with this
 	// release's, all at once.
@@ -401,11 +417,11 @@ func sideBySide(t *testing.T, rel releases) {
 	// Traffic goes on after the release, on the released keys too; a
 	// worker of each release is killed once more.
 	for _, i := range []int{2, 3} {
-		time.Sleep(time.Second)
+		trafficGoesOn(200)
 		workers[i].kill()
 		start([]string{rel.oldWorker, rel.newWorker}[i-2])
 	}
-	time.Sleep(time.Second)
+	trafficGoesOn(200)
 	endProducers()
 
 	// Nothing waits forever: the outbox empties.
