@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -339,6 +340,13 @@ func TestOwnerKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The helper lives until it is killed or this end of its standard
+	// input closes (this test ending).
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +403,7 @@ func TestHelperOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("HELPER %d %s %s\n", c.proc.cmd.Process.Pid, c.dir, c.URL())
-	time.Sleep(time.Minute) // until TestOwnerKilled kills it
+	_, _ = io.Copy(io.Discard, os.Stdin) // until TestOwnerKilled kills it, or lets go
 	c.Stop()
 }
 
