@@ -33,6 +33,59 @@ type benchFlags struct {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseBenchFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	db, _, stop, err := openOrStartDB(ctx, f.databaseURL, stderr, "bench", f.producers+24)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	cfg.DB = db
+	stopSink, err := f.openSink(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	defer stopSink()
+	steps := newStepper(stderr, bench.Steps(cfg))
+	cfg.Progress = steps.step
+	if f.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
+	results, err := bench.Run(ctx, cfg)
+	steps.stop()
+	if perr := f.print(stdout, cfg, results); perr != nil {
+		return perr
+	}
+	return err
+}
+
+// print writes the results as a table, or as JSON lines with --json.
+func (f *benchFlags) print(stdout io.Writer, cfg bench.Config, results []bench.Result) error {
+	if !f.asJSON {
+		printBench(stdout, cfg, results)
+		return nil
+	}
+	enc := command.NewJSONEncoder(stdout)
+	for _, r := range results {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseBenchFlags reads the bench command's flags.
+func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	var f benchFlags
 	fs := command.NewFlagSet("bench", `Measures the outbox on a database: what enlistment costs a business
 transaction (0, 1, 10 and 100 messages against the insert alone), end-to-end
@@ -67,9 +120,14 @@ throwaway PostgreSQL cluster.`,
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run (the producers, the contenders' workers and the sink) to this file, for go tool pprof")
 	fs.IntVar(&f.rounds, "rounds", 0, "rounds of each scenario, the contenders alternating within a round; medians and ranges are reported (default 3, 1 with --quick)")
 	if err := command.Parse(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	cfg := bench.Config{Contenders: []bench.Contender{bench.RelayerPGX(publishPGX)}, Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
+	return &f, nil
+}
+
+// config is the benchmark's configuration from the flags, checked.
+func (f *benchFlags) config() (cfg bench.Config, err error) {
+	cfg = bench.Config{Contenders: []bench.Contender{bench.RelayerPGX(publishPGX)}, Schema: f.schema, Keep: f.keep, Quick: f.quick, Producers: f.producers, Duration: f.duration,
 		Rate: f.rate, PerTx: f.perTx, Backlog: f.backlog, OrderedBacklog: f.orderedBacklog, OrderedBatchSize: f.orderedBatchSize, BodySize: f.bodySize, Rounds: f.rounds}
 	for s := range strings.SplitSeq(f.scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -83,82 +141,62 @@ throwaway PostgreSQL cluster.`,
 	}
 	switch { // zero means a default to the library, not on the command line
 	case f.producers < 1:
-		return command.Usagef("--producers %d: must be 1 to 64", f.producers)
+		return cfg, command.Usagef("--producers %d: must be 1 to 64", f.producers)
 	case f.rate < 1:
-		return command.Usagef("--rate %d: must be positive", f.rate)
+		return cfg, command.Usagef("--rate %d: must be positive", f.rate)
 	case f.perTx < 1:
-		return command.Usagef("--per-tx %d: must be 1 to 100", f.perTx)
+		return cfg, command.Usagef("--per-tx %d: must be 1 to 100", f.perTx)
 	case f.duration < 0:
-		return command.Usagef("--duration %s: must be positive", f.duration)
+		return cfg, command.Usagef("--duration %s: must be positive", f.duration)
 	case f.rounds < 0:
-		return command.Usagef("--rounds %d: must be 1 to 20", f.rounds)
+		return cfg, command.Usagef("--rounds %d: must be 1 to 20", f.rounds)
 	case f.backlog < 0:
-		return command.Usagef("--backlog %d: must be positive", f.backlog)
+		return cfg, command.Usagef("--backlog %d: must be positive", f.backlog)
 	case f.orderedBacklog < 0:
-		return command.Usagef("--ordered-backlog %d: must be positive", f.orderedBacklog)
+		return cfg, command.Usagef("--ordered-backlog %d: must be positive", f.orderedBacklog)
 	case f.orderedBatchSize < 0:
-		return command.Usagef("--ordered-batch-size %d: must be 1 to 10,000", f.orderedBatchSize)
+		return cfg, command.Usagef("--ordered-batch-size %d: must be 1 to 10,000", f.orderedBatchSize)
 	}
 	if err := cfg.Validate(); err != nil {
-		return command.Usagef("%s", strings.TrimPrefix(err.Error(), bench.ErrInvalidConfig.Error()+": "))
+		return cfg, command.Usagef("%s", strings.TrimPrefix(err.Error(), bench.ErrInvalidConfig.Error()+": "))
 	}
 	if !slices.Contains([]string{"memory", "nats", "kafka", "amqp"}, f.sink) {
-		return command.Usagef("--sink %q: want memory, nats, kafka or amqp", f.sink)
+		return cfg, command.Usagef("--sink %q: want memory, nats, kafka or amqp", f.sink)
 	}
 	if f.sink == "kafka" && strings.TrimSpace(f.kafkaBrokers) == "" {
-		return command.Usagef("--sink kafka needs --kafka-brokers host:port[,host:port…]")
+		return cfg, command.Usagef("--sink kafka needs --kafka-brokers host:port[,host:port…]")
 	}
-	db, _, stop, err := openOrStartDB(ctx, f.databaseURL, stderr, "bench", f.producers+24)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	cfg.DB = db
+	return cfg, nil
+}
+
+// openSink points cfg at the broker --sink names (the in-process sink by
+// default) and returns what closes it.
+func (f *benchFlags) openSink(ctx context.Context, cfg *bench.Config) (stop func(), err error) {
+	stop = func() {}
 	switch f.sink {
 	case "nats":
 		tr, stopNATS, err := benchNATS(ctx, f.natsURL)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer stopNATS()
+		stop = stopNATS
 		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "nats", "relayer-bench.events"
 	case "kafka":
 		tr, topic, stopKafka, err := benchKafka(ctx, f.kafkaBrokers, f.kafkaTopic)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer stopKafka()
+		stop = stopKafka
 		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "kafka", topic
 	case "amqp":
 		tr, queue, stopAMQP, err := benchAMQP(f.amqpURL)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer stopAMQP()
+		stop = stopAMQP
 		cfg.Transport, cfg.TransportName, cfg.Destination = tr, "amqp", queue
 	}
-	steps := newStepper(stderr, bench.Steps(cfg))
-	cfg.Progress = steps.step
-	if f.cpuProfile != "" {
-		stopProfile, err := startCPUProfile(f.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer stopProfile()
-	}
-	results, err := bench.Run(ctx, cfg)
-	steps.stop()
-	if f.asJSON {
-		enc := command.NewJSONEncoder(stdout)
-		for _, r := range results {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-	} else {
-		printBench(stdout, cfg, results)
-	}
-	return err
+	return stop, nil
 }
 
 // benchNATS connects to url (or an embedded server), creates a memory
