@@ -6,10 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
-
 	"github.com/relayer-go/relayer/cmd/relayer/internal/cli"
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 

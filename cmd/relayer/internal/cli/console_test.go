@@ -15,10 +15,9 @@ import (
 	"time"
 
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
 	"github.com/relayer-go/relayer/internal/testkit"
 	"github.com/relayer-go/relayer/internal/testkit/syncbuf"
-	"github.com/relayer-go/relayer/internal/testkit/testdb"
-	"github.com/relayer-go/relayer/store"
 )
 
 func TestConsoleNeedsATokenOffLoopback(t *testing.T) {
@@ -77,22 +76,9 @@ func (rc *runningConsole) stop(t *testing.T) {
 	}
 }
 
-// migrated returns the test database's URL and a new migrated outbox's
-// schema in it.
-func migrated(t *testing.T) (string, string) {
-	t.Helper()
-	url := testdb.URL(t)
-	schema := testdb.NewSchema(t)
-	db, err := command.OpenDB(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := store.Migrate(t.Context(), db, store.Tables{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	return url, schema
-}
+// migrated returns the test database's URL and a schema of the test's own
+// holding a migrated outbox.
+func migrated(t *testing.T) (string, string) { return commandtest.Migrated(t) }
 
 // The command serves the console until Ctrl-C, refusing requests without
 // its token.

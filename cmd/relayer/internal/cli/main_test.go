@@ -1,19 +1,16 @@
 package cli
 
 import (
-	"io"
-
-	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
-
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
-	"github.com/relayer-go/relayer/cmd/relayer/internal/relay"
-
 	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/relay"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
 )
 

@@ -8,6 +8,10 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
+	"github.com/relayer-go/relayer/internal/testkit/testdb"
+	"github.com/relayer-go/relayer/store"
 )
 
 // RunFunc runs one command line, writing to stdout and stderr, and returns
@@ -28,4 +32,21 @@ func Run(t testing.TB, run RunFunc, args ...string) Result {
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, args, &stdout, &stderr)
 	return Result{Code: code, Stdout: stdout.String(), Stderr: stderr.String()}
+}
+
+// Migrated returns the test database's URL and a schema of the test's own
+// holding a migrated outbox.
+func Migrated(t testing.TB) (url, schema string) {
+	t.Helper()
+	url = testdb.URL(t)
+	schema = testdb.NewSchema(t)
+	db, err := command.OpenDB(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := store.Migrate(t.Context(), db, store.Tables{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	return url, schema
 }

@@ -7,14 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
-
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/relayer-go/relayer/cmd/relayer/internal/cli"
-	"github.com/relayer-go/relayer/cmd/relayer/internal/command"
+	"github.com/relayer-go/relayer/cmd/relayer/internal/commandtest"
 	"github.com/relayer-go/relayer/internal/testkit/testdb"
-	"github.com/relayer-go/relayer/store"
 )
 
 // asCommandEnv set to 1 makes the test binary the relayer command: the
@@ -41,22 +38,9 @@ type result = commandtest.Result
 // runCmd runs the command line args in-process.
 func runCmd(t *testing.T, args ...string) result { return commandtest.Run(t, run, args...) }
 
-// migrated returns the test database's URL and a schema of its own holding
-// a migrated outbox.
-func migrated(t *testing.T) (string, string) {
-	t.Helper()
-	url := testdb.URL(t)
-	schema := testdb.NewSchema(t)
-	db, err := command.OpenDB(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := store.Migrate(t.Context(), db, store.Tables{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	return url, schema
-}
+// migrated returns the test database's URL and a schema of the test's own
+// holding a migrated outbox.
+func migrated(t *testing.T) (string, string) { return commandtest.Migrated(t) }
 
 // startNATSServer runs an embedded JetStream server for the rest of the
 // test and returns its URL.
