@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -145,7 +146,19 @@ func orderEndToEnd(t *testing.T, r rig, relayBin string) {
 		defer cancel()
 		_ = runner.Stop(sctx)
 	}()
-	testkit.Eventually(t, time.Minute, func() bool { return len(runner.Lanes()) > 0 }, "the embedded runner to hold lanes beside the relay")
+	// It holds some lanes as it joins; the rest commit once one of them is
+	// a key's, so that it has messages of its own to send.
+	keyLanes := map[int]bool{}
+	for k := range keys {
+		lane, err := relayer.Lane(fmt.Sprintf("account-%d", k), relayer.LanesDefault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyLanes[lane] = true
+	}
+	testkit.Eventually(t, time.Minute, func() bool {
+		return slices.ContainsFunc(runner.Lanes(), func(l int) bool { return keyLanes[l] })
+	}, "the embedded runner to hold the lane of a key beside the relay")
 	commitSteps(alone, steps)
 
 	// The relay crashes once some of them left the outbox; a second one
